@@ -1,0 +1,34 @@
+"""The ``society`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from controller.cli import ledger_commands, run_commands
+
+    parser = argparse.ArgumentParser(
+        prog="society",
+        description=(
+            "Run societies of autonomous agents as experiments, and check the signed ledger "
+            "each run leaves behind."
+        ),
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run_commands.add_commands(commands)
+    ledger_commands.add_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

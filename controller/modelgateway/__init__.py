@@ -1,0 +1,42 @@
+"""The controller's model gateway: agents' only way to a model, and the local SmolLM2 server.
+
+Public names load lazily, so importing this package does not load httpx or h11.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ModelGateway": "controller.modelgateway.gateway",
+    "ModelGatewayError": "controller.modelgateway.gateway",
+    "LedgerAppender": "controller.modelgateway.gateway",
+    "ProviderConfig": "controller.modelgateway.provider",
+    "LocalModelServer": "controller.modelgateway.local_server",
+    "LocalModelError": "controller.modelgateway.local_server",
+    "locate_smollm2_gguf": "controller.modelgateway.local_server",
+    "AgentModelUsage": "controller.modelgateway.events",
+    "AgentModelCallFailed": "controller.modelgateway.events",
+    "model_gateway_catalog": "controller.modelgateway.events",
+    "UsageSummary": "controller.modelgateway.usage",
+    "AgentUsage": "controller.modelgateway.usage",
+    "ModelPrice": "controller.modelgateway.pricing",
+    "PRICES": "controller.modelgateway.pricing",
+    "cost_usd": "controller.modelgateway.pricing",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'controller.modelgateway' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,0 +1,147 @@
+"""A small HTTP/1.1 server on anyio and h11: one request, one buffered JSON answer, keep-alive.
+
+The gateway needs two routes on loopback, so this stays far below a web framework: h11 does the
+protocol, anyio owns the sockets and the per-connection tasks, and the caller's scope owns both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import h11
+from anyio.abc import SocketStream
+
+_log = logging.getLogger("controller.modelgateway.http")
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+_RECEIVE_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    path: str
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: Sequence[tuple[str, str]] = field(default_factory=tuple)
+
+    @classmethod
+    def json(
+        cls, status: int, payload: Any, headers: Sequence[tuple[str, str]] = ()
+    ) -> HttpResponse:
+        return cls(status, json.dumps(payload).encode(), headers=tuple(headers))
+
+
+HttpHandler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def serve_connection(stream: SocketStream, handler: HttpHandler) -> None:
+    """Answer requests on one connection until the peer closes it or the protocol says close."""
+    connection = h11.Connection(h11.SERVER)
+    async with stream:
+        while True:
+            try:
+                request = await _read_request(connection, stream)
+            except _BadRequest as exc:
+                await _try_send_error(connection, stream, exc.status, str(exc))
+                return
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+            if request is None:
+                return
+            try:
+                response = await handler(request)
+            except Exception:
+                _log.exception("handler failed for %s %s", request.method, request.path)
+                response = _error_response(500, "internal gateway error")
+            try:
+                await _send_response(connection, stream, response)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.ProtocolError):
+                return
+            if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
+                return
+            connection.start_next_cycle()
+
+
+async def _read_request(connection: h11.Connection, stream: SocketStream) -> HttpRequest | None:
+    start: h11.Request | None = None
+    body = bytearray()
+    while True:
+        try:
+            event = connection.next_event()
+        except h11.RemoteProtocolError as exc:
+            raise _BadRequest(exc.error_status_hint, f"malformed HTTP request: {exc}") from None
+        if event is h11.NEED_DATA:
+            if connection.they_are_waiting_for_100_continue:
+                await stream.send(_serialize(connection, h11.InformationalResponse(status_code=100)))
+            try:
+                data = await stream.receive(_RECEIVE_CHUNK)
+            except anyio.EndOfStream:
+                data = b""
+            connection.receive_data(data)
+        elif isinstance(event, h11.Request):
+            start = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > MAX_BODY_BYTES:
+                raise _BadRequest(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
+        elif isinstance(event, h11.EndOfMessage):
+            assert start is not None
+            headers = {name.decode().lower(): value.decode("latin-1") for name, value in start.headers}
+            path = start.target.decode("latin-1").split("?", 1)[0]
+            return HttpRequest(start.method.decode(), path, headers, bytes(body))
+        else:  # ConnectionClosed or PAUSED at the end of a cycle
+            return None
+
+
+async def _send_response(
+    connection: h11.Connection, stream: SocketStream, response: HttpResponse
+) -> None:
+    headers = [
+        ("content-type", response.content_type),
+        ("content-length", str(len(response.body))),
+        *response.headers,
+    ]
+    await stream.send(
+        _serialize(connection, h11.Response(status_code=response.status, headers=headers))
+        + _serialize(connection, h11.Data(data=response.body))
+        + _serialize(connection, h11.EndOfMessage())
+    )
+
+
+async def _try_send_error(
+    connection: h11.Connection, stream: SocketStream, status: int, message: str
+) -> None:
+    try:
+        await _send_response(connection, stream, _error_response(status, message))
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.ProtocolError):
+        pass
+
+
+def _serialize(connection: h11.Connection, event: Any) -> bytes:
+    data = connection.send(event)
+    return data if data is not None else b""
+
+
+def _error_response(status: int, message: str) -> HttpResponse:
+    return HttpResponse.json(
+        status, {"error": {"message": message, "type": "gateway_error", "code": None}}
+    )

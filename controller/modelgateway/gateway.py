@@ -1,0 +1,341 @@
+"""The model gateway: an OpenAI-compatible endpoint on loopback between agents and providers.
+
+Agents hold only a per-run bearer token; the gateway holds the provider keys, forwards each call,
+measures it and writes one ledger event per call. An ``auth`` or ``quota`` failure ends that
+agent's model use for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream, TaskGroup
+
+from controller.modelgateway._http import HttpRequest, HttpResponse, serve_connection
+from controller.modelgateway.events import (
+    ENDS_MODEL_USE,
+    AgentModelCallFailed,
+    AgentModelUsage,
+    ErrorClass,
+)
+from controller.modelgateway.pricing import PRICES, ModelPrice, cost_usd
+from controller.modelgateway.provider import (
+    ApiKey,
+    ProviderCallFailed,
+    ProviderConfig,
+    ProviderConnection,
+)
+from controller.modelgateway.usage import UsageSummary, UsageTally, summarize
+from ledger.events import Event
+
+PRODUCER = "model-gateway"
+
+_log = logging.getLogger("controller.modelgateway")
+
+
+class LedgerAppender(Protocol):
+    """Where the gateway's events go: a ``LedgerWriter`` or anything with its ``append``."""
+
+    async def append(self, event: Event, *, producer: str) -> object: ...
+
+
+class ModelGatewayError(Exception):
+    """The gateway could not start; ``reason`` is machine-readable, the message says what to do."""
+
+    def __init__(self, detail: str, *, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class ModelGateway:
+    """OpenAI-compatible ``/v1/chat/completions`` and ``/v1/models`` on ``base_url``.
+
+    Use as ``async with ModelGateway([...], ledger=writer) as gateway``; give each agent
+    ``gateway.base_url`` and ``gateway.issue_token(name)``. Provider keys are looked up by name in
+    ``credentials`` (default: the environment) when the gateway starts.
+    """
+
+    def __init__(
+        self,
+        providers: Sequence[ProviderConfig],
+        *,
+        ledger: LedgerAppender,
+        prices: Mapping[str, ModelPrice] = PRICES,
+        credentials: Mapping[str, str] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        if not providers:
+            raise ModelGatewayError("give the gateway at least one provider", reason="no-provider")
+        models = [provider.model for provider in providers]
+        if len(set(models)) != len(models):
+            raise ModelGatewayError(
+                f"two providers serve the same model id ({models}); give each model one provider",
+                reason="duplicate-model",
+            )
+        self._providers = list(providers)
+        self._ledger = ledger
+        self._prices = prices
+        self._credentials = credentials
+        self._host = host
+        self._port = port
+        self._connections: dict[str, ProviderConnection] = {}
+        self._agent_by_digest: dict[bytes, str] = {}
+        self._digest_by_agent: dict[str, bytes] = {}
+        self._tallies: dict[str, UsageTally] = {}
+        self._ended: dict[str, str] = {}
+        self._stack: AsyncExitStack | None = None
+        self._task_group: TaskGroup | None = None
+        self._bound_port: int | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``: what an OpenAI client takes as its base URL."""
+        if self._bound_port is None:
+            raise RuntimeError("the gateway is not serving; use it inside 'async with'")
+        return f"http://{self._host}:{self._bound_port}/v1"
+
+    def issue_token(self, agent: str) -> str:
+        """A fresh 256-bit bearer token for ``agent``; a token issued to it before stops working."""
+        token = secrets.token_urlsafe(32)
+        digest = _digest(token)
+        old = self._digest_by_agent.pop(agent, None)
+        if old is not None:
+            del self._agent_by_digest[old]
+        self._agent_by_digest[digest] = agent
+        self._digest_by_agent[agent] = digest
+        self._tallies.setdefault(agent, UsageTally())
+        return token
+
+    def usage_summary(self) -> UsageSummary:
+        """Calls, tokens and cost per agent and in total; ``None`` where a figure is unknown."""
+        return summarize(self._tallies)
+
+    async def __aenter__(self) -> Self:
+        keys = {provider.name: self._key_for(provider) for provider in self._providers}
+        async with AsyncExitStack() as stack:
+            for provider in self._providers:
+                connection = ProviderConnection(provider, keys[provider.name])
+                stack.push_async_callback(connection.aclose)
+                self._connections[provider.model] = connection
+            listener = await anyio.create_tcp_listener(
+                local_host=self._host, local_port=self._port
+            )
+            stack.push_async_callback(listener.aclose)
+            self._bound_port = listener.extra(SocketAttribute.local_port)
+            self._task_group = await stack.enter_async_context(anyio.create_task_group())
+            self._task_group.start_soon(listener.serve, self._serve)
+            self._stack = stack.pop_all()
+        _log.info("model gateway serving on %s", self.base_url)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._stack is not None and self._task_group is not None
+        self._task_group.cancel_scope.cancel()
+        stack, self._stack, self._task_group = self._stack, None, None
+        self._bound_port = None
+        self._connections.clear()
+        await stack.aclose()
+
+    def _key_for(self, provider: ProviderConfig) -> ApiKey | None:
+        if provider.api_key_name is None:
+            return None
+        source = os.environ if self._credentials is None else self._credentials
+        value = source.get(provider.api_key_name)
+        if not value:
+            raise ModelGatewayError(
+                f"provider {provider.name!r} needs the credential {provider.api_key_name!r}, "
+                f"which is not set; set it in the controller's environment",
+                reason="credential-missing",
+            )
+        return ApiKey(provider.api_key_name, value)
+
+    async def _serve(self, stream: SocketStream) -> None:
+        await serve_connection(stream, self._handle)
+
+    async def _handle(self, request: HttpRequest) -> HttpResponse:
+        agent = self._authenticate(request.headers.get("authorization", ""))
+        if agent is None:
+            return _error(
+                401,
+                "unknown or missing agent token; send 'Authorization: Bearer <token>' with the "
+                "token the gateway issued to this agent",
+                "invalid_api_key",
+                headers=[("www-authenticate", "Bearer")],
+            )
+        if request.path == "/v1/models" and request.method == "GET":
+            return HttpResponse.json(200, self._models())
+        if request.path == "/v1/chat/completions" and request.method == "POST":
+            return await self._chat_completion(agent, request.body)
+        if request.path in ("/v1/models", "/v1/chat/completions"):
+            return _error(405, f"{request.method} is not allowed on {request.path}", None)
+        return _error(404, f"no route {request.path}; the gateway serves /v1/chat/completions "
+                      "and /v1/models", None)
+
+    def _authenticate(self, header: str) -> str | None:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        # Look up by digest so lookup timing says nothing about the token, then compare in
+        # constant time.
+        digest = _digest(token.strip())
+        agent = self._agent_by_digest.get(digest)
+        if agent is None or not hmac.compare_digest(self._digest_by_agent[agent], digest):
+            return None
+        return agent
+
+    def _models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": p.model, "object": "model", "created": 0, "owned_by": p.name}
+                for p in self._providers
+            ],
+        }
+
+    async def _chat_completion(self, agent: str, body: bytes) -> HttpResponse:
+        tally = self._tallies[agent]
+        ended = self._ended.get(agent)
+        if ended is not None:
+            tally.refused_calls += 1
+            return _error(403, ended, "model_use_ended")
+        try:
+            request = json.loads(body)
+        except ValueError:
+            return _error(400, "the request body is not JSON", "invalid_json")
+        if not isinstance(request, dict):
+            return _error(400, "the request body must be a JSON object", "invalid_json")
+        if request.get("stream"):
+            return _error(
+                400, "the model gateway does not stream; send \"stream\": false", "stream_unsupported"
+            )
+        model = request.get("model") or self._providers[0].model
+        connection = self._connections.get(model)
+        if connection is None:
+            offered = ", ".join(self._connections)
+            return _error(404, f"model {model!r} is not offered; choose one of: {offered}",
+                          "model_not_found")
+        provider = connection.config
+        started = time.perf_counter()
+        try:
+            reply = await connection.chat_completion({**request, "model": provider.model})
+        except ProviderCallFailed as failure:
+            return await self._failed(agent, provider, failure, _ms_since(started))
+        usage = reply.payload.get("usage")
+        prompt_tokens = _count(usage, "prompt_tokens")
+        completion_tokens = _count(usage, "completion_tokens")
+        event = AgentModelUsage(
+            agent=agent,
+            provider=provider.name,
+            model=provider.model,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            latency_ms=_ms_since(started),
+            cost_usd=cost_usd(provider.model, prompt_tokens, completion_tokens, self._prices),
+            attempts=reply.attempts,
+        )
+        tally.add_usage(event)
+        await self._ledger.append(event, producer=PRODUCER)
+        _log.info(
+            "model call agent=%s model=%s prompt_tokens=%s completion_tokens=%s "
+            "latency_ms=%.1f cost_usd=%s attempts=%d",
+            agent, provider.model, prompt_tokens, completion_tokens, event.latency_ms,
+            event.cost_usd, reply.attempts,
+        )
+        return HttpResponse(200, reply.body)
+
+    async def _failed(
+        self, agent: str, provider: ProviderConfig, failure: ProviderCallFailed, latency_ms: float
+    ) -> HttpResponse:
+        ends = failure.error_class in ENDS_MODEL_USE
+        event = AgentModelCallFailed(
+            agent=agent,
+            provider=provider.name,
+            model=provider.model,
+            error_class=failure.error_class,
+            status=failure.status,
+            detail=failure.detail,
+            ends_model_use=ends,
+            latency_ms=latency_ms,
+            attempts=failure.attempts,
+        )
+        self._tallies[agent].add_failure(event)
+        message = f"provider {provider.name!r} call failed ({failure.error_class}): {failure.detail}"
+        if ends:
+            message = _ended_message(agent, provider, failure)
+            self._ended.setdefault(agent, message)
+        await self._ledger.append(event, producer=PRODUCER)
+        _log.warning(
+            "model call failed agent=%s model=%s error_class=%s status=%s attempts=%d: %s",
+            agent, provider.model, failure.error_class, failure.status, failure.attempts,
+            failure.detail,
+        )
+        return _error(_agent_status(failure), message, failure.error_class)
+
+
+def _ended_message(agent: str, provider: ProviderConfig, failure: ProviderCallFailed) -> str:
+    if failure.error_class == "auth":
+        why = (
+            f"provider {provider.name!r} rejected the gateway's credential "
+            f"{provider.api_key_name!r} ({failure.detail})"
+        )
+    else:
+        why = f"provider {provider.name!r} reports the account is out of quota ({failure.detail})"
+    return (
+        f"model use ended for agent {agent!r}: {why}; later calls are refused for the rest of "
+        f"this run"
+    )
+
+
+def _agent_status(failure: ProviderCallFailed) -> int:
+    error_class: ErrorClass = failure.error_class
+    if error_class in ENDS_MODEL_USE:
+        return 403
+    if error_class == "rate_limit":
+        return 429
+    if error_class == "network":
+        return 504 if "timed out" in failure.detail else 502
+    if failure.status is not None and 400 <= failure.status < 500:
+        return failure.status  # the provider refused the request itself: the agent should know
+    return 502
+
+
+def _error(
+    status: int, message: str, code: str | None, headers: Sequence[tuple[str, str]] = ()
+) -> HttpResponse:
+    return HttpResponse.json(
+        status,
+        {"error": {"message": message, "type": "model_gateway_error", "code": code}},
+        headers,
+    )
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def _count(usage: object, field: str) -> int | None:
+    value = usage.get(field) if isinstance(usage, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

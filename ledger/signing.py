@@ -1,0 +1,90 @@
+"""Ed25519 signing keys for ledgers: a fresh key per ledger by default, or an operator's pinned key."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from ledger.errors import LedgerError
+
+_PREFIX = "ed25519:"
+
+
+class SigningKey:
+    """A private Ed25519 key held only by the process that writes the ledger."""
+
+    __slots__ = ("_private",)
+
+    def __init__(self, private: Ed25519PrivateKey) -> None:
+        self._private = private
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def load(cls, path: Path | str) -> SigningKey:
+        """Load a PEM (PKCS#8) Ed25519 private key, e.g. from ``openssl genpkey -algorithm ed25519``."""
+        try:
+            key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+        except (OSError, ValueError) as exc:
+            raise LedgerError(
+                f"cannot load signing key {path}: {exc}; pass a PEM PKCS#8 Ed25519 private key",
+                reason="signing-key-unreadable",
+            ) from exc
+        if not isinstance(key, Ed25519PrivateKey):
+            raise LedgerError(f"{path} is not an Ed25519 key", reason="signing-key-unreadable")
+        return cls(key)
+
+    def private_pem(self) -> bytes:
+        return self._private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+
+    @property
+    def public_key(self) -> str:
+        return encode_public_key(self._private.public_key())
+
+    def sign(self, data: bytes) -> str:
+        return base64.b64encode(self._private.sign(data)).decode("ascii")
+
+
+def encode_public_key(key: Ed25519PublicKey) -> str:
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return _PREFIX + base64.b64encode(raw).decode("ascii")
+
+
+def decode_public_key(text: str) -> Ed25519PublicKey:
+    """Parse ``ed25519:<base64>`` or a PEM public key."""
+    text = text.strip()
+    try:
+        if text.startswith(_PREFIX):
+            return Ed25519PublicKey.from_public_bytes(base64.b64decode(text[len(_PREFIX) :]))
+        key = serialization.load_pem_public_key(text.encode("ascii"))
+    except ValueError as exc:
+        raise LedgerError(f"not an Ed25519 public key: {exc}", reason="bad-public-key") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise LedgerError("public key is not Ed25519", reason="bad-public-key")
+    return key
+
+
+def load_trusted_key(path: Path | str) -> str:
+    """Read a pinned public key file (``ed25519:<base64>`` or PEM) into its canonical text form."""
+    text = Path(path).read_text(encoding="ascii")
+    if "PRIVATE KEY" in text:
+        return SigningKey.load(path).public_key
+    return encode_public_key(decode_public_key(text))
+
+
+def verify_signature(public_key: str, signature: str, data: bytes) -> bool:
+    try:
+        decode_public_key(public_key).verify(base64.b64decode(signature, validate=True), data)
+    except (InvalidSignature, ValueError, LedgerError):
+        return False
+    return True

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite. Installs (idempotently) what the tests need, then lints and tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+scripts/bootstrap.sh
+if [ -x scripts/build-control-plane.sh ]; then
+  scripts/build-control-plane.sh
+fi
+echo "test: ruff and mypy" >&2
+.venv/bin/ruff check ledger controller tests benchmarks examples agent_images
+.venv/bin/mypy
+echo "test: pytest" >&2
+.venv/bin/python -m pytest -q "$@"
+echo "test: finished in $(( $(date +%s) - start ))s" >&2
