@@ -1,5 +1,6 @@
 """The evidence layer: events, catalogs, the durable signed ledger and its offline verification."""
 
+from ledger.artifacts import LedgerArtifacts, open_ledger_artifacts
 from ledger.errors import (
     CatalogError,
     LedgerCompletionConflict,
@@ -13,18 +14,22 @@ from ledger.format import LedgerCheckpoint, Provenance, RecordEnvelope, ledger_d
 from ledger.records import LedgerReceipt, Record, ledger_catalog
 from ledger.signing import SigningKey
 from ledger.storage import DurableFiles
+from ledger.verification import VERIFICATION_REASONS, LedgerStop, verify_ledger
 from ledger.writer import LedgerWriter, open_ledger_writer
 
 __all__ = [
+    "VERIFICATION_REASONS",
     "CatalogError",
     "DurableFiles",
     "Event",
     "EventCatalog",
+    "LedgerArtifacts",
     "LedgerCheckpoint",
     "LedgerCompletionConflict",
     "LedgerError",
     "LedgerExistsError",
     "LedgerReceipt",
+    "LedgerStop",
     "LedgerVerificationError",
     "LedgerWriteError",
     "LedgerWriter",
@@ -34,5 +39,7 @@ __all__ = [
     "SigningKey",
     "ledger_catalog",
     "ledger_directory",
+    "open_ledger_artifacts",
     "open_ledger_writer",
+    "verify_ledger",
 ]

@@ -40,6 +40,13 @@ class LedgerCompletionConflict(LedgerError):
 
 
 class LedgerVerificationError(LedgerError):
-    """The ledger on disk does not verify; ``reason`` names the failed check."""
+    """The ledger on disk does not verify; ``reason`` names the check (``VERIFICATION_REASONS``).
+
+    ``record`` is the index of the offending record line when one is to blame.
+    """
 
     reason = "verification-failed"
+
+    def __init__(self, detail: str, *, reason: str, record: int | None = None) -> None:
+        super().__init__(detail, reason=reason)
+        self.record = record

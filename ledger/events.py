@@ -14,8 +14,9 @@ from ledger.errors import CatalogError
 
 TAG_PATTERN = re.compile(r"^[a-z][a-z0-9-]*(\.[a-z][a-z0-9-]*)+/v[1-9][0-9]*$")
 
+
 class Event(BaseModel):
-    """Base of every ledger event: frozen, closed (``extra="forbid"``), tagged with a versioned name.
+    """Base of every ledger event: frozen, closed (``extra="forbid"``), with a versioned tag.
 
     Subclasses declare ``tag: ClassVar[str] = "acme.consensus-reached/v1"``. Fields are written
     snake_case in Python and camelCase on disk.
@@ -40,8 +41,8 @@ class Event(BaseModel):
 def validate_tag(tag: object, owner: str) -> str:
     if not isinstance(tag, str) or not TAG_PATTERN.match(tag):
         raise CatalogError(
-            f"event class {owner} has tag {tag!r}; a tag must look like 'acme.consensus-reached/v1' "
-            f"(lowercase dotted name, '/v' and a version >= 1)",
+            f"event class {owner} has tag {tag!r}; a tag must look like "
+            f"'acme.consensus-reached/v1' (lowercase dotted name, '/v' and a version >= 1)",
             reason="malformed-tag",
         )
     return tag
@@ -196,4 +197,3 @@ def _add(
         )
     by_tag[tag] = event_class
     seen[event_class] = tag
-

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import subprocess
+import time
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -134,8 +135,19 @@ class LedgerCheckpoint(Event):
         )
 
 
+_second_text: tuple[int, str] = (-1, "")
+
+
 def utc_now() -> str:
-    return utc_text(datetime.now(UTC))
+    """Now as ``2025-01-31T12:00:00.123456Z`` (the seconds part is formatted once per second)."""
+    global _second_text
+    micros = time.time_ns() // 1000
+    second, fraction = divmod(micros, 1_000_000)
+    cached_second, text = _second_text
+    if second != cached_second:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _second_text = (second, text)
+    return f"{text}.{fraction:06d}Z"
 
 
 def utc_text(moment: datetime) -> str:

@@ -1,8 +1,9 @@
-"""Ed25519 signing keys for ledgers: a fresh key per ledger by default, or an operator's pinned key."""
+"""Ed25519 signing keys for ledgers: a fresh key per ledger by default, or an operator's key."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -28,7 +29,7 @@ class SigningKey:
 
     @classmethod
     def load(cls, path: Path | str) -> SigningKey:
-        """Load a PEM (PKCS#8) Ed25519 private key, e.g. from ``openssl genpkey -algorithm ed25519``."""
+        """Load a PEM (PKCS#8) Ed25519 private key (``openssl genpkey -algorithm ed25519``)."""
         try:
             key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
         except (OSError, ValueError) as exc:
@@ -76,15 +77,40 @@ def decode_public_key(text: str) -> Ed25519PublicKey:
 
 def load_trusted_key(path: Path | str) -> str:
     """Read a pinned public key file (``ed25519:<base64>`` or PEM) into its canonical text form."""
-    text = Path(path).read_text(encoding="ascii")
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LedgerError(
+            f"cannot read trusted key {path}: {exc}; pass a file holding 'ed25519:<base64>' or a "
+            f"PEM public key",
+            reason="trusted-key-unreadable",
+        ) from exc
     if "PRIVATE KEY" in text:
         return SigningKey.load(path).public_key
+    return canonical_public_key(text)
+
+
+def canonical_public_key(text: str) -> str:
+    """``ed25519:<base64>`` for any accepted spelling of a public key (so keys compare as text)."""
     return encode_public_key(decode_public_key(text))
 
 
 def verify_signature(public_key: str, signature: str, data: bytes) -> bool:
     try:
-        decode_public_key(public_key).verify(base64.b64decode(signature, validate=True), data)
-    except (InvalidSignature, ValueError, LedgerError):
+        key = decode_public_key(public_key)
+    except LedgerError:
         return False
-    return True
+    return signature_checker(key)(signature, data)
+
+
+def signature_checker(key: Ed25519PublicKey) -> Callable[[str, bytes], bool]:
+    """A ``check(signature, data) -> bool`` bound to one decoded key (decoded once, used often)."""
+
+    def check(signature: str, data: bytes) -> bool:
+        try:
+            key.verify(base64.b64decode(signature, validate=True), data)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+    return check

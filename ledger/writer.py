@@ -28,7 +28,6 @@ from ledger.format import (
     LedgerCheckpoint,
     Manifest,
     Provenance,
-    RecordEnvelope,
     utc_now,
 )
 from ledger.records import LedgerReceipt, Record, ledger_catalog, parse_record_lines
@@ -37,16 +36,16 @@ from ledger.storage import DurableFiles
 
 E = TypeVar("E", bound=Event)
 
+_Entry = tuple[Event, str, str | None, str | None]  # event, producer, causation, correlation
 
-@dataclass(slots=True)
-class _Append:
-    event: Event
-    producer: str
-    causation_id: str | None
-    correlation_id: str | None
+
+@dataclass(slots=True, eq=False)
+class _Batch:
+    """Appends that commit together: one write, one fsync, one wake-up for all their callers."""
+
+    entries: list[_Entry] = field(default_factory=list)
+    results: list[Record | BaseException] = field(default_factory=list)
     done: anyio.Event = field(default_factory=anyio.Event)
-    record: Record | None = None
-    error: BaseException | None = None
 
 
 class LedgerWriter:
@@ -71,19 +70,26 @@ class LedgerWriter:
         self._started_ns = time.monotonic_ns()
         self._last_elapsed = 0
         self._manifest_sha = sha256_hex(manifest_bytes)
+        # The encoder's position: advanced in the committer thread as it encodes a batch.
         self._head = self._manifest_sha
-        self._records_hash = hashlib.sha256()
         self._count = 0
-        self._committed_bytes = 0
         self._since_checkpoint = 0
         self._checkpoint_at = time.monotonic()
-        self._pending: list[_Append] = []
+        # What is durable: only this reaches readers, receipts and record_count.
+        self._durable_count = 0
+        self._durable_head = self._manifest_sha
+        self._committed_bytes = 0
+        self._records_hash = hashlib.sha256()
+        self._open = _Batch()
         self._wake = anyio.Event()
         self._committed = anyio.Event()
         self._failure: LedgerWriteError | None = None
         self._completion: LedgerReceipt | None = None
-        self._closing = False
-        self._finished = False
+        self._completion_lock = anyio.Lock()
+        self._closing = False  # no new appends
+        self._sealed = False  # final checkpoint written and records.ndjson closed by complete()
+        self._abandoned = False  # the block was left without complete(); records.ndjson closed
+        self._finished = False  # followers stop once caught up
         self._committer_done = anyio.Event()
 
     @property
@@ -96,7 +102,8 @@ class LedgerWriter:
 
     @property
     def record_count(self) -> int:
-        return self._count
+        """Durable records so far (checkpoints included)."""
+        return self._durable_count
 
     @property
     def failed(self) -> LedgerWriteError | None:
@@ -114,41 +121,49 @@ class LedgerWriter:
         self._check_open()
         if type(event) not in self.catalog:
             self.catalog.encode(event)  # raises the catalog's typed error
-        pending = _Append(event, producer, causation_id, correlation_id)
-        self._pending.append(pending)
-        self._wake.set()
-        await pending.done.wait()
-        if pending.error is not None:
-            raise pending.error
-        assert pending.record is not None
-        return pending.record
+        batch = self._open
+        index = len(batch.entries)
+        batch.entries.append((event, producer, causation_id, correlation_id))
+        if index == 0:
+            self._wake.set()
+        await batch.done.wait()
+        result = batch.results[index]
+        if isinstance(result, Record):
+            return result
+        raise result
 
     async def complete(self) -> LedgerReceipt:
         """Flush, write the final checkpoint and the signed completion file. Idempotent."""
-        if self._completion is not None:
-            await anyio.to_thread.run_sync(self._publish_completion)
+        async with self._completion_lock:
+            if self._completion is not None:
+                # Re-publishing is a no-op for the same bytes and a conflict for different ones.
+                await anyio.to_thread.run_sync(self._publish_completion)
+                return self._completion
+            if self._failure is not None:
+                raise self._failure
+            if self._abandoned:
+                self._check_open()
+            if not self._sealed:
+                self._closing = True
+                self._wake.set()
+                await self._committer_done.wait()
+                if self._failure is not None:
+                    raise self._failure
+                await anyio.to_thread.run_sync(self._final_commit)
+            self._completion = await anyio.to_thread.run_sync(self._publish_completion)
+            self._finished = True
+            self._notify()
             return self._completion
-        self._check_open()
-        self._closing = True
-        self._wake.set()
-        await self._committer_done.wait()
-        if self._failure is not None:
-            raise self._failure
-        await anyio.to_thread.run_sync(self._final_commit)
-        self._completion = await anyio.to_thread.run_sync(self._publish_completion)
-        self._finished = True
-        self._notify()
-        return self._completion
 
     def receipt(self) -> LedgerReceipt:
-        """What the ledger proves right now: complete, or a prefix signed up to a checkpoint."""
+        """What the ledger proves right now: complete, or its durable prefix."""
         if self._completion is not None:
             return self._completion
         return LedgerReceipt(
             ledger_dir=str(self.directory),
             run_id=self.run_id,
-            record_count=self._count,
-            head_digest=self._head,
+            record_count=self._durable_count,
+            head_digest=self._durable_head,
             public_key=self.public_key,
             complete=False,
         )
@@ -193,10 +208,19 @@ class LedgerWriter:
         self._committed.set()
         self._committed = anyio.Event()
 
+    def _latch(self, cause: BaseException) -> LedgerWriteError:
+        if self._failure is None:
+            self._failure = LedgerWriteError(
+                f"writing {self.directory / RECORDS} failed: {cause}; the writer is latched "
+                f"failed and the ledger keeps its durable prefix (open it as an incomplete view)"
+            )
+            self._failure.__cause__ = cause
+        return self._failure
+
     async def _run_committer(self) -> None:
         try:
             while self._failure is None:
-                if not self._pending:
+                if not self._open.entries:
                     if self._closing:
                         return
                     self._wake = anyio.Event()
@@ -205,22 +229,17 @@ class LedgerWriter:
                         timeout = self._checkpoint_at + CHECKPOINT_EVERY_SECONDS - time.monotonic()
                     with anyio.move_on_after(max(timeout, 0.0)):
                         await self._wake.wait()
-                    if not self._pending and not self._checkpoint_due():
+                    if not self._open.entries and not self._checkpoint_due():
                         continue
-                batch, self._pending = self._pending, []
+                batch, self._open = self._open, _Batch()
                 try:
                     await anyio.to_thread.run_sync(self._commit, batch)
-                except OSError as exc:
-                    self._failure = LedgerWriteError(
-                        f"writing {self.directory / RECORDS} failed: {exc}; the writer is latched "
-                        f"failed and the ledger keeps its durable prefix"
-                    )
-                    for pending in [*batch, *self._pending]:
-                        pending.error = self._failure
-                        pending.done.set()
-                    self._pending = []
-                for pending in batch:
-                    pending.done.set()
+                except Exception as exc:  # the disk failed (or a bug): nothing more is written
+                    failure = self._latch(exc)
+                    for failed in (batch, self._open):
+                        failed.results[:] = [failure] * len(failed.entries)
+                        failed.done.set()
+                batch.done.set()
                 self._notify()
         finally:
             self._committer_done.set()
@@ -231,33 +250,32 @@ class LedgerWriter:
             or time.monotonic() - self._checkpoint_at >= CHECKPOINT_EVERY_SECONDS
         )
 
-    def _commit(self, batch: list[_Append]) -> None:
+    def _commit(self, batch: _Batch) -> None:
         """Encode, chain, write and fsync one group of appends (runs in a worker thread)."""
         lines: list[bytes] = []
-        committed: list[tuple[_Append, Record]] = []
-        for pending in batch:
+        results = batch.results
+        encode = self._encode
+        for event, producer, causation_id, correlation_id in batch.entries:
             if self._since_checkpoint >= CHECKPOINT_EVERY_RECORDS:
                 lines.append(self._encode_checkpoint())
             try:
-                line, record = self._encode(
-                    pending.event, pending.producer, pending.causation_id, pending.correlation_id
-                )
+                line, record = encode(event, producer, causation_id, correlation_id)
             except (LedgerError, ValueError, TypeError) as exc:
-                pending.error = exc
+                results.append(exc)
                 continue
             lines.append(line)
-            committed.append((pending, record))
+            results.append(record)
         if self._checkpoint_due():
             lines.append(self._encode_checkpoint())
-        if not lines:
-            return
-        data = b"".join(lines)
+        if lines:
+            self._write_durably(b"".join(lines))
+
+    def _write_durably(self, data: bytes) -> None:
         self._files.write(self._fd, data)
         self._files.fsync(self._fd)
         self._records_hash.update(data)
         self._committed_bytes += len(data)
-        for pending, record in committed:
-            pending.record = record
+        self._durable_count, self._durable_head = self._count, self._head
 
     def _encode(
         self,
@@ -268,10 +286,11 @@ class LedgerWriter:
     ) -> tuple[bytes, Record]:
         wire = self.catalog.encode(event)
         elapsed = max(time.monotonic_ns() - self._started_ns, self._last_elapsed)
+        sequence = self._count
         envelope: dict[str, Any] = {
-            "runId": self.run_id,
-            "eventId": f"{self.run_id}:{self._count}",
-            "logicalSequence": self._count,
+            "runId": self.manifest.run_id,
+            "eventId": f"{self.manifest.run_id}:{sequence}",
+            "logicalSequence": sequence,
             "elapsedNanos": elapsed,
             "observedAt": utc_now(),
             "producer": producer,
@@ -285,10 +304,9 @@ class LedgerWriter:
         body = canonical_json(envelope)
         self._last_elapsed = elapsed
         self._head = sha256_hex(body)
-        self._count += 1
+        self._count = sequence + 1
         self._since_checkpoint += 1
-        record = Record(RecordEnvelope.model_validate(envelope), event)
-        return body + b"\n", record
+        return body + b"\n", Record.from_trusted_wire(envelope, event)
 
     def _encode_checkpoint(self) -> bytes:
         count, head = self._count, self._head
@@ -300,46 +318,52 @@ class LedgerWriter:
         return line
 
     def _final_commit(self) -> None:
-        data = self._encode_checkpoint()
-        self._files.write(self._fd, data)
-        self._files.fsync(self._fd)
-        self._records_hash.update(data)
-        self._committed_bytes += len(data)
+        try:
+            self._write_durably(self._encode_checkpoint())
+        except OSError as exc:
+            raise self._latch(exc) from exc
         self._files.close(self._fd)
+        self._sealed = True
 
     def _publish_completion(self) -> LedgerReceipt:
         unsigned = Completion(
             ledger_format_version=LEDGER_FORMAT_VERSION,
             run_id=self.run_id,
-            record_count=self._count,
+            record_count=self._durable_count,
             manifest_sha256=self._manifest_sha,
             records_sha256=self._records_hash.hexdigest(),
-            head_digest=self._head,
+            head_digest=self._durable_head,
             signature="",
         )
         completion = unsigned.model_copy(
             update={"signature": self._key.sign(unsigned.signed_bytes())}
         )
-        self._files.publish_once(self.directory / COMPLETION, completion.canonical())
+        try:
+            self._files.publish_once(self.directory / COMPLETION, completion.canonical())
+        except OSError as exc:
+            raise LedgerWriteError(
+                f"publishing {self.directory / COMPLETION} failed: {exc}; the records are sealed, "
+                f"call complete() again to retry"
+            ) from exc
         return LedgerReceipt(
             ledger_dir=str(self.directory),
             run_id=self.run_id,
-            record_count=self._count,
-            head_digest=self._head,
+            record_count=self._durable_count,
+            head_digest=self._durable_head,
             public_key=self.public_key,
             complete=True,
         )
 
     def _close_incomplete(self) -> None:
         """Leave an unfinished ledger with its tail signed, as a crash would but better."""
+        if self._sealed or self._abandoned:
+            return
+        self._abandoned = True
         if self._failure is None and self._since_checkpoint > 0:
             try:
-                data = self._encode_checkpoint()
-                self._files.write(self._fd, data)
-                self._files.fsync(self._fd)
-                self._committed_bytes += len(data)
-            except OSError:
-                pass
+                self._write_durably(self._encode_checkpoint())
+            except OSError as exc:
+                self._latch(exc)
         self._files.close(self._fd)
 
 
@@ -370,6 +394,7 @@ async def open_ledger_writer(
     files = files or DurableFiles()
     key = signing_key or SigningKey.generate()
     merged = EventCatalog.merge(ledger_catalog, catalog)
+    canonical_json(dict(metadata or {}))  # refuses NaN and non-JSON metadata before anything exists
     manifest = Manifest(
         ledger_format_version=LEDGER_FORMAT_VERSION,
         definition_id=definition_id,
@@ -382,7 +407,6 @@ async def open_ledger_writer(
         public_key=key.public_key,
     )
     manifest_bytes = manifest.canonical()
-    canonical_json(manifest.metadata)  # refuses NaN and non-JSON metadata before anything exists
 
     def create() -> int:
         files.make_directory(directory)

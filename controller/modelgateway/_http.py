@@ -91,7 +91,9 @@ async def _read_request(connection: h11.Connection, stream: SocketStream) -> Htt
             raise _BadRequest(exc.error_status_hint, f"malformed HTTP request: {exc}") from None
         if event is h11.NEED_DATA:
             if connection.they_are_waiting_for_100_continue:
-                await stream.send(_serialize(connection, h11.InformationalResponse(status_code=100)))
+                await stream.send(
+                    _serialize(connection, h11.InformationalResponse(status_code=100, headers=[]))
+                )
             try:
                 data = await stream.receive(_RECEIVE_CHUNK)
             except anyio.EndOfStream:
@@ -105,7 +107,9 @@ async def _read_request(connection: h11.Connection, stream: SocketStream) -> Htt
                 raise _BadRequest(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
         elif isinstance(event, h11.EndOfMessage):
             assert start is not None
-            headers = {name.decode().lower(): value.decode("latin-1") for name, value in start.headers}
+            headers = {
+                name.decode().lower(): value.decode("latin-1") for name, value in start.headers
+            }
             path = start.target.decode("latin-1").split("?", 1)[0]
             return HttpRequest(start.method.decode(), path, headers, bytes(body))
         else:  # ConnectionClosed or PAUSED at the end of a cycle

@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from ledger.events import Event, EventCatalog
+from ledger import Event, EventCatalog
 
 ErrorClass = Literal["auth", "quota", "rate_limit", "network", "unknown"]
 """Why a provider call failed. ``auth`` and ``quota`` end the calling agent's model use."""

@@ -37,7 +37,7 @@ from controller.modelgateway.provider import (
     ProviderConnection,
 )
 from controller.modelgateway.usage import UsageSummary, UsageTally, summarize
-from ledger.events import Event
+from ledger import Event
 
 PRODUCER = "model-gateway"
 
@@ -129,9 +129,7 @@ class ModelGateway:
                 connection = ProviderConnection(provider, keys[provider.name])
                 stack.push_async_callback(connection.aclose)
                 self._connections[provider.model] = connection
-            listener = await anyio.create_tcp_listener(
-                local_host=self._host, local_port=self._port
-            )
+            listener = await anyio.create_tcp_listener(local_host=self._host, local_port=self._port)
             stack.push_async_callback(listener.aclose)
             self._bound_port = listener.extra(SocketAttribute.local_port)
             self._task_group = await stack.enter_async_context(anyio.create_task_group())
@@ -185,8 +183,11 @@ class ModelGateway:
             return await self._chat_completion(agent, request.body)
         if request.path in ("/v1/models", "/v1/chat/completions"):
             return _error(405, f"{request.method} is not allowed on {request.path}", None)
-        return _error(404, f"no route {request.path}; the gateway serves /v1/chat/completions "
-                      "and /v1/models", None)
+        return _error(
+            404,
+            f"no route {request.path}; the gateway serves /v1/chat/completions and /v1/models",
+            None,
+        )
 
     def _authenticate(self, header: str) -> str | None:
         scheme, _, token = header.partition(" ")
@@ -223,14 +224,15 @@ class ModelGateway:
             return _error(400, "the request body must be a JSON object", "invalid_json")
         if request.get("stream"):
             return _error(
-                400, "the model gateway does not stream; send \"stream\": false", "stream_unsupported"
+                400, 'the model gateway does not stream; send "stream": false', "stream_unsupported"
             )
         model = request.get("model") or self._providers[0].model
         connection = self._connections.get(model)
         if connection is None:
             offered = ", ".join(self._connections)
-            return _error(404, f"model {model!r} is not offered; choose one of: {offered}",
-                          "model_not_found")
+            return _error(
+                404, f"model {model!r} is not offered; choose one of: {offered}", "model_not_found"
+            )
         provider = connection.config
         started = time.perf_counter()
         try:
@@ -255,8 +257,13 @@ class ModelGateway:
         _log.info(
             "model call agent=%s model=%s prompt_tokens=%s completion_tokens=%s "
             "latency_ms=%.1f cost_usd=%s attempts=%d",
-            agent, provider.model, prompt_tokens, completion_tokens, event.latency_ms,
-            event.cost_usd, reply.attempts,
+            agent,
+            provider.model,
+            prompt_tokens,
+            completion_tokens,
+            event.latency_ms,
+            event.cost_usd,
+            reply.attempts,
         )
         return HttpResponse(200, reply.body)
 
@@ -276,14 +283,20 @@ class ModelGateway:
             attempts=failure.attempts,
         )
         self._tallies[agent].add_failure(event)
-        message = f"provider {provider.name!r} call failed ({failure.error_class}): {failure.detail}"
+        message = (
+            f"provider {provider.name!r} call failed ({failure.error_class}): {failure.detail}"
+        )
         if ends:
             message = _ended_message(agent, provider, failure)
             self._ended.setdefault(agent, message)
         await self._ledger.append(event, producer=PRODUCER)
         _log.warning(
             "model call failed agent=%s model=%s error_class=%s status=%s attempts=%d: %s",
-            agent, provider.model, failure.error_class, failure.status, failure.attempts,
+            agent,
+            provider.model,
+            failure.error_class,
+            failure.status,
+            failure.attempts,
             failure.detail,
         )
         return _error(_agent_status(failure), message, failure.error_class)

@@ -130,13 +130,16 @@ class LocalModelServer:
 
     @property
     def credentials(self) -> dict[str, str]:
-        """The server's key under ``LOCAL_MODEL_KEY_NAME``; pass to ``ModelGateway(credentials=)``."""
+        """The server's key under ``LOCAL_MODEL_KEY_NAME``, for ``ModelGateway(credentials=)``."""
         return {LOCAL_MODEL_KEY_NAME: self._key}
 
     def provider(self, name: str = "local") -> ProviderConfig:
         """This server as a gateway provider; change its limits with ``dataclasses.replace``."""
         return ProviderConfig(
-            name=name, base_url=self.base_url, model=self.model_id, api_key_name=LOCAL_MODEL_KEY_NAME
+            name=name,
+            base_url=self.base_url,
+            model=self.model_id,
+            api_key_name=LOCAL_MODEL_KEY_NAME,
         )
 
     async def __aenter__(self) -> Self:
@@ -164,9 +167,7 @@ class LocalModelServer:
 
     async def _start(self, model_path: Path) -> None:
         self._port = _free_port()
-        self._log = (
-            open(self._log_path, "ab") if self._log_path else tempfile.TemporaryFile()  # noqa: SIM115
-        )
+        self._log = _open_log(self._log_path)
         command = [
             self._python, "-c", _LAUNCHER,
             "--model", str(model_path),
@@ -259,6 +260,11 @@ def _require_server_modules() -> None:
             f"{', '.join(missing)}); {_INSTALL_HINT}",
             reason="llama-cpp-missing",
         )
+
+
+def _open_log(path: Path | None) -> IO[bytes]:
+    # A local file, opened once per start: not worth a worker thread.
+    return open(path, "ab") if path is not None else tempfile.TemporaryFile()
 
 
 def _signal(pid: int, signum: int) -> None:

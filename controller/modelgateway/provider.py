@@ -160,7 +160,9 @@ class ProviderConnection:
             self._next_start = max(now, self._next_start) + self.config.min_interval_s
 
     def _backoff_s(self, attempt: int, retry_after: float | None) -> float:
-        ceiling = min(self.config.backoff_max_s, self.config.backoff_initial_s * 2 ** (attempt - 1))
+        ceiling = min(
+            self.config.backoff_max_s, self.config.backoff_initial_s * 2.0 ** (attempt - 1)
+        )
         delay = ceiling * random.uniform(0.5, 1.0)  # jitter spreads agents that failed together
         if retry_after is not None:
             delay = max(delay, min(retry_after, RETRY_AFTER_CAP_S))

@@ -1,0 +1,3 @@
+from agent_images.scripted.agent import main
+
+main()

@@ -1,0 +1,167 @@
+"""Runtime descriptors: what a platform needs to start one agent, and the bridge that attaches to it.
+
+A descriptor owns its container entrypoint (image, command, environment, files, credentials by
+reference, resources, bridge port, what to harvest) and its controller-side bridge
+(``attach``). Platforms read the first half; the kernel calls ``attach`` once the sandbox runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+from controller.agents.termination import Observation, ProcessExit, Termination
+from ledger.events import EventCatalog
+
+G = TypeVar("G")
+
+_RELATIVE = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.(?:/|$))[^\x00]+$")
+_DIGEST_PINNED = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+class RuntimeDescriptorError(Exception):
+    """A runtime descriptor is malformed or its bridge failed; ``reason`` is machine-readable."""
+
+    def __init__(self, detail: str, *, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What an agent asks of the platform (admission) and may use at most (limits)."""
+
+    cpu: float = 0.1
+    """Cores requested; the local profile admits by it, clusters also schedule by it."""
+    memory_mib: int = 128
+    """Memory requested, for admission."""
+    memory_limit_mib: int = 1024
+    """Address-space limit of the agent's process on the local profile; the container limit."""
+    open_files: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.cpu < 0 or self.memory_mib < 0 or self.memory_limit_mib < self.memory_mib:
+            raise RuntimeDescriptorError(
+                f"resources {self} are not valid: requests must be >= 0 and the memory limit "
+                f"at least the request",
+                reason="bad-resources",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRef:
+    """Where the controller finds a credential's value; only this reference is ever recorded.
+
+    ``env`` names a variable of the controller's own environment (local profile); ``secret`` and
+    ``key`` name a Kubernetes Secret (cluster profiles).
+    """
+
+    env: str | None = None
+    secret: str | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Harvest:
+    """What to copy out of the sandbox before cleanup: workspace files and the process log."""
+
+    files: tuple[str, ...] = ()
+    """Paths relative to the agent's working directory."""
+    logs: bool = True
+    max_bytes: int = 4 * 1024 * 1024
+    """Per file; a larger file is recorded as ``oversize`` and not copied."""
+
+    def __post_init__(self) -> None:
+        for path in self.files:
+            _check_relative(path, "harvest path")
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxAccess:
+    """What the platform hands a bridge: where the bridge port is, its token, the process exit."""
+
+    agent: str
+    bridge_host: str
+    bridge_port: int
+    bridge_token: str
+    exit: Observation[ProcessExit]
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment(Generic[G]):
+    """A usable application: its owner-local gateway and the observation of its termination."""
+
+    gateway: G
+    termination: Observation[Termination]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class RuntimeDescriptor(ABC):
+    """Base of every runtime descriptor. Subclasses set ``runtime`` and implement ``attach``."""
+
+    image: str
+    command: tuple[str, ...]
+    environment: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    """Relative path in the working directory -> content."""
+    credentials: Mapping[str, SecretRef] = field(default_factory=dict)
+    """Credential name -> reference; values reach the agent only through its secrets file."""
+    resources: Resources = Resources()
+    bridge_port: int = 7400
+    """The port the application serves its bridge on inside its sandbox."""
+    harvest: Harvest = Harvest()
+    events: EventCatalog = field(default_factory=EventCatalog.make)
+    """Event classes the runtime's bridge may record; merged into the run's catalog."""
+    ready_timeout_s: float = 60.0
+    """How long the application may take to become usable once its process started."""
+
+    runtime: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise RuntimeDescriptorError("a runtime needs a command", reason="no-command")
+        for path in self.files:
+            _check_relative(path, "file path")
+        for name in self.environment:
+            if name.startswith("SOCIETY_"):
+                raise RuntimeDescriptorError(
+                    f"environment variable {name} is reserved for the platform",
+                    reason="reserved-variable",
+                )
+        if not 0 < self.bridge_port < 65536:
+            raise RuntimeDescriptorError(
+                f"bridge port {self.bridge_port} is out of range", reason="bad-port"
+            )
+
+    @property
+    def image_pinned(self) -> bool:
+        """Whether ``image`` names a digest (cluster profiles require it)."""
+        return bool(_DIGEST_PINNED.search(self.image))
+
+    def file_digests(self) -> dict[str, tuple[str, int]]:
+        return {p: (hashlib.sha256(c).hexdigest(), len(c)) for p, c in sorted(self.files.items())}
+
+    @abstractmethod
+    def attach(self, access: SandboxAccess) -> AbstractAsyncContextManager[Attachment[Any]]:
+        """Connect the bridge once the application is usable; leaving the block detaches it.
+
+        Raise ``RuntimeDescriptorError`` when the application cannot become usable; the
+        platform's exit observation says whether the process is still alive.
+        """
+
+    async def stop(self, gateway: Any) -> None:
+        """Ask the application to end by itself at teardown; the platform signals it after."""
+        return None
+
+
+def _check_relative(path: str, what: str) -> None:
+    if not _RELATIVE.match(path):
+        raise RuntimeDescriptorError(
+            f"{what} {path!r} must be relative to the working directory and stay inside it",
+            reason="bad-path",
+        )

@@ -1,0 +1,309 @@
+"""``society run``, ``society status`` and ``society cancel``.
+
+Temporal, the kernel and the platform load inside the handlers, so ``society ledger ...`` and
+``society --help`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_ARTIFACTS = Path("artifacts")
+ARTIFACTS_ENV = "SOCIETY_ARTIFACTS"
+
+EXIT_SUCCESS = 0
+EXIT_FAILURE = 1  # the program failed, or the cluster was lost
+EXIT_SETUP = 2  # nothing ran: no Temporal, a bad module path, a taken run id
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+
+
+class SetupError(Exception):
+    """The run could not start; ``reason`` is machine-readable, the message says what to do."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def add_commands(subparsers: Any) -> None:
+    run = subparsers.add_parser(
+        "run",
+        help="run one experiment module and print its result as one JSON line",
+        description=(
+            "Run MODULE.py's run_spec once through Temporal: admit the roster, start one agent "
+            "per roster entry, wait for readiness, run execute(ctx) once, finalize the ledger, "
+            "clean up. Progress goes to stderr; stdout gets exactly one JSON line. Exit codes: "
+            "0 success, 1 program failure or cluster lost, 2 could not start, 130 interrupted "
+            "(SIGINT or `society cancel`), 143 terminated (SIGTERM)."
+        ),
+    )
+    run.add_argument("module", metavar="MODULE.py", type=Path, help="a module defining run_spec")
+    run.add_argument("--profile", choices=["local"], default="local", help="default: local")
+    _add_artifacts(run)
+    run.add_argument("--seed", type=int, default=None, help="seed passed to the run")
+    run.add_argument("--run-id", type=_run_id, default=None, help="sr- + 32 lowercase hex digits")
+    run.set_defaults(handler=_run)
+
+    status = subparsers.add_parser(
+        "status",
+        help="show a live run's state, or a finished run's result",
+        description="Print one JSON line: a live run's phase from Temporal, or a finished "
+        "run's result from its artifacts.",
+    )
+    status.add_argument("run_id", metavar="RUN_ID", type=_run_id)
+    _add_artifacts(status)
+    status.set_defaults(handler=_status)
+
+    cancel = subparsers.add_parser(
+        "cancel",
+        help="cancel a live run (its ledger is finalized and its processes reaped)",
+        description="Cancel a live run by id. The run's own `society run` finalizes the ledger, "
+        "cleans up and reports Interrupted. Waits for that unless --no-wait.",
+    )
+    cancel.add_argument("run_id", metavar="RUN_ID", type=_run_id)
+    _add_artifacts(cancel)
+    cancel.add_argument("--no-wait", action="store_true", help="return once cancel is requested")
+    cancel.set_defaults(handler=_cancel)
+
+
+def _add_artifacts(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--artifacts",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"artifact root (default: ${ARTIFACTS_ENV}, else ./{DEFAULT_ARTIFACTS})",
+    )
+
+
+def _run_id(text: str) -> str:
+    from controller.run.runid import check_run_id
+
+    try:
+        return check_run_id(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error} (omit --run-id for a fresh one)") from None
+
+
+def artifact_root(args: argparse.Namespace) -> Path:
+    chosen = args.artifacts or Path(os.environ.get(ARTIFACTS_ENV) or DEFAULT_ARTIFACTS)
+    return Path(chosen).resolve()
+
+
+def _error(command: str, message: str) -> None:
+    print(f"society {command}: error: {message}", file=sys.stderr, flush=True)
+
+
+def _print_line(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document) + "\n")
+    sys.stdout.flush()
+
+
+# --- society run -----------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    from controller.platform.temporal.lifecycle import Interrupts
+
+    interrupts = Interrupts()
+    try:
+        return asyncio.run(_run_async(args, interrupts))
+    except SetupError as error:
+        _error("run", str(error))
+        return EXIT_SETUP
+
+
+async def _run_async(args: argparse.Namespace, interrupts: Any) -> int:
+    from controller.cli.progress import TerminalProgress
+    from controller.platform.temporal import server
+    from controller.platform.temporal.lifecycle import (
+        RunDriver,
+        RunRefused,
+        RunReport,
+        workflow_url,
+        write_result,
+    )
+    from controller.run import RunRequest, new_run_id
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, interrupts, signum)
+
+    root = artifact_root(args)
+    progress = TerminalProgress()
+    await reap_stale(root)
+    module = args.module.resolve()
+    if not module.is_file():
+        raise SetupError("module-missing", f"{args.module} is not a file (pass MODULE.py)")
+    run_id = args.run_id or new_run_id()
+    if (root / run_id).exists():
+        raise SetupError("run-id-taken", f"{root / run_id} exists; omit --run-id for a fresh id")
+    request = RunRequest(
+        run_id=run_id,
+        module_path=str(module),
+        profile=args.profile,
+        artifact_root=str(root),
+        seed=args.seed,
+    )
+
+    dev_server: server.DevServer | None = None
+    try:
+        with interrupts.cancelling() as setup:
+            try:
+                endpoint = server.configured_endpoint()
+                if endpoint is None:
+                    dev_server = server.DevServer(root)
+                    progress.phase("temporal: starting or joining the local dev server")
+                    endpoint = await dev_server.acquire(run_id)
+                client = await server.connect(endpoint)
+            except server.TemporalUnavailable as error:
+                raise SetupError(error.reason, str(error)) from None
+        if setup.cancelled_caught:
+            report = RunReport.from_artifacts(root, run_id, "Interrupted")
+        else:
+            ui = workflow_url(endpoint, run_id)
+            progress.phase(f"run {run_id}: Temporal at {endpoint.address}")
+            progress.phase(f"temporal ui: {ui or f'not known (set {server.UI_ENV})'}")
+            driver = RunDriver(client, endpoint, request, progress=progress, interrupts=interrupts)
+            try:
+                report = await driver.drive()
+            except RunRefused as error:
+                raise SetupError(error.reason, str(error)) from None
+    finally:
+        if dev_server is not None:
+            await dev_server.release(run_id)
+    write_result(root, report)
+    if report.cause:
+        progress.phase(f"{report.outcome}: {report.cause}")
+    _print_line(report.line())
+    return exit_code(report.outcome, report.exit, interrupts.signum)
+
+
+def exit_code(outcome: str, exit: str, signum: int | None) -> int:
+    if outcome == "Interrupted":
+        return EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
+    return EXIT_SUCCESS if outcome == "ProgramFinished" and exit == "success" else EXIT_FAILURE
+
+
+async def reap_stale(root: Path) -> None:
+    """What every ``society`` start does: reap what dead runs left, stop an orphaned server."""
+    import anyio.to_thread
+
+    from controller.platform.local import reap_stale_runs
+    from controller.platform.temporal import lifecycle, server
+
+    reports = await anyio.to_thread.run_sync(reap_stale_runs, root)
+    orphans = [report.run_id for report in reports if report.skipped is None]
+    dev_server = server.DevServer(root)
+    endpoint = server.configured_endpoint() or dev_server.live_endpoint()
+    if orphans and endpoint is not None:
+        with contextlib.suppress(server.TemporalUnavailable):
+            client = await server.connect(endpoint)
+            await lifecycle.terminate_orphans(client, orphans)
+    await dev_server.reap()
+
+
+# --- society status / cancel -----------------------------------------------------------------
+
+
+def _status(args: argparse.Namespace) -> int:
+    try:
+        document = asyncio.run(_status_async(args))
+    except SetupError as error:
+        _error("status", str(error))
+        return EXIT_FAILURE
+    _print_line(document)
+    return EXIT_SUCCESS
+
+
+async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
+    from controller.platform.temporal import lifecycle, server
+
+    root = artifact_root(args)
+    await reap_stale(root)
+    run_id: str = args.run_id
+    endpoint = server.configured_endpoint() or server.DevServer(root).live_endpoint()
+    live: dict[str, Any] | None = None
+    if endpoint is not None:
+        try:
+            client = await server.connect(endpoint)
+            live = await lifecycle.live_status(client, endpoint, run_id)
+        except server.TemporalUnavailable:
+            live = None
+    record = lifecycle.run_record(root, run_id)
+    result = lifecycle.finished_result(root, run_id)
+    controller_alive = server.pid_alive(int(record.get("controllerPid") or 0))
+    if live is not None and live["workflow"] == "running" and controller_alive and not result:
+        ledger = lifecycle.read_ledger_state(root / run_id)
+        return {
+            "state": "running",
+            **live,
+            "module": record.get("module"),
+            "ledger": ledger.directory,
+            "records": ledger.records,
+        }
+    if result:
+        return {"state": "finished", **result}
+    if not (root / run_id).is_dir():
+        raise SetupError("run-unknown", f"no run {run_id} under {root} (pass --artifacts DIR?)")
+    # No result and no live workflow: the controller died before reporting.
+    ledger = lifecycle.read_ledger_state(root / run_id)
+    return {
+        "state": "abandoned",
+        "runId": run_id,
+        "module": record.get("module"),
+        "ledger": ledger.directory,
+        "receipt": "complete" if ledger.complete else "incomplete",
+        "records": ledger.records,
+        "publicKey": ledger.public_key,
+    }
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    try:
+        document = asyncio.run(_cancel_async(args))
+    except SetupError as error:
+        _error("cancel", str(error))
+        return EXIT_FAILURE
+    _print_line(document)
+    return EXIT_SUCCESS
+
+
+async def _cancel_async(args: argparse.Namespace) -> dict[str, Any]:
+    from controller.platform.temporal import lifecycle, server
+
+    root = artifact_root(args)
+    await reap_stale(root)
+    run_id: str = args.run_id
+    endpoint = server.configured_endpoint() or server.DevServer(root).live_endpoint()
+    if endpoint is None:
+        raise SetupError(
+            "run-not-live",
+            f"no live Temporal for {root}, so run {run_id} is not live "
+            f"(`society status {run_id}` shows a finished run)",
+        )
+    try:
+        client = await server.connect(endpoint)
+    except server.TemporalUnavailable as error:
+        raise SetupError(error.reason, str(error)) from None
+    live = await lifecycle.live_status(client, endpoint, run_id)
+    if live is None or live["workflow"] != "running":
+        raise SetupError(
+            "run-not-live",
+            f"run {run_id} is not live (`society status {run_id}` shows how it ended)",
+        )
+    workflow = await lifecycle.cancel(client, run_id, wait=not args.no_wait)
+    return {
+        "runId": run_id,
+        "cancel": "requested" if args.no_wait else "done",
+        "workflow": workflow,
+    }

@@ -1,0 +1,268 @@
+"""Events the run kernel writes: the run, its roster, each agent runtime, the program and harvest.
+
+They carry names, digests and measurements only; never a token, a credential value or a key.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from ledger.events import Event, EventCatalog
+
+RunPhase = Literal["startup", "program", "teardown"]
+"""When a runtime event happened: before dispatch, while the program ran, or while tearing down."""
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class AgentRequest(_Part):
+    """What one roster agent asked of the platform's capacity."""
+
+    agent: str
+    runtime: str
+    cpu: float = Field(ge=0)
+    memory_mib: int = Field(ge=0)
+
+
+class Capacity(_Part):
+    """A capacity budget: CPU cores, memory and a count of agents."""
+
+    cpu: float = Field(ge=0)
+    memory_mib: int = Field(ge=0)
+    agents: int = Field(ge=0)
+
+
+class DeclaredFile(_Part):
+    """A file the runtime placed in the agent's working directory, by digest."""
+
+    path: str
+    sha256: str
+    size: int = Field(ge=0)
+
+
+class RunStarted(Event):
+    """The controller owns the ledger and starts the run of ``definition_id``."""
+
+    tag: ClassVar[str] = "society.run-started/v1"
+
+    definition_id: str
+    profile: str
+    seed: int
+    roster: list[str]
+    runtimes: dict[str, str]
+    """Roster name -> runtime name."""
+
+
+class RosterAdmitted(Event):
+    """The platform admitted the complete roster at once, before any agent started."""
+
+    tag: ClassVar[str] = "society.roster-admitted/v1"
+
+    requests: list[AgentRequest]
+    requested: Capacity
+    capacity: Capacity
+
+
+class RosterRefused(Event):
+    """The platform refused the roster; no agent was started."""
+
+    tag: ClassVar[str] = "society.roster-refused/v1"
+
+    reason: str
+    detail: str
+    requests: list[AgentRequest]
+    requested: Capacity
+    capacity: Capacity
+
+
+class AgentRuntimeReady(Event):
+    """One agent passed its share of the readiness gate: alive, bridge attached, authenticated."""
+
+    tag: ClassVar[str] = "society.agent-runtime-ready/v1"
+
+    agent: str
+    runtime: str
+    participant_id: str
+    image: str
+    command: list[str]
+    environment: list[str]
+    """Names of the environment variables the runtime granted (values are not recorded)."""
+    credentials: list[str]
+    """Names of the credentials delivered through the secrets file (values are never recorded)."""
+    files: list[DeclaredFile]
+    startup_ms: float = Field(ge=0)
+
+
+class AgentRuntimeStartFailed(Event):
+    """One agent did not become ready; the readiness gate fails and the program never runs."""
+
+    tag: ClassVar[str] = "society.agent-runtime-start-failed/v1"
+
+    agent: str
+    runtime: str
+    reason: str
+    detail: str
+
+
+class ReadinessGatePassed(Event):
+    """Every roster agent is ready; the program is dispatched exactly once after this record."""
+
+    tag: ClassVar[str] = "society.readiness-gate-passed/v1"
+
+    agents: list[str]
+    elapsed_ms: float = Field(ge=0)
+
+
+class ReadinessGateFailed(Event):
+    """The readiness gate failed; nothing of the program ran."""
+
+    tag: ClassVar[str] = "society.readiness-gate-failed/v1"
+
+    failed: list[str]
+    ready: list[str]
+    reason: str
+
+
+class AgentRuntimeCompleted(Event):
+    """The runtime reported its own completion and its process exited cleanly."""
+
+    tag: ClassVar[str] = "society.agent-runtime-completed/v1"
+
+    agent: str
+    runtime: str
+    phase: RunPhase
+
+
+class AgentRuntimeFailed(Event):
+    """The runtime reported a failure of its own before its process ended."""
+
+    tag: ClassVar[str] = "society.agent-runtime-failed/v1"
+
+    agent: str
+    runtime: str
+    phase: RunPhase
+    detail: str
+    exit_code: int | None
+
+
+class AgentProcessExited(Event):
+    """The agent's process exited with ``exit_code`` without a runtime report."""
+
+    tag: ClassVar[str] = "society.agent-process-exited/v1"
+
+    agent: str
+    runtime: str
+    phase: RunPhase
+    exit_code: int
+
+
+class AgentProcessSignaled(Event):
+    """The agent's process was ended by a signal."""
+
+    tag: ClassVar[str] = "society.agent-process-signaled/v1"
+
+    agent: str
+    runtime: str
+    phase: RunPhase
+    signal: int
+    signal_name: str
+
+
+class ProgramSucceeded(Event):
+    """The experiment's ``execute`` returned."""
+
+    tag: ClassVar[str] = "society.program-succeeded/v1"
+
+    elapsed_ms: float = Field(ge=0)
+
+
+class ProgramFailed(Event):
+    """The experiment's ``execute`` raised; ``reason`` is machine-readable when the error has one."""
+
+    tag: ClassVar[str] = "society.program-failed/v1"
+
+    reason: str
+    error_type: str
+    detail: str
+    elapsed_ms: float = Field(ge=0)
+
+
+class ProgramInterrupted(Event):
+    """The run was cancelled by its caller; ``dispatched`` says whether ``execute`` had started."""
+
+    tag: ClassVar[str] = "society.program-interrupted/v1"
+
+    reason: str
+    dispatched: bool
+
+
+class PlatformFailed(Event):
+    """The platform itself failed (spawn failure, an agent lost before dispatch, a lost server)."""
+
+    tag: ClassVar[str] = "society.platform-failed/v1"
+
+    reason: str
+    detail: str
+
+
+HarvestOutcome = Literal["harvested", "absent", "oversize", "unreadable"]
+
+
+class AgentWorkspaceFileHarvested(Event):
+    """One declared workspace file, copied into the run's artifacts (or why it was not)."""
+
+    tag: ClassVar[str] = "society.agent-workspace-file-harvested/v1"
+
+    agent: str
+    path: str
+    outcome: HarvestOutcome
+    sha256: str | None
+    size: int | None
+    artifact: str | None
+    """Path of the copy, relative to the run's artifact directory."""
+    limit_bytes: int
+    detail: str | None = None
+
+
+class AgentRuntimeArtifact(Event):
+    """One runtime artifact (a log), copied into the run's artifacts (or why it was not)."""
+
+    tag: ClassVar[str] = "society.agent-runtime-artifact/v1"
+
+    agent: str
+    kind: str
+    name: str
+    outcome: HarvestOutcome
+    sha256: str | None
+    size: int | None
+    artifact: str | None
+    limit_bytes: int
+    detail: str | None = None
+
+
+run_events = EventCatalog.make(
+    RunStarted,
+    RosterAdmitted,
+    RosterRefused,
+    AgentRuntimeReady,
+    AgentRuntimeStartFailed,
+    ReadinessGatePassed,
+    ReadinessGateFailed,
+    AgentRuntimeCompleted,
+    AgentRuntimeFailed,
+    AgentProcessExited,
+    AgentProcessSignaled,
+    ProgramSucceeded,
+    ProgramFailed,
+    ProgramInterrupted,
+    PlatformFailed,
+    AgentWorkspaceFileHarvested,
+    AgentRuntimeArtifact,
+)

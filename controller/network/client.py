@@ -1,0 +1,380 @@
+"""The agent-side client of the router: what runtimes in other processes and pods use.
+
+It imports only the protocol, ``websockets``, ``anyio``, pydantic and the standard library; never
+the router, the kernel, Temporal or Kubernetes. A session reconnects by itself: sends still
+waiting for their ack are sent again under the same client message id (the router commits each
+once), and the router redelivers what this participant had not acknowledged; the session hands
+each message to the application exactly once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import secrets
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from pydantic import ValidationError
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from controller.network._tasks import owned_task_group
+from controller.network.errors import CLOSE_REASONS, NetworkError
+from controller.network.protocol import (
+    MAX_FRAME_BYTES,
+    SUPPORTED_VERSIONS,
+    Authenticate,
+    Authenticated,
+    ConversationOpenedFrame,
+    ConversationRef,
+    Delivery,
+    DeliveryAck,
+    DeliveryFrame,
+    ErrorFrame,
+    Heartbeat,
+    OpenConversation,
+    Participant,
+    SendAck,
+    SendAckFrame,
+    SendMessage,
+    encode,
+    parse_router_frame,
+)
+
+FATAL_CLOSES = frozenset({"authentication-failed", "unsupported-version", "revoked", "superseded"})
+"""Close reasons after which reconnecting cannot help."""
+RECONNECT_DELAY = (0.05, 2.0)
+NOT_DISPATCHED_RETRY = (0.02, 0.5)
+_HEARTBEAT = encode(Heartbeat())
+
+
+@dataclass(eq=False, slots=True)
+class _Request:
+    frame: SendMessage | OpenConversation
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: SendAck | ConversationRef | None = None
+    error: NetworkError | None = None
+    attempts: int = 0
+    waiting_to_retry: bool = False
+
+    def settle(
+        self, result: SendAck | ConversationRef | None = None, error: NetworkError | None = None
+    ) -> None:
+        if not self.done.is_set():
+            self.result, self.error = result, error
+            self.done.set()
+
+
+class AgentSession:
+    """A connected participant. Create it with ``connect_agent``."""
+
+    def __init__(self, url: str, token: str, ssl_context: ssl.SSLContext | None) -> None:
+        self._url = url
+        self._token = token
+        self._ssl = ssl_context
+        self._identity: Participant | None = None
+        self._websocket: ClientConnection | None = None
+        self._heartbeat_interval = 10.0
+        self._heartbeat_timeout = 30.0
+        self._requests: dict[str, _Request] = {}
+        self._request_ids = itertools.count(1)
+        self._inbox: deque[Delivery] = deque()
+        self._buffered: set[str] = set()
+        self._seen: set[str] = set()
+        self._inbox_changed = anyio.Event()
+        self._ended: NetworkError | None = None
+        self._closing = False
+
+    @property
+    def identity(self) -> Participant:
+        """The router-issued identity this session speaks as."""
+        assert self._identity is not None, "the session authenticates before it is handed out"
+        return self._identity
+
+    @property
+    def connected(self) -> bool:
+        return self._websocket is not None
+
+    async def open(self, *participant_names: str) -> ConversationRef:
+        """Open a conversation with the named participants; this participant joins it too."""
+        frame = OpenConversation(
+            request_id=self._next_request_id(), participants=list(participant_names)
+        )
+        result = await self._request(frame)
+        assert isinstance(result, ConversationRef)
+        return result
+
+    async def send(
+        self, conversation_id: str, *parts: str, client_message_id: str | None = None
+    ) -> SendAck:
+        """Send 1-10 text parts; returns once the router committed the message.
+
+        While the run has not dispatched its program the router answers ``not-dispatched``; the
+        session waits and retries. Other refusals raise ``NetworkError``.
+        """
+        frame = SendMessage(
+            request_id=self._next_request_id(),
+            conversation_id=conversation_id,
+            client_message_id=client_message_id or f"cm-{secrets.token_hex(12)}",
+            parts=list(parts),
+        )
+        result = await self._request(frame)
+        assert isinstance(result, SendAck)
+        return result
+
+    async def deliveries(self) -> AsyncIterator[Delivery]:
+        """Each message delivered to this participant, once, in per-sender order.
+
+        Taking a message acknowledges it to the router. The stream ends when the router stops,
+        and raises ``NetworkError`` when the session can no longer receive (revoked, superseded).
+        """
+        while True:
+            if self._inbox:
+                delivery = self._inbox.popleft()
+                self._buffered.discard(delivery.message_id)
+                await self._transmit(encode(DeliveryAck(message_id=delivery.message_id)))
+                yield delivery
+                continue
+            if self._ended is not None:
+                if self._ended.reason == "router-stopping":
+                    return
+                raise self._ended
+            await self._inbox_changed.wait()
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def _next_request_id(self) -> str:
+        return f"r-{next(self._request_ids)}"
+
+    async def _request(self, frame: SendMessage | OpenConversation) -> SendAck | ConversationRef:
+        if self._ended is not None:
+            raise self._ended
+        request = _Request(frame)
+        self._requests[frame.request_id] = request
+        try:
+            await self._transmit(encode(frame))
+            await request.done.wait()
+        finally:
+            self._requests.pop(frame.request_id, None)
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    async def _transmit(self, raw: str) -> None:
+        """Send now if connected; otherwise reconnection sends what is still pending."""
+        websocket = self._websocket
+        if websocket is not None:
+            try:
+                await websocket.send(raw)
+            except ConnectionClosed:
+                pass
+
+    async def _retry_later(self, request: _Request) -> None:
+        low, high = NOT_DISPATCHED_RETRY
+        request.waiting_to_retry = True
+        try:
+            await anyio.sleep(min(high, low * 2 ** min(request.attempts, 10)))
+        finally:
+            request.waiting_to_retry = False
+        request.attempts += 1
+        if not request.done.is_set():
+            await self._transmit(encode(request.frame))
+
+    # ---- the connection --------------------------------------------------------------------
+
+    async def _run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        failures = 0
+        while not self._closing:
+            try:
+                async with connect(
+                    self._url,
+                    ssl=self._ssl,
+                    max_size=MAX_FRAME_BYTES,
+                    compression=None,
+                    ping_interval=None,
+                    open_timeout=self._heartbeat_timeout,
+                    close_timeout=2,
+                ) as websocket:
+                    await self._authenticate(websocket)
+                    failures = 0
+                    if not started:
+                        started = True
+                        task_status.started()
+                    await self._serve(websocket)
+            except NetworkError as exc:
+                self._end(exc)
+                if not started:
+                    raise
+                return
+            except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
+                closed = _close_reason(exc)
+                if closed in FATAL_CLOSES:
+                    error = NetworkError(f"the router closed the session: {closed}", reason=closed)
+                    self._end(error)
+                    if not started:
+                        raise error from exc
+                    return
+                if closed == "router-stopping":
+                    self._end(NetworkError("the router stopped", reason="router-stopping"))
+                    return
+            except InvalidURI as exc:
+                raise NetworkError(
+                    f"{self._url!r} is not a ws:// or wss:// URL", reason="malformed-frame"
+                ) from exc
+            finally:
+                self._websocket = None
+            if self._closing:
+                return
+            failures += 1
+            low, high = RECONNECT_DELAY
+            await anyio.sleep(min(high, low * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0))
+
+    async def _authenticate(self, websocket: ClientConnection) -> None:
+        await websocket.send(
+            encode(Authenticate(versions=list(SUPPORTED_VERSIONS), token=self._token))
+        )
+        with anyio.fail_after(self._heartbeat_timeout):
+            raw = await websocket.recv()
+        try:
+            frame = parse_router_frame(raw)
+        except ValidationError as exc:
+            raise NetworkError(
+                f"the router answered authenticate with an unknown frame: {exc}",
+                reason="malformed-frame",
+            ) from None
+        if isinstance(frame, ErrorFrame):
+            raise NetworkError(
+                f"the router refused the session: {frame.message}", reason=frame.code
+            )
+        if not isinstance(frame, Authenticated):
+            raise NetworkError(
+                f"expected 'authenticated', got {frame.type!r}", reason="malformed-frame"
+            )
+        if self._identity is not None and frame.participant != self._identity:
+            raise NetworkError(
+                "the credential now names another participant", reason="authentication-failed"
+            )
+        self._identity = frame.participant
+        self._heartbeat_interval = frame.heartbeat_interval_seconds
+        self._heartbeat_timeout = frame.heartbeat_timeout_seconds
+
+    async def _serve(self, websocket: ClientConnection) -> None:
+        self._websocket = websocket
+        async with owned_task_group() as tasks:
+            tasks.start_soon(self._heartbeat, websocket)
+            for request in list(self._requests.values()):
+                if not request.waiting_to_retry and not request.done.is_set():
+                    await websocket.send(encode(request.frame))
+            await self._read(websocket, tasks)
+
+    async def _heartbeat(self, websocket: ClientConnection) -> None:
+        while True:
+            await anyio.sleep(self._heartbeat_interval)
+            try:
+                await websocket.send(_HEARTBEAT)
+            except ConnectionClosed:
+                return
+
+    async def _read(self, websocket: ClientConnection, tasks: TaskGroup) -> None:
+        while True:
+            with anyio.move_on_after(self._heartbeat_timeout) as waited:
+                raw = await websocket.recv()
+            if waited.cancelled_caught:
+                await websocket.close(4008, "heartbeat-timeout")
+                return  # reconnect
+            try:
+                frame = parse_router_frame(raw)
+            except ValidationError:
+                continue  # a newer router's frame this client does not know; skip it
+            if isinstance(frame, DeliveryFrame):
+                await self._received(frame, websocket)
+            elif isinstance(frame, SendAckFrame):
+                request = self._requests.get(frame.request_id)
+                if request is not None:
+                    request.settle(SendAck(frame.message_id, frame.router_sequence))
+            elif isinstance(frame, ConversationOpenedFrame):
+                request = self._requests.get(frame.request_id)
+                if request is not None:
+                    request.settle(
+                        ConversationRef(frame.conversation_id, tuple(frame.participants))
+                    )
+            elif isinstance(frame, ErrorFrame):
+                request = self._requests.get(frame.request_id or "")
+                if request is None:
+                    continue
+                if frame.code == "not-dispatched":
+                    tasks.start_soon(self._retry_later, request)
+                else:
+                    request.settle(error=NetworkError(frame.message, reason=frame.code))
+
+    async def _received(self, frame: DeliveryFrame, websocket: ClientConnection) -> None:
+        message_id = frame.message_id
+        if message_id in self._seen:
+            if message_id not in self._buffered:  # handed over already; its ack was lost
+                await websocket.send(encode(DeliveryAck(message_id=message_id)))
+            return
+        self._seen.add(message_id)
+        self._buffered.add(message_id)
+        self._inbox.append(
+            Delivery(
+                message_id=message_id,
+                conversation_id=frame.conversation_id,
+                sender=frame.sender,
+                participants=tuple(frame.participants),
+                parts=tuple(frame.parts),
+                router_sequence=frame.router_sequence,
+            )
+        )
+        self._wake_receivers()
+
+    def _wake_receivers(self) -> None:
+        self._inbox_changed.set()
+        self._inbox_changed = anyio.Event()
+
+    def _end(self, error: NetworkError) -> None:
+        self._ended = error
+        for request in list(self._requests.values()):
+            request.settle(error=error)
+        self._wake_receivers()
+
+
+def _close_reason(exc: BaseException) -> str | None:
+    if isinstance(exc, ConnectionClosed) and exc.rcvd is not None:
+        return CLOSE_REASONS.get(exc.rcvd.code)
+    return None
+
+
+@asynccontextmanager
+async def connect_agent(
+    url: str,
+    token: str,
+    *,
+    ca_file: str | Path | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AsyncIterator[AgentSession]:
+    """Connect and authenticate to the router at ``url`` with a router-issued ``token``.
+
+    For ``wss://`` pass the run's CA certificate as ``ca_file`` (or a ready ``ssl_context``).
+    The block starts once the router accepted the credential; a refused credential raises
+    ``NetworkError`` (``authentication-failed``). Wrap in ``anyio.fail_after`` to bound the wait
+    for a router that is not listening yet.
+    """
+    if ssl_context is None and ca_file is not None:
+        ssl_context = ssl.create_default_context(cafile=str(ca_file))
+    session = AgentSession(url, token, ssl_context if url.startswith("wss:") else None)
+    async with owned_task_group() as tasks:
+        await tasks.start(session._run)
+        try:
+            yield session
+        finally:
+            session._closing = True
+            session._end(NetworkError("the session is closed", reason="router-stopping"))

@@ -1,0 +1,266 @@
+"""One agent's WebSocket connection, router side: handshake, then read, deliver and heartbeat."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import TaskGroup
+from pydantic import ValidationError
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from controller.events.network import RouterMessageDelivered
+from controller.network.errors import CLOSE_CODES, ErrorCode, NetworkError
+from controller.network.protocol import (
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    Authenticate,
+    Authenticated,
+    ConversationOpenedFrame,
+    DeliveryAck,
+    ErrorFrame,
+    Heartbeat,
+    OpenConversation,
+    SendAckFrame,
+    SendMessage,
+    encode,
+    parse_client_frame,
+)
+from ledger.errors import LedgerError
+
+if TYPE_CHECKING:
+    from controller.network.router import Router, _Registration
+
+MAX_IN_FLIGHT = 256
+"""Requests one connection may have in progress; past it the router stops reading its frames."""
+_HEARTBEAT = encode(Heartbeat())
+
+
+async def serve_connection(router: Router, websocket: ServerConnection) -> None:
+    """The whole life of one connection (the ``websockets`` handler)."""
+    registration = await _handshake(router, websocket)
+    if registration is not None:
+        await _Connection(router, websocket, registration).run()
+
+
+async def _handshake(router: Router, websocket: ServerConnection) -> _Registration | None:
+    try:
+        with anyio.fail_after(router.heartbeat_timeout):
+            raw = await websocket.recv()
+    except TimeoutError:
+        await _refuse(websocket, "heartbeat-timeout", "no authenticate frame in time")
+        return None
+    except ConnectionClosed:
+        return None
+    if not isinstance(raw, str):
+        await _refuse(websocket, "malformed-frame", "frames are JSON text, not binary")
+        return None
+    try:
+        frame = parse_client_frame(raw)
+    except ValidationError as exc:
+        await _refuse(websocket, "malformed-frame", _summary(exc))
+        return None
+    if not isinstance(frame, Authenticate):
+        await _refuse(websocket, "not-authenticated", f"'{frame.type}' before 'authenticate'")
+        return None
+    if PROTOCOL_VERSION not in frame.versions:
+        await _refuse(
+            websocket,
+            "unsupported-version",
+            f"offered {frame.versions}; this router speaks {list(SUPPORTED_VERSIONS)}",
+        )
+        return None
+    registration = router.authenticate(frame.token)
+    if registration is None or registration.kind != "agent":
+        await _refuse(websocket, "authentication-failed", "unknown or revoked credential")
+        return None
+    return registration
+
+
+async def _refuse(websocket: ServerConnection, code: ErrorCode, message: str) -> None:
+    try:
+        await websocket.send(encode(ErrorFrame(code=code, message=message)))
+        await websocket.close(CLOSE_CODES[code], code)
+    except ConnectionClosed:
+        pass
+
+
+def _summary(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{exc.error_count()} problem(s); first at '{where}': {first['msg']}"[:300]
+
+
+class _Connection:
+    """An authenticated participant's connection; it is that participant's delivery consumer."""
+
+    def __init__(
+        self, router: Router, websocket: ServerConnection, registration: _Registration
+    ) -> None:
+        self.router = router
+        self.websocket = websocket
+        self.registration = registration
+        self.participant = registration.participant
+        self.inbox = router.fabric.inbox(registration.participant)
+        self._in_flight = anyio.Semaphore(MAX_IN_FLIGHT)
+        self._last_heard = anyio.current_time()
+
+    def close_for(self, reason: str) -> None:
+        self.router.tasks.start_soon(self._close, reason)
+
+    async def _close(self, reason: str) -> None:
+        try:
+            await self.websocket.close(CLOSE_CODES[reason], reason)
+        except ConnectionClosed:
+            pass
+
+    async def run(self) -> None:
+        self.router.attach(self.registration, self)
+        try:
+            await self.websocket.send(
+                encode(
+                    Authenticated(
+                        version=PROTOCOL_VERSION,
+                        participant=self.participant,
+                        heartbeat_interval_seconds=self.router.heartbeat_interval,
+                        heartbeat_timeout_seconds=self.router.heartbeat_timeout,
+                        max_frame_bytes=MAX_FRAME_BYTES,
+                    )
+                )
+            )
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._until_closed, tasks, self._write_deliveries)
+                tasks.start_soon(self._until_closed, tasks, self._heartbeat)
+                await self._until_closed(tasks, self._read, tasks)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.router.detach(self.registration, self)
+
+    async def _until_closed(
+        self, tasks: TaskGroup, work: Callable[..., Awaitable[None]], *args: object
+    ) -> None:
+        """Run ``work`` until it ends or the connection closes; then end the connection."""
+        try:
+            await work(*args)
+        except ConnectionClosed:
+            pass
+        finally:
+            tasks.cancel_scope.cancel()
+
+    async def _read(self, tasks: TaskGroup) -> None:
+        async for raw in self.websocket:
+            self._last_heard = anyio.current_time()
+            if not isinstance(raw, str):
+                await self._reply(ErrorFrame(code="malformed-frame", message="binary frame"))
+                continue
+            try:
+                frame = parse_client_frame(raw)
+            except ValidationError as exc:
+                await self._reply(ErrorFrame(code="malformed-frame", message=_summary(exc)))
+                continue
+            if isinstance(frame, SendMessage):
+                await self._in_flight.acquire()
+                tasks.start_soon(self._send, frame)
+            elif isinstance(frame, DeliveryAck):
+                await self._acknowledge(frame, tasks)
+            elif isinstance(frame, OpenConversation):
+                await self._in_flight.acquire()
+                tasks.start_soon(self._open, frame)
+            elif isinstance(frame, Authenticate):
+                await self._reply(
+                    ErrorFrame(code="already-authenticated", message="authenticate once")
+                )
+
+    async def _send(self, frame: SendMessage) -> None:
+        try:
+            ack = await self.router.submit(
+                self.participant,
+                frame.conversation_id,
+                frame.parts,
+                client_message_id=frame.client_message_id,
+            )
+            reply: SendAckFrame | ErrorFrame = SendAckFrame(
+                request_id=frame.request_id,
+                client_message_id=frame.client_message_id,
+                message_id=ack.message_id,
+                router_sequence=ack.router_sequence,
+            )
+        except NetworkError as exc:
+            reply = _error(exc, frame.request_id)
+        try:
+            await self._reply(reply)
+        finally:
+            self._in_flight.release()
+
+    async def _open(self, frame: OpenConversation) -> None:
+        try:
+            ref = await self.router.open_conversation(
+                self.participant, frame.participants, request_id=frame.request_id
+            )
+            reply: ConversationOpenedFrame | ErrorFrame = ConversationOpenedFrame(
+                request_id=frame.request_id,
+                conversation_id=ref.conversation_id,
+                participants=list(ref.participants),
+            )
+        except NetworkError as exc:
+            reply = _error(exc, frame.request_id)
+        try:
+            await self._reply(reply)
+        finally:
+            self._in_flight.release()
+
+    async def _acknowledge(self, frame: DeliveryAck, tasks: TaskGroup) -> None:
+        outcome = self.inbox.acknowledge(frame.message_id)
+        if outcome == "acknowledged":
+            await self._in_flight.acquire()
+            tasks.start_soon(self._record_delivered, frame.message_id)
+        elif outcome == "unknown":
+            await self._reply(
+                ErrorFrame(
+                    code="unknown-delivery",
+                    message=f"{frame.message_id} was not delivered to {self.participant.id}",
+                )
+            )
+
+    async def _record_delivered(self, message_id: str) -> None:
+        try:
+            await self.router.ledger.append(
+                RouterMessageDelivered(message_id=message_id, receiver_id=self.participant.id),
+                producer="router",
+            )
+        except LedgerError:
+            pass  # the ledger latched failed; the run's outcome reports it
+        finally:
+            self._in_flight.release()
+
+    async def _write_deliveries(self) -> None:
+        while True:
+            message = self.inbox.take(self)
+            if message is None:
+                if self.inbox.owner is not self:
+                    return
+                await self.inbox.changed.wait()
+                continue
+            await self.websocket.send(message.wire())
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await anyio.sleep(self.router.heartbeat_interval)
+            if anyio.current_time() - self._last_heard > self.router.heartbeat_timeout:
+                await self._close("heartbeat-timeout")
+                return
+            await self.websocket.send(_HEARTBEAT)
+
+    async def _reply(self, frame: ErrorFrame | SendAckFrame | ConversationOpenedFrame) -> None:
+        try:
+            await self.websocket.send(encode(frame))
+        except ConnectionClosed:
+            pass  # the reader sees the close and ends the connection
+
+
+def _error(exc: NetworkError, request_id: str) -> ErrorFrame:
+    return ErrorFrame(code=exc.reason, message=exc.detail, request_id=request_id)  # type: ignore[arg-type]

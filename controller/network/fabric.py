@@ -1,0 +1,299 @@
+"""The router's delivery stage: one bounded inbox per receiver, with the link stage in front.
+
+A committed message enters each receiver's inbox through the lane of its sender. A lane keeps
+that sender's order; a lane whose pair has policies is driven by its own task, so a delayed or
+held sender never blocks the other senders' lanes, the receiver, or the router. Everything an
+inbox holds counts against its capacity: deliveries in the link stage (delayed or held), ready to
+send, and sent but not yet acknowledged. An offer to a full inbox is a recorded drop with reason
+``receiver-overflow``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+from anyio.abc import TaskGroup
+
+from controller.events.network import LinkMessageDelayed, LinkMessageDropped, LinkMessageHeld
+from controller.network.links import (
+    Delay,
+    Deliver,
+    Drop,
+    Hold,
+    LinkController,
+    LinkDelivery,
+    Verdict,
+)
+from controller.network.protocol import Delivery, DeliveryFrame, Participant, encode
+from ledger.errors import LedgerError
+from ledger.events import Event
+from ledger.writer import LedgerWriter
+
+RECEIVER_OVERFLOW = "receiver-overflow"
+DEFAULT_RECEIVER_CAPACITY = 1024
+
+
+class Signal:
+    """Wakes every current waiter; waiters check their condition before waiting."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+@dataclass(eq=False, slots=True)
+class Message:
+    """A committed message and, once needed, its delivery frame (shared by every receiver)."""
+
+    delivery: Delivery
+    _wire: str | None = None
+
+    @property
+    def message_id(self) -> str:
+        return self.delivery.message_id
+
+    def wire(self) -> str:
+        if self._wire is None:
+            d = self.delivery
+            self._wire = encode(
+                DeliveryFrame(
+                    message_id=d.message_id,
+                    conversation_id=d.conversation_id,
+                    sender=d.sender,
+                    participants=list(d.participants),
+                    parts=list(d.parts),
+                    router_sequence=d.router_sequence,
+                )
+            )
+        return self._wire
+
+
+@dataclass(eq=False, slots=True)
+class _Entry:
+    message: Message
+    verdict: Verdict
+    due: float
+    cleared: anyio.Event | None
+    recorded: anyio.Event | None
+
+
+@dataclass(eq=False, slots=True)
+class _Lane:
+    entries: deque[_Entry] = field(default_factory=deque)
+    driven: bool = False
+
+
+class Inbox:
+    """One receiver's deliveries: link-stage lanes, then ``ready``, then ``unacked``."""
+
+    def __init__(self, fabric: Fabric, receiver: Participant) -> None:
+        self.receiver = receiver
+        self.owner: object | None = None
+        """The consumer allowed to take deliveries now (a connection or an endpoint)."""
+        self.changed = Signal()
+        self._fabric = fabric
+        self._lanes: dict[str, _Lane] = {}
+        self._ready: deque[Message] = deque()
+        self._unacked: dict[str, Message] = {}
+        self._acked: set[str] = set()
+        self._size = 0
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def take(self, owner: object) -> Message | None:
+        """The next ready delivery for ``owner``, now counted as sent and unacknowledged."""
+        if owner is not self.owner or not self._ready:
+            return None
+        message = self._ready.popleft()
+        self._unacked[message.message_id] = message
+        return message
+
+    def acknowledge(self, message_id: str) -> Literal["acknowledged", "duplicate", "unknown"]:
+        message = self._unacked.pop(message_id, None)
+        if message is None:
+            for index, ready in enumerate(self._ready):  # acked before its redelivery went out
+                if ready.message_id == message_id:
+                    del self._ready[index]
+                    message = ready
+                    break
+        if message is None:
+            return "duplicate" if message_id in self._acked else "unknown"
+        self._acked.add(message_id)
+        self._size -= 1
+        return "acknowledged"
+
+    def attach(self, owner: object) -> None:
+        """``owner`` consumes from now on; what the previous one left unacknowledged goes again."""
+        self.owner = owner
+        self.requeue_unacknowledged()
+        self.changed.notify()
+
+    def detach(self, owner: object) -> None:
+        if self.owner is owner:
+            self.owner = None
+            self.requeue_unacknowledged()
+            self.changed.notify()
+
+    def requeue_unacknowledged(self) -> None:
+        if self._unacked:
+            self._ready.extendleft(reversed(self._unacked.values()))
+            self._unacked.clear()
+
+    # ---- the link stage --------------------------------------------------------------------
+
+    def offer(self, message: Message) -> None:
+        """Take a committed message from its sender (synchronous; never blocks the router).
+
+        The pair's chain is evaluated now, as the message reaches the link stage; only a held
+        message is evaluated again, when a policy on its pair clears.
+        """
+        fabric = self._fabric
+        sender = message.delivery.sender
+        if self._size >= fabric.capacity:
+            fabric.record(self._dropped(message, RECEIVER_OVERFLOW))
+            return
+        lane = self._lanes.get(sender.id)
+        pair = fabric.links.pair(sender.id, self.receiver.id)
+        if pair is None or not pair.policies:
+            if lane is None:
+                self._size += 1
+                self._make_ready(message)
+                return
+            verdict: Verdict = Deliver()
+            cleared = None
+        else:
+            cleared = pair.cleared
+            verdict = pair.evaluate(LinkDelivery(sender, self.receiver, message.delivery))
+            if isinstance(verdict, Drop):
+                fabric.record(self._dropped(message, verdict.reason))
+                return
+            if lane is None and isinstance(verdict, Deliver):
+                self._size += 1
+                self._make_ready(message)
+                return
+        self._size += 1
+        now = anyio.current_time()
+        recorded = None
+        if isinstance(verdict, Hold):
+            recorded = fabric.record(LinkMessageHeld(**self._ids(message)))
+        elif isinstance(verdict, Delay):
+            recorded = fabric.record(
+                LinkMessageDelayed(**self._ids(message), total_seconds=verdict.seconds)
+            )
+        if lane is None:
+            lane = self._lanes[sender.id] = _Lane()
+        due = now + verdict.seconds if isinstance(verdict, Delay) else now
+        lane.entries.append(_Entry(message, verdict, due, cleared, recorded))
+        if not lane.driven:
+            lane.driven = True
+            fabric.tasks.start_soon(self._drive, sender, lane)
+
+    def _make_ready(self, message: Message) -> None:
+        self._ready.append(message)
+        self.changed.notify()
+
+    async def _drive(self, sender: Participant, lane: _Lane) -> None:
+        """Release one sender's lane in order: each entry once its delay or hold is over."""
+        fabric = self._fabric
+        try:
+            while lane.entries:
+                entry = lane.entries[0]
+                if entry.recorded is not None:
+                    await entry.recorded.wait()  # its record is durable before it takes effect
+                    entry.recorded = None
+                if isinstance(entry.verdict, Hold):
+                    assert entry.cleared is not None
+                    await entry.cleared.wait()
+                    self._reevaluate(sender, entry)
+                    continue
+                if isinstance(entry.verdict, Drop):
+                    lane.entries.popleft()
+                    self._size -= 1
+                    continue
+                if isinstance(entry.verdict, Delay):
+                    await anyio.sleep_until(entry.due)
+                lane.entries.popleft()
+                self._make_ready(entry.message)
+        finally:
+            lane.driven = False
+            if not lane.entries:
+                del self._lanes[sender.id]
+
+    def _reevaluate(self, sender: Participant, entry: _Entry) -> None:
+        """A hold cleared: evaluate the pair's chain as it stands now."""
+        fabric = self._fabric
+        pair = fabric.links.pair(sender.id, self.receiver.id)
+        assert pair is not None  # a held entry's pair has existed since it was held
+        entry.cleared = pair.cleared
+        verdict = pair.evaluate(LinkDelivery(sender, self.receiver, entry.message.delivery))
+        if isinstance(verdict, Drop):
+            entry.recorded = fabric.record(self._dropped(entry.message, verdict.reason))
+        elif isinstance(verdict, Delay):
+            entry.due = anyio.current_time() + verdict.seconds
+            entry.recorded = fabric.record(
+                LinkMessageDelayed(**self._ids(entry.message), total_seconds=verdict.seconds)
+            )
+        entry.verdict = verdict
+
+    def _ids(self, message: Message) -> dict[str, str]:
+        return {
+            "message_id": message.message_id,
+            "sender_id": message.delivery.sender.id,
+            "receiver_id": self.receiver.id,
+        }
+
+    def _dropped(self, message: Message, reason: str) -> LinkMessageDropped:
+        return LinkMessageDropped(**self._ids(message), reason=reason)
+
+
+class Fabric:
+    """Every receiver's inbox, the link controller they consult and the tasks that drive lanes."""
+
+    def __init__(
+        self, ledger: LedgerWriter, links: LinkController, tasks: TaskGroup, capacity: int
+    ) -> None:
+        if capacity < 1:
+            raise ValueError("a receiver's queue holds at least one delivery")
+        self.links = links
+        self.tasks = tasks
+        self.capacity = capacity
+        self._ledger = ledger
+        self._inboxes: dict[str, Inbox] = {}
+
+    def inbox(self, receiver: Participant) -> Inbox:
+        inbox = self._inboxes.get(receiver.id)
+        if inbox is None:
+            inbox = self._inboxes[receiver.id] = Inbox(self, receiver)
+        return inbox
+
+    def fan_out(self, message: Message, receivers: tuple[Participant, ...]) -> None:
+        for receiver in receivers:
+            if receiver.id != message.delivery.sender.id:
+                self.inbox(receiver).offer(message)
+
+    def record(self, event: Event) -> anyio.Event:
+        """Append ``event`` without making the caller wait; the result is set once it is done."""
+        done = anyio.Event()
+        self.tasks.start_soon(self._append, event, done)
+        return done
+
+    async def _append(self, event: Event, done: anyio.Event) -> None:
+        try:
+            await self._ledger.append(event, producer="router")
+        except LedgerError:
+            pass  # the ledger latched failed; the run's outcome reports it
+        finally:
+            done.set()

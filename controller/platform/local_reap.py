@@ -1,0 +1,214 @@
+"""Pid records of a local run, and reaping what a dead run left behind.
+
+Each run records its controller and every agent process under ``<artifact_root>/<run_id>/pids/``
+with the process's start time (``/proc/<pid>/stat``, field 22) and the boot id. A process is
+killed only when its pid, start time, boot id and owner still match and its command line names
+the run, so a reused pid is never hit and only our own processes are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.run.runid import RUN_ID_PATTERN
+
+PIDS_DIR = "pids"
+SANDBOXES_DIR = "sandboxes"
+CONTROLLER_RECORD = "controller.json"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRecord:
+    """Who a process was when we started it: enough to recognise it again, never more."""
+
+    pid: int
+    start_time: int
+    boot_id: str
+    uid: int
+    role: str
+    """``controller`` or the agent's name."""
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "pid": self.pid,
+                "startTime": self.start_time,
+                "bootId": self.boot_id,
+                "uid": self.uid,
+                "role": self.role,
+            }
+        ).encode()
+
+    @classmethod
+    def read(cls, path: Path) -> ProcessRecord | None:
+        try:
+            body = json.loads(path.read_bytes())
+            return cls(
+                pid=int(body["pid"]),
+                start_time=int(body["startTime"]),
+                boot_id=str(body["bootId"]),
+                uid=int(body["uid"]),
+                role=str(body["role"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    @classmethod
+    def of(cls, pid: int, role: str) -> ProcessRecord | None:
+        start = process_start_time(pid)
+        if start is None:
+            return None
+        return cls(pid=pid, start_time=start, boot_id=boot_id(), uid=os.getuid(), role=role)
+
+    def is_alive(self) -> bool:
+        """Whether this very process (not a reuse of its pid) still exists."""
+        return (
+            self.boot_id == boot_id()
+            and process_start_time(self.pid) == self.start_time
+            and process_uid(self.pid) == self.uid == os.getuid()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReapReport:
+    run_id: str
+    killed: tuple[int, ...]
+    skipped: str | None = None
+    """Why the run was left alone (its controller is alive)."""
+
+
+def write_record(directory: Path, record: ProcessRecord) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"{record.role}.json"
+    temporary = target.with_suffix(".json.tmp")
+    temporary.write_bytes(record.to_json())
+    os.replace(temporary, target)
+
+
+def reap_run(run_id: str, artifact_root: str | Path) -> ReapReport:
+    """Kill every agent process the run recorded (checked by start time), delete its sandboxes.
+
+    Safe to call any number of times, with the run's controller alive or dead.
+    """
+    run_dir = Path(artifact_root) / run_id
+    killed: list[int] = []
+    pids = run_dir / PIDS_DIR
+    for path in sorted(pids.glob("*.json")) if pids.is_dir() else []:
+        record = ProcessRecord.read(path)
+        if record is not None and record.role != "controller":
+            killed.extend(_kill_agent(record, run_id))
+        if record is None or record.role != "controller":
+            path.unlink(missing_ok=True)
+    shutil.rmtree(run_dir / SANDBOXES_DIR, ignore_errors=True)  # working dirs hold secrets files
+    (pids / CONTROLLER_RECORD).unlink(missing_ok=True)
+    for leftover in pids.glob("*.tmp") if pids.is_dir() else []:
+        leftover.unlink(missing_ok=True)
+    if pids.is_dir() and not any(pids.iterdir()):
+        pids.rmdir()
+    return ReapReport(run_id, tuple(killed))
+
+
+def reap_stale_runs(artifact_root: str | Path) -> list[ReapReport]:
+    """Reap every run under ``artifact_root`` whose controller process is gone."""
+    root = Path(artifact_root)
+    reports: list[ReapReport] = []
+    if not root.is_dir():
+        return reports
+    for run_dir in sorted(root.iterdir()):
+        if not RUN_ID_PATTERN.match(run_dir.name):
+            continue
+        pids = run_dir / PIDS_DIR
+        if not pids.is_dir() and not (run_dir / SANDBOXES_DIR).exists():
+            continue
+        controller = ProcessRecord.read(pids / CONTROLLER_RECORD)
+        if controller is not None and controller.is_alive():
+            reports.append(ReapReport(run_dir.name, (), skipped="controller alive"))
+            continue
+        reports.append(reap_run(run_dir.name, root))
+    return reports
+
+
+def _kill_agent(record: ProcessRecord, run_id: str) -> list[int]:
+    """SIGKILL the agent and its process group, after checking it is still the same process."""
+    killed: list[int] = []
+    if record.boot_id != boot_id():
+        return killed
+    if record.is_alive() and run_id in process_cmdline(record.pid):
+        _signal(record.pid, signal.SIGKILL)
+        killed.append(record.pid)
+    # the agent led its own session; anything it forked kept the group id
+    for pid in _group_members(record.pid):
+        start = process_start_time(pid)
+        if start is not None and start >= record.start_time and process_uid(pid) == record.uid:
+            _signal(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == pgid:
+            continue
+        stat = _stat_fields(int(entry.name))
+        if stat is not None and stat[2] == str(pgid):
+            members.append(int(entry.name))
+    return members
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...]."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes().decode(errors="replace")
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or ``None`` when it does not exist."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def process_uid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def process_cmdline(pid: int) -> str:
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
+_BOOT_ID: str | None = None
+
+
+def boot_id() -> str:
+    global _BOOT_ID
+    if _BOOT_ID is None:
+        try:
+            _BOOT_ID = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            _BOOT_ID = "unknown"
+    return _BOOT_ID

@@ -1,0 +1,142 @@
+"""The activities of ``SocietyRun``: prepare, execute (the controller), cleanup.
+
+They run in the worker's process; on the local profile that is the ``society run`` process, so
+``execute`` reports progress straight to the terminal and cancelling it reaches the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from controller.platform.temporal.models import ExecuteHeartbeat, Reservation
+from controller.platform.temporal.workflow import CLEANUP, EXECUTE, PREPARE
+from controller.run import NO_PROGRESS, Counter, Progress, RunRequest, RunResult, execute_run
+
+HEARTBEAT_EVERY_S = 1.0
+RUN_FILE = "run.json"
+"""Written by ``prepare`` into the run's directory: the request and the controller's pid."""
+
+
+def run_directory(artifact_root: str | Path, run_id: str) -> Path:
+    return Path(artifact_root) / run_id
+
+
+class LifecycleActivities:
+    """One worker's activities; ``progress`` is where ``execute`` reports, if anywhere."""
+
+    def __init__(self, progress: Progress | None = None) -> None:
+        self._progress = progress
+        self._running: anyio.CancelScope | None = None
+
+    def abort(self) -> None:
+        """Cancel a running ``execute`` from this process (its ledger is still finalized)."""
+        if self._running is not None:
+            self._running.cancel()
+
+    @activity.defn(name=PREPARE)
+    async def prepare(self, request: RunRequest) -> Reservation:
+        """Reserve the run id, namespace and artifact directory; nothing else, no secrets."""
+        directory = run_directory(request.artifact_root, request.run_id)
+        record = {
+            "runId": request.run_id,
+            "workflowRunId": activity.info().workflow_run_id,
+            "module": request.module_path,
+            "profile": request.profile,
+            "seed": request.seed,
+            "controllerPid": os.getpid(),
+        }
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            if _read_run_file(directory).get("workflowRunId") != record["workflowRunId"]:
+                raise ApplicationError(
+                    f"run id {request.run_id} is taken: {directory} exists "
+                    "(omit --run-id to get a fresh one)",
+                    type="RunIdTaken",
+                    non_retryable=True,
+                ) from None
+        (directory / RUN_FILE).write_text(json.dumps(record), encoding="utf-8")
+        self._phase(f"prepared {directory}")
+        return Reservation(
+            run_id=request.run_id, namespace=request.run_id, artifact_dir=str(directory)
+        )
+
+    @activity.defn(name=EXECUTE)
+    async def execute(self, request: RunRequest) -> RunResult:
+        """Run the controller once, heartbeating; a cancel finalizes the ledger, then re-raises."""
+        progress = _ReportingProgress(self._progress)
+        failure: Exception | None = None
+        async with anyio.create_task_group() as heartbeats:
+            heartbeats.start_soon(_heartbeat, progress)
+            with anyio.CancelScope() as self._running:
+                try:
+                    result = await execute_run(request, progress=progress)
+                except Exception as error:  # raised below, not wrapped in an exception group
+                    failure = error
+            heartbeats.cancel_scope.cancel()
+        aborted, self._running = self._running.cancelled_caught, None
+        if failure is not None:
+            raise failure
+        if aborted:
+            raise ApplicationError(
+                "the controller process stopped this run",
+                type="ControllerAborted",
+                non_retryable=True,
+            )
+        return result
+
+    @activity.defn(name=CLEANUP)
+    async def cleanup(self, reservation: Reservation) -> None:
+        """Reap everything the run left; safe to retry and to run after any ending."""
+        self._phase("cleanup: reaping the run's processes")
+        await reap(reservation.run_id, Path(reservation.artifact_dir).parent)
+        self._phase("cleanup: done")
+
+    def _phase(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.phase(text)
+
+
+async def reap(run_id: str, artifact_root: Path) -> None:
+    """Kill what the local run left (agents and their process groups); idempotent."""
+    from controller.platform.local import reap_run
+
+    await anyio.to_thread.run_sync(reap_run, run_id, artifact_root)
+
+
+async def _heartbeat(progress: _ReportingProgress) -> None:
+    while True:
+        activity.heartbeat(ExecuteHeartbeat(phase=progress.last_phase))
+        await anyio.sleep(HEARTBEAT_EVERY_S)
+
+
+class _ReportingProgress:
+    """Passes progress on, and remembers the last phase for the heartbeat."""
+
+    def __init__(self, inner: Progress | None) -> None:
+        self._inner = inner or NO_PROGRESS
+        self.last_phase = "starting the controller"
+
+    def phase(self, text: str) -> None:
+        self.last_phase = text
+        self._inner.phase(text)
+
+    def counter(self, label: str, total: int) -> Counter:
+        self.last_phase = label
+        return self._inner.counter(label, total)
+
+
+def _read_run_file(directory: Path) -> dict[str, Any]:
+    try:
+        value = json.loads((directory / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

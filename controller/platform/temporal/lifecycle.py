@@ -1,0 +1,365 @@
+"""Driving one run through ``SocietyRun`` from the controller process, and finding it later.
+
+On the local profile the ``society run`` process is also the run's worker: it polls a per-run
+task queue for the workflow and its activities, submits the workflow, and waits for it. An
+interrupt cancels the workflow and waits for finalization and cleanup; a second one stops at
+once (aborting the controller in-process and reaping directly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    WorkflowAlreadyStartedError,
+    is_cancelled_exception,
+)
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
+
+from controller.platform.temporal.activities import (
+    RUN_FILE,
+    LifecycleActivities,
+    reap,
+    run_directory,
+)
+from controller.platform.temporal.models import ExecuteHeartbeat
+from controller.platform.temporal.server import TemporalEndpoint
+from controller.platform.temporal.workflow import EXECUTE, SocietyRun
+from controller.run import RunRequest, RunResult
+
+RESULT_FILE = "result.json"
+"""The result line, kept in the run's directory for ``society status`` after the run."""
+
+Outcome = Literal["ProgramFinished", "ClusterLost", "Interrupted"]
+
+
+class RunRefused(Exception):
+    """The run could not start (its id is taken); nothing ran, nothing to clean up."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """What ``society run`` prints as its one JSON line."""
+
+    outcome: Outcome
+    exit: Literal["success", "failure", "interrupted"]
+    run_id: str
+    ledger_dir: str | None
+    receipt_complete: bool
+    records: int
+    public_key: str | None
+    cause: str | None = None
+
+    def line(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "exit": self.exit,
+            "runId": self.run_id,
+            "ledger": self.ledger_dir,
+            "receipt": "complete" if self.receipt_complete else "incomplete",
+            "records": self.records,
+            "publicKey": self.public_key,
+        }
+
+    @classmethod
+    def from_result(cls, result: RunResult) -> RunReport:
+        return cls(
+            outcome=result.outcome,
+            exit=result.exit,
+            run_id=result.run_id,
+            ledger_dir=result.ledger_dir,
+            receipt_complete=result.receipt.complete,
+            records=result.records,
+            public_key=result.public_key,
+            cause=result.cause,
+        )
+
+    @classmethod
+    def from_artifacts(
+        cls, artifact_root: Path, run_id: str, outcome: Outcome, cause: str | None = None
+    ) -> RunReport:
+        """A report for a run that returned no result: its ledger, read from disk."""
+        ledger = read_ledger_state(run_directory(artifact_root, run_id))
+        return cls(
+            outcome=outcome,
+            exit="interrupted" if outcome == "Interrupted" else "failure",
+            run_id=run_id,
+            ledger_dir=ledger.directory,
+            receipt_complete=ledger.complete,
+            records=ledger.records,
+            public_key=ledger.public_key,
+            cause=cause,
+        )
+
+
+@dataclass
+class Interrupts:
+    """SIGINT/SIGTERM as the run sees them: the first asks to stop, the second insists."""
+
+    signum: int | None = None
+    first: anyio.Event = field(default_factory=anyio.Event)
+    second: anyio.Event = field(default_factory=anyio.Event)
+    _scopes: list[anyio.CancelScope] = field(default_factory=list)
+
+    def __call__(self, signum: int) -> None:
+        if self.signum is None:
+            self.signum = signum
+            self.first.set()
+            for scope in self._scopes:
+                scope.cancel()
+        else:
+            self.second.set()
+
+    @contextlib.contextmanager
+    def cancelling(self) -> Iterator[anyio.CancelScope]:
+        """A scope the first interrupt cancels (at once, if one already came)."""
+        with anyio.CancelScope() as scope:
+            if self.signum is not None:
+                scope.cancel()
+            self._scopes.append(scope)
+            try:
+                yield scope
+            finally:
+                self._scopes.remove(scope)
+
+
+class RunDriver:
+    """Runs the worker, submits ``SocietyRun`` and waits for it, honouring interrupts."""
+
+    def __init__(
+        self,
+        client: Client,
+        endpoint: TemporalEndpoint,
+        request: RunRequest,
+        *,
+        progress: Any,
+        interrupts: Interrupts,
+    ) -> None:
+        self._client = client
+        self._endpoint = endpoint
+        self._request = request
+        self._progress = progress
+        self._interrupts = interrupts
+        self._activities = LifecycleActivities(progress)
+
+    async def drive(self) -> RunReport:
+        request = self._request
+        async with Worker(
+            self._client,
+            task_queue=task_queue(request.run_id),
+            workflows=[SocietyRun],
+            activities=[
+                self._activities.prepare,
+                self._activities.execute,
+                self._activities.cleanup,
+            ],
+            # Cancellation reaches an activity with a heartbeat; send one at least every second.
+            max_heartbeat_throttle_interval=timedelta(seconds=1),
+            graceful_shutdown_timeout=timedelta(seconds=30),
+        ):
+            try:
+                handle = await self._client.start_workflow(
+                    SocietyRun.run,
+                    request.model_dump(mode="json"),
+                    id=request.run_id,
+                    task_queue=task_queue(request.run_id),
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                )
+            except WorkflowAlreadyStartedError:
+                raise RunRefused(
+                    "run-id-taken", f"Temporal already has a run {request.run_id}"
+                ) from None
+            ending = await self._wait(handle)
+            if ending is None or isinstance(ending, RPCError):
+                self._activities.abort()  # the kernel finalizes the ledger before the worker stops
+        if isinstance(ending, dict):
+            return RunReport.from_result(RunResult.model_validate(ending))
+        if isinstance(ending, WorkflowFailureError):
+            return self._report_failure(ending)
+        root = Path(request.artifact_root)
+        self._progress.phase("cleanup: reaping the run's processes from the controller")
+        await reap(request.run_id, root)
+        if isinstance(ending, RPCError):
+            cause = f"the Temporal server at {self._endpoint.address} is gone: {ending}"
+            return RunReport.from_artifacts(root, request.run_id, "ClusterLost", cause)
+        with anyio.move_on_after(5), contextlib.suppress(RPCError):
+            await handle.terminate("stopped at once by a second interrupt; reaped locally")
+        return RunReport.from_artifacts(root, request.run_id, "Interrupted")
+
+    async def _wait(
+        self, handle: WorkflowHandle[Any, dict[str, Any]]
+    ) -> dict[str, Any] | WorkflowFailureError | RPCError | None:
+        """The workflow's ending (a ``RunResult`` as JSON); None after a second interrupt."""
+        ending: dict[str, Any] | WorkflowFailureError | RPCError | None = None
+        async with anyio.create_task_group() as waiting:
+            waiting.start_soon(self._cancel_on_interrupt, handle)
+            with anyio.CancelScope() as forced:
+                waiting.start_soon(_cancel_scope_on, self._interrupts.second, forced)
+                try:
+                    ending = await handle.result()
+                except (WorkflowFailureError, RPCError) as error:
+                    ending = error
+            waiting.cancel_scope.cancel()
+        return ending
+
+    async def _cancel_on_interrupt(self, handle: WorkflowHandle[Any, Any]) -> None:
+        await self._interrupts.first.wait()
+        name = signal.Signals(self._interrupts.signum or signal.SIGINT).name
+        self._progress.phase(
+            f"{name}: cancelling the run; the ledger is finalized and every process reaped "
+            "before exit (send it again to stop at once)"
+        )
+        await handle.cancel()
+
+    def _report_failure(self, error: WorkflowFailureError) -> RunReport:
+        root, run_id = Path(self._request.artifact_root), self._request.run_id
+        cause = error.cause
+        if is_cancelled_exception(cause):
+            return RunReport.from_artifacts(root, run_id, "Interrupted")
+        if isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError):
+            if cause.cause.type == "RunIdTaken":
+                raise RunRefused("run-id-taken", cause.cause.message)
+            cause = cause.cause
+        return RunReport.from_artifacts(
+            root, run_id, "ClusterLost", f"the controller failed: {cause}"
+        )
+
+
+async def _cancel_scope_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+def task_queue(run_id: str) -> str:
+    return f"society-run-{run_id}"
+
+
+def workflow_url(endpoint: TemporalEndpoint, run_id: str) -> str | None:
+    if endpoint.ui_url is None:
+        return None
+    return f"{endpoint.ui_url.rstrip('/')}/namespaces/{endpoint.namespace}/workflows/{run_id}"
+
+
+def write_result(artifact_root: Path, report: RunReport) -> None:
+    directory = run_directory(artifact_root, report.run_id)
+    if directory.is_dir():
+        document = {**report.line(), "cause": report.cause}
+        (directory / RESULT_FILE).write_text(json.dumps(document) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    directory: str | None
+    complete: bool
+    records: int
+    public_key: str | None
+
+
+def read_ledger_state(run_dir: Path) -> LedgerState:
+    """What the run's ledger on disk says about itself (not a verification)."""
+    from ledger.format import COMPLETION, MANIFEST, RECORDS
+
+    manifests = sorted(run_dir.glob(f"ledger/*/{MANIFEST}"))
+    if not manifests:
+        return LedgerState(None, False, 0, None)
+    directory = manifests[0].parent
+    public_key = _json_file(directory / MANIFEST).get("publicKey")
+    completion = _json_file(directory / COMPLETION)
+    if "recordCount" in completion:
+        return LedgerState(str(directory), True, int(completion["recordCount"]), public_key)
+    try:
+        records = (directory / RECORDS).read_bytes().count(b"\n")
+    except OSError:
+        records = 0
+    return LedgerState(str(directory), False, records, public_key)
+
+
+def _json_file(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+async def live_status(
+    client: Client, endpoint: TemporalEndpoint, run_id: str
+) -> dict[str, Any] | None:
+    """The live run's workflow state, or None when Temporal does not know ``run_id``."""
+    handle = client.get_workflow_handle(run_id)
+    try:
+        description = await handle.describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    status = description.status or WorkflowExecutionStatus.RUNNING
+    document: dict[str, Any] = {
+        "runId": run_id,
+        "workflow": status.name.lower(),
+        "temporal": endpoint.address,
+        "ui": workflow_url(endpoint, run_id),
+    }
+    for pending in description.raw_description.pending_activities:
+        document["step"] = pending.activity_type.name.removeprefix("society.")
+        if pending.activity_type.name == EXECUTE and pending.heartbeat_details.payloads:
+            [beat] = await client.data_converter.decode(
+                pending.heartbeat_details.payloads, [ExecuteHeartbeat]
+            )
+            document["phase"] = beat.phase
+    return document
+
+
+async def cancel(client: Client, run_id: str, *, wait: bool) -> str:
+    """Cancel the live run ``run_id``; with ``wait``, return once its workflow has closed."""
+    handle = client.get_workflow_handle(run_id)
+    await handle.cancel()
+    if not wait:
+        return "cancel-requested"
+    try:
+        await handle.result()
+    except WorkflowFailureError as error:
+        return "cancelled" if is_cancelled_exception(error.cause) else "failed"
+    return "completed"
+
+
+async def terminate_orphans(client: Client, run_ids: Iterable[str]) -> list[str]:
+    """Terminate the still-open workflows of runs whose controller died; returns their ids."""
+    terminated = []
+    for run_id in run_ids:
+        handle = client.get_workflow_handle(run_id)
+        with contextlib.suppress(RPCError):
+            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await handle.terminate("its controller died; reaped by a later `society` start")
+                terminated.append(run_id)
+    return terminated
+
+
+def run_record(artifact_root: Path, run_id: str) -> dict[str, Any]:
+    return _json_file(run_directory(artifact_root, run_id) / RUN_FILE)
+
+
+def finished_result(artifact_root: Path, run_id: str) -> dict[str, Any]:
+    return _json_file(run_directory(artifact_root, run_id) / RESULT_FILE)

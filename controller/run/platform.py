@@ -1,0 +1,135 @@
+"""The ``Platform`` interface a profile implements: admit, start, expose bridges, harvest, tear down.
+
+The kernel drives it; ``LocalPlatform`` (child processes) implements it, and a Kubernetes
+platform (one Agent Sandbox per agent, Kueue admission) implements the same seams.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from agent_images.boot import Secrets
+from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
+from controller.agents.termination import ProcessExit
+from controller.events.run import AgentRequest, Capacity, HarvestOutcome
+
+
+class PlatformError(Exception):
+    """The platform failed; ``reason`` is machine-readable, the message says what to do."""
+
+    def __init__(self, detail: str, *, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The complete roster's requests against the platform's capacity."""
+
+    requests: tuple[AgentRequest, ...]
+    requested: Capacity
+    capacity: Capacity
+
+
+class AdmissionRefused(PlatformError):
+    """The complete roster does not fit; nothing was started."""
+
+    def __init__(self, detail: str, *, reason: str, admission: Admission) -> None:
+        super().__init__(detail, reason=reason)
+        self.admission = admission
+
+
+class SandboxStartError(PlatformError):
+    """One agent's sandbox could not be started."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlacement:
+    """Where a run lives: its id, its directory under the artifact root, its seed, its router."""
+
+    run_id: str
+    run_dir: Path
+    seed: int
+    router_url: str
+    router_ca_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLaunch:
+    """Everything needed to start one agent's sandbox; the tokens go to its secrets file only."""
+
+    name: str
+    descriptor: RuntimeDescriptor
+    router_token: str
+    bridge_token: str
+
+    def secrets(self, credentials: Mapping[str, str]) -> Secrets:
+        """The secrets file's contents, once the platform resolved the credential references."""
+        return Secrets(self.router_token, self.bridge_token, dict(credentials))
+
+
+@dataclass(frozen=True, slots=True)
+class HarvestedItem:
+    """One declared file or log, copied into the run's artifacts or not, and why."""
+
+    kind: Literal["workspace", "log"]
+    name: str
+    outcome: HarvestOutcome
+    limit_bytes: int
+    sha256: str | None = None
+    size: int | None = None
+    artifact: str | None = None
+    """Relative to the run directory."""
+    detail: str | None = None
+
+
+class Sandbox(ABC):
+    """One started agent application: how to reach its bridge, and its process exit."""
+
+    name: str
+    access: SandboxAccess
+
+    @property
+    def exit(self) -> ProcessExit | None:
+        return self.access.exit.peek()
+
+
+class PlatformSession(ABC):
+    """The run's sandboxes. Leaving the ``async with`` tears everything down, on every path."""
+
+    @abstractmethod
+    async def start(self, launch: AgentLaunch) -> Sandbox:
+        """Start one sandbox; returns once its process exists. Raises ``SandboxStartError``."""
+
+    @abstractmethod
+    async def stop(self, sandbox: Sandbox, *, grace_s: float) -> ProcessExit:
+        """Wait up to ``grace_s`` for the sandbox to end by itself, then end it; its exit."""
+
+    @abstractmethod
+    async def harvest(self, sandbox: Sandbox, declared: Harvest) -> list[HarvestedItem]:
+        """Copy what ``declared`` names into the run's artifacts; one item per file or log."""
+
+
+class Platform(ABC):
+    """A profile's execution backend."""
+
+    profile: ClassVar[str]
+    router_host: str = "127.0.0.1"
+    """Where the router listens so that this platform's sandboxes can reach it."""
+
+    @abstractmethod
+    def admit(self, roster: Mapping[str, RuntimeDescriptor]) -> Admission:
+        """Check the complete roster against capacity; raises ``AdmissionRefused``."""
+
+    @abstractmethod
+    def session(self, placement: RunPlacement) -> AbstractAsyncContextManager[PlatformSession]:
+        """Own the run's sandboxes for the duration of the block."""
+
+    def agent_router_url(self, router_url: str) -> str:
+        """The router's URL as sandboxes reach it (clusters rewrite the host)."""
+        return router_url

@@ -1,0 +1,48 @@
+"""How the kernel reports where a run is: named phases and counters (admission, start, readiness).
+
+The CLI renders these; a Temporal activity turns them into heartbeats. ``NO_PROGRESS`` ignores
+everything.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Counter(Protocol):
+    """A count towards ``total``; ``close()`` once, when done or abandoned."""
+
+    def advance(self, n: int = 1) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Progress(Protocol):
+    def phase(self, text: str) -> None:
+        """The run entered a new phase, e.g. ``"admitting roster"``."""
+        ...
+
+    def counter(self, label: str, total: int) -> Counter:
+        """Start counting ``label`` towards ``total``, e.g. agents started."""
+        ...
+
+
+class _NoCounter:
+    def advance(self, n: int = 1) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class NoProgress:
+    """A ``Progress`` that reports nothing."""
+
+    def phase(self, text: str) -> None:
+        return None
+
+    def counter(self, label: str, total: int) -> Counter:
+        return _NoCounter()
+
+
+NO_PROGRESS: Progress = NoProgress()

