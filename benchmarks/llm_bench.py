@@ -3,10 +3,10 @@
 One LocalModelServer (llama.cpp + SmolLM2-135M) is shared by every client. For 1, 4 and 8
 concurrent clients the same requests go once straight to the model server (the same-run baseline)
 and once through the ModelGateway, which authenticates, paces, forwards, measures and appends one
-event per call to a real ledger. Direct and gateway rounds alternate so that drift in the
-machine's load hits both.
+event per call to a real ledger. Each repeat runs both paths, the first path alternating between
+repeats, and the rounds are summed, so drift in the machine's load hits both paths alike.
 
-    python benchmarks/llm_bench.py [--calls-per-client 4] [--max-tokens 32]
+    python benchmarks/llm_bench.py [--calls-per-client 4] [--max-tokens 64] [--repeats 2]
 
 Needs scripts/install-llm.sh. Not a test: it prints a table and exits.
 """
@@ -25,7 +25,7 @@ import httpx
 from controller.modelgateway import LocalModelServer, ModelGateway, model_gateway_catalog
 from ledger import Provenance, open_ledger_writer
 
-PROMPT = "Write one sentence about the sea."
+PROMPT = "Write a short story about a robot who learns to paint."
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,13 @@ class Round:
     calls: int
     completion_tokens: int
     seconds: float
+
+    def __add__(self, other: Round) -> Round:
+        return Round(
+            self.calls + other.calls,
+            self.completion_tokens + other.completion_tokens,
+            self.seconds + other.seconds,
+        )
 
     @property
     def tokens_per_s(self) -> float:
@@ -73,7 +80,9 @@ async def run_round(
     return Round(len(tokens) * calls_per_client, completion_tokens, time.perf_counter() - started)
 
 
-async def main(calls_per_client: int, max_tokens: int, concurrency: list[int]) -> None:
+async def main(
+    calls_per_client: int, max_tokens: int, concurrency: list[int], repeats: int
+) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         async with (
             open_ledger_writer(
@@ -98,14 +107,19 @@ async def main(calls_per_client: int, max_tokens: int, concurrency: list[int]) -
                 )
                 for clients in concurrency:
                     agent_tokens = [gateway.issue_token(f"agent-{i}") for i in range(clients)]
-                    direct = await run_round(
-                        server.base_url, [model_key] * clients, server.model_id,
-                        calls_per_client, max_tokens,
-                    )  # fmt: skip
-                    through = await run_round(
-                        gateway.base_url, agent_tokens, server.model_id,
-                        calls_per_client, max_tokens,
-                    )  # fmt: skip
+                    paths = {
+                        "direct": (server.base_url, [model_key] * clients),
+                        "gateway": (gateway.base_url, agent_tokens),
+                    }
+                    totals = dict.fromkeys(paths, Round(0, 0, 0.0))
+                    for repeat in range(repeats):
+                        order = list(paths) if repeat % 2 == 0 else list(reversed(paths))
+                        for path in order:
+                            base_url, tokens = paths[path]
+                            totals[path] += await run_round(
+                                base_url, tokens, server.model_id, calls_per_client, max_tokens
+                            )
+                    direct, through = totals["direct"], totals["gateway"]
                     for path, result in (("direct", direct), ("gateway", through)):
                         print(
                             f"{clients:>7} {path:>8} {result.calls:>5} "
@@ -128,7 +142,8 @@ async def main(calls_per_client: int, max_tokens: int, concurrency: list[int]) -
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls-per-client", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    anyio.run(main, args.calls_per_client, args.max_tokens, args.concurrency)
+    anyio.run(main, args.calls_per_client, args.max_tokens, args.concurrency, args.repeats)

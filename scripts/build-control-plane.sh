@@ -66,16 +66,19 @@ log "output: ${OUT_DIR}"
 
 have() { [[ -x "${BIN_DIR}/$1" ]]; }
 
-# step NAME CMD... : run CMD with timing and a clear failure message.
+# step NAME CMD... : run CMD with timing; any failing command inside fails the
+# whole script through the ERR trap (errexit alone is ignored inside `if`/`||`).
+CURRENT_STEP=""
+trap 'die "building ${CURRENT_STEP:-the control plane} failed (see the output above)"' ERR
+set -E
 step() {
-    local name="$1"
+    CURRENT_STEP="$1"
     shift
     local t0=${SECONDS}
-    log "building ${name} ..."
-    if ! "$@"; then
-        die "building ${name} failed (see the output above)"
-    fi
-    log "built ${name} in $((SECONDS - t0))s"
+    log "building ${CURRENT_STEP} ..."
+    "$@"
+    log "built ${CURRENT_STEP} in $((SECONDS - t0))s"
+    CURRENT_STEP=""
 }
 
 # --- etcd: wrapper module around go.etcd.io/etcd/server/v3/etcdmain ---------
@@ -167,6 +170,30 @@ install_cmd() {
     rm -rf "${tmp}"
 }
 
+# --- a command built inside a copy of its own module (its go.mod and go.sum) --
+# For modules whose version list the proxy does not serve: `go install pkg@version`
+# also reads that list (for deprecation notices) and fails on its 403.
+build_in_module() {
+    local binary="$1" module="$2" version="$3" package_dir="$4"
+    local dir="${SRC_DIR}/${binary}"
+    rm -rf "${dir}"
+    cp -r "$(module_dir "${module}@${version}")" "${dir}"
+    chmod -R u+w "${dir}"
+    (
+        cd "${dir}"
+        CGO_ENABLED=0 "${GO[@]}" build "${GO_BUILD_FLAGS[@]}" -ldflags="-s -w" -o "${BIN_DIR}/${binary}.tmp" "./${package_dir}"
+    )
+    mv "${BIN_DIR}/${binary}.tmp" "${BIN_DIR}/${binary}"
+    rm -rf "${dir}"
+}
+
+module_dir() {
+    local dir
+    dir="$(cd "${SRC_DIR}" && go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    [[ -d "${dir}" ]] || die "could not download $1"
+    echo "${dir}"
+}
+
 have etcd || step "etcd ${ETCD_VERSION}" build_etcd
 if ! (have kube-apiserver && have kube-scheduler && have kube-controller-manager); then
     step "kube-apiserver, kube-scheduler, kube-controller-manager ${KUBERNETES_VERSION}" build_kubernetes
@@ -174,15 +201,11 @@ fi
 have kwok || step "kwok ${KWOK_VERSION}" install_cmd kwok sigs.k8s.io/kwok/cmd/kwok "${KWOK_VERSION}"
 have kueue || step "kueue ${KUEUE_VERSION}" install_cmd kueue sigs.k8s.io/kueue/cmd/kueue "${KUEUE_VERSION}"
 have agent-sandbox-controller || step "agent-sandbox-controller ${AGENT_SANDBOX_VERSION}" \
-    install_cmd agent-sandbox-controller sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller "${AGENT_SANDBOX_VERSION}"
+    build_in_module agent-sandbox-controller sigs.k8s.io/agent-sandbox "${AGENT_SANDBOX_VERSION}" cmd/agent-sandbox-controller
 
 # --- manifests: copied verbatim from the module sources ----------------------
-module_dir() {
-    local dir
-    dir="$(cd "${SRC_DIR}" && go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-    [[ -d "${dir}" ]] || die "could not download $1"
-    echo "${dir}"
-}
+# Bump when the layout under manifests/ changes, so old caches are refreshed.
+MANIFEST_LAYOUT=2
 
 copy_manifests() {
     local kueue_dir sandbox_dir kwok_dir
@@ -198,17 +221,18 @@ copy_manifests() {
     # Only the patches the release enables in its kustomization are applied.
     grep -E '^- path: patches/webhook_in_' "${kueue_dir}/config/components/crd/kustomization.yaml" |
         sed 's#^- path: patches/##' >"${tmp}/kueue/crd-conversion-patches/enabled.txt"
-    cp "${kueue_dir}/config/components/webhook/manifests.yaml" "${tmp}/kueue/webhook/manifests.yaml"
+    cp "${kueue_dir}/config/components/webhook/manifests.yaml" \
+        "${kueue_dir}/config/components/webhook/kustomization.yaml" "${tmp}/kueue/webhook/"
     cp "${kueue_dir}/config/components/manager/controller_manager_config.yaml" "${tmp}/kueue/"
     cp "${sandbox_dir}"/k8s/crds/*.yaml "${tmp}/agent-sandbox/crds/"
     cp -r "${kwok_dir}/kustomize/stage/." "${tmp}/kwok/stages/"
     chmod -R u+w "${tmp}"
     rm -rf "${MANIFEST_DIR}"
     mv "${tmp}" "${MANIFEST_DIR}"
-    touch "${MANIFEST_DIR}/.complete"
+    echo "${MANIFEST_LAYOUT}" >"${MANIFEST_DIR}/.complete"
 }
 
-[[ -f "${MANIFEST_DIR}/.complete" ]] || step "manifests" copy_manifests
+[[ "$(cat "${MANIFEST_DIR}/.complete" 2>/dev/null)" == "${MANIFEST_LAYOUT}" ]] || step "manifests" copy_manifests
 
 # Build scratch (wrapper modules) is not needed once the binaries exist.
 rm -rf "${SRC_DIR}"

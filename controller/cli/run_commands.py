@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from controller.platform.temporal.server import TemporalEndpoint
 
 DEFAULT_ARTIFACTS = Path("artifacts")
 ARTIFACTS_ENV = "SOCIETY_ARTIFACTS"
@@ -112,35 +116,33 @@ def _print_line(document: dict[str, Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from controller.platform.temporal.lifecycle import Interrupts
-
-    interrupts = Interrupts()
     try:
-        return asyncio.run(_run_async(args, interrupts))
+        return asyncio.run(_run_async(args))
     except SetupError as error:
         _error("run", str(error))
         return EXIT_SETUP
+    except KeyboardInterrupt:  # before the run's own handlers were installed: nothing started
+        from controller.platform.temporal.lifecycle import RunReport
+
+        _print_line(RunReport("Interrupted", "interrupted", None, None, False, 0, None).line())
+        return EXIT_INTERRUPTED
 
 
-async def _run_async(args: argparse.Namespace, interrupts: Any) -> int:
+async def _run_async(args: argparse.Namespace) -> int:
     from controller.cli.progress import TerminalProgress
     from controller.platform.temporal import server
-    from controller.platform.temporal.lifecycle import (
-        RunDriver,
-        RunRefused,
-        RunReport,
-        workflow_url,
-        write_result,
-    )
+    from controller.platform.temporal.lifecycle import Interrupts, RunDriver, RunRefused, RunReport
+    from controller.platform.temporal.run_files import write_result
     from controller.run import RunRequest, new_run_id
 
+    interrupts = Interrupts()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, interrupts, signum)
 
     root = artifact_root(args)
     progress = TerminalProgress()
-    await reap_stale(root)
+    await reap_stale(root, await _live_temporal(root))
     module = args.module.resolve()
     if not module.is_file():
         raise SetupError("module-missing", f"{args.module} is not a file (pass MODULE.py)")
@@ -170,7 +172,7 @@ async def _run_async(args: argparse.Namespace, interrupts: Any) -> int:
         if setup.cancelled_caught:
             report = RunReport.from_artifacts(root, run_id, "Interrupted")
         else:
-            ui = workflow_url(endpoint, run_id)
+            ui = server.workflow_url(endpoint, run_id)
             progress.phase(f"run {run_id}: Temporal at {endpoint.address}")
             progress.phase(f"temporal ui: {ui or f'not known (set {server.UI_ENV})'}")
             driver = RunDriver(client, endpoint, request, progress=progress, interrupts=interrupts)
@@ -181,7 +183,7 @@ async def _run_async(args: argparse.Namespace, interrupts: Any) -> int:
     finally:
         if dev_server is not None:
             await dev_server.release(run_id)
-    write_result(root, report)
+    write_result(root, run_id, {**report.line(), "cause": report.cause})
     if report.cause:
         progress.phase(f"{report.outcome}: {report.cause}")
     _print_line(report.line())
@@ -194,22 +196,32 @@ def exit_code(outcome: str, exit: str, signum: int | None) -> int:
     return EXIT_SUCCESS if outcome == "ProgramFinished" and exit == "success" else EXIT_FAILURE
 
 
-async def reap_stale(root: Path) -> None:
-    """What every ``society`` start does: reap what dead runs left, stop an orphaned server."""
+async def _live_temporal(root: Path) -> tuple[Client, TemporalEndpoint] | None:
+    """A client for the Temporal this root's runs use, if one answers."""
+    from controller.platform.temporal import server
+
+    endpoint = server.configured_endpoint() or server.DevServer(root).live_endpoint()
+    if endpoint is None:
+        return None
+    try:
+        return await server.connect(endpoint), endpoint
+    except server.TemporalUnavailable:
+        return None
+
+
+async def reap_stale(root: Path, temporal: tuple[Client, TemporalEndpoint] | None) -> None:
+    """What every ``society`` start does: reap what dead runs left, end their workflows, and
+    stop a dev server no live run holds."""
     import anyio.to_thread
 
     from controller.platform.local import reap_stale_runs
-    from controller.platform.temporal import lifecycle, server
+    from controller.platform.temporal import control, server
 
     reports = await anyio.to_thread.run_sync(reap_stale_runs, root)
     orphans = [report.run_id for report in reports if report.skipped is None]
-    dev_server = server.DevServer(root)
-    endpoint = server.configured_endpoint() or dev_server.live_endpoint()
-    if orphans and endpoint is not None:
-        with contextlib.suppress(server.TemporalUnavailable):
-            client = await server.connect(endpoint)
-            await lifecycle.terminate_orphans(client, orphans)
-    await dev_server.reap()
+    if orphans and temporal is not None:
+        await control.terminate_orphans(temporal[0], orphans)
+    await server.DevServer(root).reap()
 
 
 # --- society status / cancel -----------------------------------------------------------------
@@ -226,24 +238,18 @@ def _status(args: argparse.Namespace) -> int:
 
 
 async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
-    from controller.platform.temporal import lifecycle, server
+    from controller.platform.temporal import control, run_files, server
 
     root = artifact_root(args)
-    await reap_stale(root)
     run_id: str = args.run_id
-    endpoint = server.configured_endpoint() or server.DevServer(root).live_endpoint()
-    live: dict[str, Any] | None = None
-    if endpoint is not None:
-        try:
-            client = await server.connect(endpoint)
-            live = await lifecycle.live_status(client, endpoint, run_id)
-        except server.TemporalUnavailable:
-            live = None
-    record = lifecycle.run_record(root, run_id)
-    result = lifecycle.finished_result(root, run_id)
+    temporal = await _live_temporal(root)
+    await reap_stale(root, temporal)
+    live = None if temporal is None else await control.live_status(*temporal, run_id)
+    record = run_files.run_record(root, run_id)
+    result = run_files.finished_result(root, run_id)
+    ledger = run_files.read_ledger_state(root / run_id)
     controller_alive = server.pid_alive(int(record.get("controllerPid") or 0))
     if live is not None and live["workflow"] == "running" and controller_alive and not result:
-        ledger = lifecycle.read_ledger_state(root / run_id)
         return {
             "state": "running",
             **live,
@@ -255,11 +261,11 @@ async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
         return {"state": "finished", **result}
     if not (root / run_id).is_dir():
         raise SetupError("run-unknown", f"no run {run_id} under {root} (pass --artifacts DIR?)")
-    # No result and no live workflow: the controller died before reporting.
-    ledger = lifecycle.read_ledger_state(root / run_id)
+    # No result and no live controller: it died before reporting.
     return {
         "state": "abandoned",
         "runId": run_id,
+        "workflow": None if live is None else live["workflow"],
         "module": record.get("module"),
         "ledger": ledger.directory,
         "receipt": "complete" if ledger.complete else "incomplete",
@@ -279,29 +285,19 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 async def _cancel_async(args: argparse.Namespace) -> dict[str, Any]:
-    from controller.platform.temporal import lifecycle, server
+    from controller.platform.temporal import control
 
     root = artifact_root(args)
-    await reap_stale(root)
     run_id: str = args.run_id
-    endpoint = server.configured_endpoint() or server.DevServer(root).live_endpoint()
-    if endpoint is None:
+    temporal = await _live_temporal(root)
+    await reap_stale(root, temporal)
+    live = None if temporal is None else await control.live_status(*temporal, run_id)
+    if temporal is None or live is None or live["workflow"] != "running":
         raise SetupError(
             "run-not-live",
-            f"no live Temporal for {root}, so run {run_id} is not live "
-            f"(`society status {run_id}` shows a finished run)",
+            f"run {run_id} is not live under {root} (`society status {run_id}` shows how it ended)",
         )
-    try:
-        client = await server.connect(endpoint)
-    except server.TemporalUnavailable as error:
-        raise SetupError(error.reason, str(error)) from None
-    live = await lifecycle.live_status(client, endpoint, run_id)
-    if live is None or live["workflow"] != "running":
-        raise SetupError(
-            "run-not-live",
-            f"run {run_id} is not live (`society status {run_id}` shows how it ended)",
-        )
-    workflow = await lifecycle.cancel(client, run_id, wait=not args.no_wait)
+    workflow = await control.cancel(temporal[0], run_id, wait=not args.no_wait)
     return {
         "runId": run_id,
         "cancel": "requested" if args.no_wait else "done",

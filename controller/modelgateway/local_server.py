@@ -33,6 +33,7 @@ LOCAL_MODEL_KEY_NAME = "SOCIETY_LOCAL_MODEL_KEY"
 _INSTALL_HINT = "run scripts/install-llm.sh (about 8 minutes the first time: it compiles llama.cpp)"
 _SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "pydantic_settings")
 _ADDRESS_IN_USE = "address already in use"
+_PASSED_ENV = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH"})
 _STOP_GRACE_S = 10.0
 
 # Runs in the child: die with the controller (Linux), then start llama.cpp's server as __main__.
@@ -97,7 +98,7 @@ class LocalModelServer:
         model_id: str = SMOLLM2_MODEL_ID,
         n_ctx: int = 2048,
         n_threads: int | None = None,
-        chat_format: str = "chatml",
+        chat_format: str | None = None,
         python: str = sys.executable,
         startup_timeout_s: float = 120.0,
         log_path: Path | None = None,
@@ -105,7 +106,9 @@ class LocalModelServer:
         self.model_id = model_id
         self._model_path = model_path
         self._n_ctx = n_ctx
-        self._n_threads = n_threads or max(1, os.cpu_count() or 1)
+        # Half the cores, as llama.cpp itself defaults: its threads spin at barriers, so more
+        # threads than idle cores (agents and the controller share them) is much slower.
+        self._n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
         self._chat_format = chat_format
         self._python = python
         self._startup_timeout_s = startup_timeout_s
@@ -177,9 +180,14 @@ class LocalModelServer:
             "--n_ctx", str(self._n_ctx),
             "--n_threads", str(self._n_threads),
             "--n_threads_batch", str(self._n_threads),
-            "--chat_format", self._chat_format,
+            "--verbose", "False",
         ]  # fmt: skip
-        env = {**os.environ, "API_KEY": self._key, "SOCIETY_PARENT_PID": str(os.getpid())}
+        if self._chat_format is not None:  # None: the chat template inside the GGUF
+            command += ["--chat_format", self._chat_format]
+        # The server reads any setting from same-named environment variables (pydantic-settings,
+        # no prefix), so it gets a clean environment: no stray N_CTX or VERBOSE, no provider keys.
+        env = {name: value for name, value in os.environ.items() if name in _PASSED_ENV}
+        env |= {"API_KEY": self._key, "SOCIETY_PARENT_PID": str(os.getpid())}
         self._process = await anyio.open_process(
             command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env
         )

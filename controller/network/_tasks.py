@@ -1,9 +1,11 @@
-"""A task group owned by a ``with`` block whose own exception propagates unwrapped."""
+"""Task helpers: a task group owned by a block, and a pool of long-lived worker tasks."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -27,3 +29,38 @@ async def owned_task_group() -> AsyncIterator[TaskGroup]:
             tasks.cancel_scope.cancel()
     if body_error is not None:
         raise body_error
+
+
+class WorkPool:
+    """Runs jobs on up to ``limit`` long-lived tasks of ``tasks``, grown as the load needs them.
+
+    Spawning a task per message costs more than handling the message; a pool keeps the
+    concurrency (each job may wait for a ledger commit) without the spawn. Jobs start in
+    submission order, and each runs to its first suspension before the next one starts. A job
+    handles its own errors, as a task would.
+    """
+
+    def __init__(self, tasks: TaskGroup, limit: int) -> None:
+        self._tasks = tasks
+        self._limit = limit
+        self._workers = 0
+        self._jobs: deque[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]] = deque()
+        self._idle: deque[anyio.Event] = deque()
+
+    def submit(self, job: Callable[..., Awaitable[None]], *args: Any) -> None:
+        self._jobs.append((job, args))
+        if self._idle:
+            self._idle.popleft().set()
+        elif self._workers < self._limit:
+            self._workers += 1
+            self._tasks.start_soon(self._work)
+
+    async def _work(self) -> None:
+        while True:
+            if self._jobs:
+                job, args = self._jobs.popleft()
+                await job(*args)
+                continue
+            wake = anyio.Event()
+            self._idle.append(wake)
+            await wake.wait()

@@ -12,6 +12,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from controller.events.network import RouterMessageDelivered
+from controller.network._tasks import WorkPool
 from controller.network.errors import CLOSE_CODES, ErrorCode, NetworkError
 from controller.network.protocol import (
     MAX_FRAME_BYTES,
@@ -29,13 +30,14 @@ from controller.network.protocol import (
     encode,
     parse_client_frame,
 )
-from ledger.errors import LedgerError
 
 if TYPE_CHECKING:
     from controller.network.router import Router, _Registration
 
 MAX_IN_FLIGHT = 256
 """Requests one connection may have in progress; past it the router stops reading its frames."""
+REQUEST_WORKERS = 32
+"""Requests of one connection waiting for their commit at once (the rest queue in order)."""
 _HEARTBEAT = encode(Heartbeat())
 
 
@@ -105,7 +107,8 @@ class _Connection:
         self.registration = registration
         self.participant = registration.participant
         self.inbox = router.fabric.inbox(registration.participant)
-        self._in_flight = anyio.Semaphore(MAX_IN_FLIGHT)
+        self._in_flight = 0
+        self._slot_freed = anyio.Event()
         self._last_heard = anyio.current_time()
 
     def close_for(self, reason: str) -> None:
@@ -134,7 +137,7 @@ class _Connection:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._until_closed, tasks, self._write_deliveries)
                 tasks.start_soon(self._until_closed, tasks, self._heartbeat)
-                await self._until_closed(tasks, self._read, tasks)
+                await self._until_closed(tasks, self._read, WorkPool(tasks, REQUEST_WORKERS))
         except ConnectionClosed:
             pass
         finally:
@@ -151,7 +154,7 @@ class _Connection:
         finally:
             tasks.cancel_scope.cancel()
 
-    async def _read(self, tasks: TaskGroup) -> None:
+    async def _read(self, requests: WorkPool) -> None:
         async for raw in self.websocket:
             self._last_heard = anyio.current_time()
             if not isinstance(raw, str):
@@ -163,17 +166,28 @@ class _Connection:
                 await self._reply(ErrorFrame(code="malformed-frame", message=_summary(exc)))
                 continue
             if isinstance(frame, SendMessage):
-                await self._in_flight.acquire()
-                tasks.start_soon(self._send, frame)
+                await self._admit()
+                requests.submit(self._send, frame)
             elif isinstance(frame, DeliveryAck):
-                await self._acknowledge(frame, tasks)
+                await self._acknowledge(frame)
             elif isinstance(frame, OpenConversation):
-                await self._in_flight.acquire()
-                tasks.start_soon(self._open, frame)
+                await self._admit()
+                requests.submit(self._open, frame)
             elif isinstance(frame, Authenticate):
                 await self._reply(
                     ErrorFrame(code="already-authenticated", message="authenticate once")
                 )
+
+    async def _admit(self) -> None:
+        """Wait for a free request slot; past ``MAX_IN_FLIGHT`` the reader stops reading."""
+        while self._in_flight >= MAX_IN_FLIGHT:
+            self._slot_freed = anyio.Event()
+            await self._slot_freed.wait()
+        self._in_flight += 1
+
+    def _release(self) -> None:
+        self._in_flight -= 1
+        self._slot_freed.set()
 
     async def _send(self, frame: SendMessage) -> None:
         try:
@@ -194,7 +208,7 @@ class _Connection:
         try:
             await self._reply(reply)
         finally:
-            self._in_flight.release()
+            self._release()
 
     async def _open(self, frame: OpenConversation) -> None:
         try:
@@ -211,13 +225,14 @@ class _Connection:
         try:
             await self._reply(reply)
         finally:
-            self._in_flight.release()
+            self._release()
 
-    async def _acknowledge(self, frame: DeliveryAck, tasks: TaskGroup) -> None:
+    async def _acknowledge(self, frame: DeliveryAck) -> None:
         outcome = self.inbox.acknowledge(frame.message_id)
         if outcome == "acknowledged":
-            await self._in_flight.acquire()
-            tasks.start_soon(self._record_delivered, frame.message_id)
+            self.router.fabric.record(
+                RouterMessageDelivered(message_id=frame.message_id, receiver_id=self.participant.id)
+            )
         elif outcome == "unknown":
             await self._reply(
                 ErrorFrame(
@@ -225,17 +240,6 @@ class _Connection:
                     message=f"{frame.message_id} was not delivered to {self.participant.id}",
                 )
             )
-
-    async def _record_delivered(self, message_id: str) -> None:
-        try:
-            await self.router.ledger.append(
-                RouterMessageDelivered(message_id=message_id, receiver_id=self.participant.id),
-                producer="router",
-            )
-        except LedgerError:
-            pass  # the ledger latched failed; the run's outcome reports it
-        finally:
-            self._in_flight.release()
 
     async def _write_deliveries(self) -> None:
         while True:

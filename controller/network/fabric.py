@@ -18,6 +18,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from controller.events.network import LinkMessageDelayed, LinkMessageDropped, LinkMessageHeld
+from controller.network._tasks import WorkPool
 from controller.network.links import (
     Delay,
     Deliver,
@@ -33,6 +34,8 @@ from ledger.events import Event
 from ledger.writer import LedgerWriter
 
 RECEIVER_OVERFLOW = "receiver-overflow"
+RECORDERS = 64
+"""Delivery-stage records (delivered, dropped, delayed, held) awaiting their commit at once."""
 DEFAULT_RECEIVER_CAPACITY = 1024
 
 
@@ -207,7 +210,6 @@ class Inbox:
 
     async def _drive(self, sender: Participant, lane: _Lane) -> None:
         """Release one sender's lane in order: each entry once its delay or hold is over."""
-        fabric = self._fabric
         try:
             while lane.entries:
                 entry = lane.entries[0]
@@ -271,6 +273,7 @@ class Fabric:
         self.tasks = tasks
         self.capacity = capacity
         self._ledger = ledger
+        self._recorders = WorkPool(tasks, RECORDERS)
         self._inboxes: dict[str, Inbox] = {}
 
     def inbox(self, receiver: Participant) -> Inbox:
@@ -287,7 +290,7 @@ class Fabric:
     def record(self, event: Event) -> anyio.Event:
         """Append ``event`` without making the caller wait; the result is set once it is done."""
         done = anyio.Event()
-        self.tasks.start_soon(self._append, event, done)
+        self._recorders.submit(self._append, event, done)
         return done
 
     async def _append(self, event: Event, done: anyio.Event) -> None:

@@ -48,10 +48,11 @@ def _copy(
         fd = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         return item("unreadable", detail=f"{type(exc).__name__}: {exc.strerror or exc}")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return item("unreadable", detail="not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return item("unreadable", detail="not a regular file")
         if info.st_size > limit:
             return item("oversize", size=info.st_size)
         destination.parent.mkdir(parents=True, exist_ok=True)

@@ -526,6 +526,8 @@ class ControlPlane:
             ip_addresses=["127.0.0.1"],
             server=True,
         )
+        # Lets controllers' delegated authentication trust the apiserver's proxied requests.
+        front_proxy = _issue("front-proxy-client", ca=self._ca, client=True)
         sa_private, sa_public = _service_account_keys()
         files = {
             "ca.crt": self._ca.cert_pem,
@@ -534,6 +536,8 @@ class ControlPlane:
             "apiserver.key": self._apiserver_cert.key_pem,
             "admin.crt": self._admin_cert.cert_pem,
             "admin.key": self._admin_cert.key_pem,
+            "front-proxy-client.crt": front_proxy.cert_pem,
+            "front-proxy-client.key": front_proxy.key_pem,
             "sa.key": sa_private,
             "sa.pub": sa_public,
         }
@@ -613,6 +617,13 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--authorization-mode=Node,RBAC",
                 "--allow-privileged=true",
+                f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
                 # No kubelet or kube-proxy: nothing would reach an endpoint on loopback.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
@@ -753,12 +764,6 @@ class ControlPlane:
                     "status": {
                         "allocatable": capacity,
                         "capacity": capacity,
-                        "nodeInfo": {
-                            "architecture": "amd64",
-                            "operatingSystem": "linux",
-                            "kubeletVersion": "fake",
-                            "kubeProxyVersion": "fake",
-                        },
                     },
                 }
             )

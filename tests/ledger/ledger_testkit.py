@@ -83,7 +83,9 @@ def write_ledger(
     complete: bool = True,
 ) -> Path:
     """A small finished ledger: alternating Said/Counted events plus the final checkpoint."""
-    anyio.run(lambda: write_ledger_async(directory, sample_events(count), key=key, complete=complete))
+    anyio.run(
+        lambda: write_ledger_async(directory, sample_events(count), key=key, complete=complete)
+    )
     return directory
 
 

@@ -246,9 +246,7 @@ def test_every_verification_reason_has_a_scenario() -> None:
 
 
 @pytest.mark.parametrize("reason", sorted(SCENARIOS))
-def test_damage_is_refused_with_its_reason(
-    reason: str, ledger_dir: Path, key: SigningKey
-) -> None:
+def test_damage_is_refused_with_its_reason(reason: str, ledger_dir: Path, key: SigningKey) -> None:
     open_ledger_artifacts(catalog, ledger_dir, trusted_key=key.public_key)  # valid before
     options = {"catalog": catalog, **SCENARIOS[reason](ledger_dir, key)}
     with pytest.raises(LedgerVerificationError) as caught:
@@ -289,7 +287,12 @@ def test_recomputing_every_digest_without_the_key_is_caught_by_a_signature(
 def test_a_self_consistent_forgery_passes_self_verification_but_not_a_pinned_key(
     ledger_dir: Path, key: SigningKey
 ) -> None:
-    forge(ledger_dir, SigningKey.generate(), records=_set_event("text", "forged", 1), set_public_key=True)
+    forge(
+        ledger_dir,
+        SigningKey.generate(),
+        records=_set_event("text", "forged", 1),
+        set_public_key=True,
+    )
     forged = open_ledger_artifacts(catalog, ledger_dir)
     assert forged.signature == "self"  # integrity only: whoever signed it, it is intact
     with pytest.raises(LedgerVerificationError) as caught:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -92,6 +93,8 @@ def test_a_sigkilled_controller_leaves_no_agent_and_an_incomplete_ledger_the_nex
 ) -> None:
     run, run_id = _start_endless(society)
     run_dir = society.artifacts / run_id
+    records = next(run_dir.glob("ledger/*/records.ndjson"))
+    assert wait_until(lambda: b"ledger.checkpoint/v1" in records.read_bytes(), 30)
     run.process.kill()  # the controller alone, as the OOM killer would
     run.finish()
     assert run.stdout_text == ""
@@ -101,11 +104,13 @@ def test_a_sigkilled_controller_leaves_no_agent_and_an_incomplete_ledger_the_nex
     assert not (ledger / "completion.json").exists()
     verified = verify(society, ledger, "--allow-incomplete")
     assert verified["valid"] is True and verified["complete"] is False
+    assert verified["lastCheckpoint"] >= 1, "a signature covers the records up to the checkpoint"
 
     status = society("status", run_id, "--artifacts", society.artifacts)  # the next start
     assert status.process.returncode == 0, status.stderr
-    assert status.result()["state"] == "abandoned"
-    assert status.result()["receipt"] == "incomplete"
+    abandoned = status.result()
+    assert (abandoned["state"], abandoned["receipt"]) == ("abandoned", "incomplete")
+    assert abandoned["workflow"] == "terminated", "the next start ends the orphaned workflow"
     assert not (run_dir / "pids").exists() and not (run_dir / "sandboxes").exists()
 
 
@@ -165,3 +170,42 @@ def test_status_and_cancel_act_on_a_live_run_from_another_process(
     assert finished["state"] == "finished" and finished["outcome"] == "Interrupted"
     assert not state_file.exists(), "the last run stopped the dev server"
     assert wait_until(lambda: not Path(f"/proc/{server_pid}").exists(), 10)
+
+
+def test_a_second_signal_stops_at_once_reaping_from_the_controller(
+    society: SocietyCommand,
+) -> None:
+    run, run_id = _start_endless(society)
+    run.interrupt()
+    run.wait_for_stderr("SIGINT: cancelling the run")
+    run.interrupt()
+    assert run.finish() == 130, run.stderr
+    assert run.result()["outcome"] == "Interrupted"
+    assert "cleanup: reaping the run's processes from the controller" in run.stderr
+    assert processes_naming(run_id) == []
+    verify(society, run.result()["ledger"], "--allow-incomplete")
+
+
+def test_losing_the_temporal_server_mid_program_is_cluster_lost(society: SocietyCommand) -> None:
+    del society.env["TEMPORAL_ADDRESS"]  # the run's own dev server, which this test kills
+    run, run_id = _start_endless(society)
+    server = json.loads((society.artifacts / ".temporal" / "server.json").read_text())
+    os.kill(server["pid"], signal.SIGKILL)
+    assert run.finish() == 1, run.stderr
+    result = run.result()
+    assert (result["outcome"], result["exit"]) == ("ClusterLost", "failure")
+    assert f"the Temporal server at {server['address']} is gone" in run.stderr
+    assert processes_naming(run_id) == []
+    verified = verify(society, result["ledger"], "--allow-incomplete")
+    assert verified.get("complete", True) is (result["receipt"] == "complete")
+
+
+def test_a_module_that_is_not_an_experiment_is_refused_before_anything_runs(
+    society: SocietyCommand, tmp_path: Path
+) -> None:
+    module = tmp_path / "not_an_experiment.py"
+    module.write_text("value = 1\n")
+    run = society.run(module)
+    assert run.finish() == 2, run.stderr
+    assert run.stdout_text == ""
+    assert "society run: error: " in run.stderr and "run_spec" in run.stderr

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import selectors
+import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 
+import ledger.writer
 from controller.events.network import network_events
 from ledger import Event, LedgerWriter, Provenance, open_ledger_writer
 
@@ -52,16 +56,39 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     """An event loop whose clock jumps over idle waits, like Trio's ``MockClock(autojump)``.
 
     ``anyio.current_time``/``sleep`` read the loop's clock, so a 10-minute link delay passes in
-    milliseconds of real time while the code under test sees ten minutes go by.
+    milliseconds of real time while the code under test sees ten minutes go by. The ledger
+    writer times its checkpoints with ``time.monotonic``; while this loop lives, that reads the
+    same virtual clock, or each jump would wait for the writer's real-time checkpoint timer.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.offset = 0.0
         self._selector = _JumpingSelector(self._selector, self)  # type: ignore[has-type]
+        ledger.writer.time = _VirtualTime(self)  # type: ignore[assignment]
 
     def time(self) -> float:
         return super().time() + self.offset
+
+    def close(self) -> None:
+        ledger.writer.time = time
+        super().close()
+
+
+class _VirtualTime:
+    """The ``time`` module as the ledger writer sees it under a ``VirtualClockLoop``."""
+
+    def __init__(self, loop: VirtualClockLoop) -> None:
+        self._loop = loop
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self._loop.offset
+
+    def monotonic_ns(self) -> int:
+        return time.monotonic_ns() + int(self._loop.offset * 1e9)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
 
 
 VIRTUAL_CLOCK = ("asyncio", {"loop_factory": VirtualClockLoop})
@@ -100,3 +127,30 @@ async def until_event(writer: LedgerWriter, cls: type[E], within: float = 10.0, 
             if isinstance(event, cls) and all(getattr(event, k) == v for k, v in match.items()):
                 return event
     raise AssertionError(f"the ledger completed without a matching {cls.__name__}")
+
+
+async def authenticate_raw(websocket: Any, token: str) -> dict[str, Any]:
+    """Send the authenticate frame on a raw connection; the router's answer, decoded."""
+    await websocket.send(json.dumps({"type": "authenticate", "versions": [1], "token": token}))
+    return dict(json.loads(await websocket.recv()))
+
+
+async def reply(websocket: Any, frame: dict[str, Any]) -> dict[str, Any]:
+    """Send one frame on a raw connection and return the next frame that is not a heartbeat."""
+    await websocket.send(json.dumps(frame))
+    while True:
+        answer = dict(json.loads(await websocket.recv()))
+        if answer["type"] != "heartbeat":
+            return answer
+
+
+async def poll_until(condition: Callable[[], Awaitable[bool] | bool], within: float = 10) -> None:
+    """Wait until ``condition()`` holds, checking every few milliseconds."""
+    with anyio.fail_after(within):
+        while True:
+            holds = condition()
+            if not isinstance(holds, bool):
+                holds = await holds
+            if holds:
+                return
+            await anyio.sleep(0.01)

@@ -254,16 +254,6 @@ async def test_a_coroutine_policy_is_refused_at_the_call(router: Router, cast: A
         router.network.links.shape(alice, bob, slow_policy, "async")  # type: ignore[arg-type]
 
 
-async def test_a_coroutine_policy_is_refused_at_the_call(router: Router, cast: Any) -> None:
-    alice, bob, *_ = cast
-
-    async def slow_policy(_delivery: LinkDelivery) -> Deliver:
-        return Deliver()
-
-    with pytest.raises(TypeError, match="plain function"):
-        router.network.links.shape(alice, bob, slow_policy, "async")  # type: ignore[arg-type]
-
-
 async def test_a_policy_that_raises_drops_with_reason_policy_error(
     router: Router, ledger: LedgerWriter, cast: Any
 ) -> None:

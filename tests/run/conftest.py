@@ -1,19 +1,11 @@
-"""Helpers for the kernel tests: real local runs in a temporary artifact root."""
+"""Fixtures for the kernel tests: real local runs in a temporary artifact root."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from controller.agents import ScriptedRuntime
-from controller.run import ProgramFinished, RunSpec
-from controller.run.outcomes import ClusterLost
-from ledger import LedgerArtifacts, open_ledger_artifacts
 
 
 @pytest.fixture(scope="module")
@@ -26,56 +18,3 @@ def artifact_root(tmp_path: Path) -> Path:
     root = tmp_path / "artifacts"
     root.mkdir()
     return root
-
-
-def verified(spec: RunSpec, outcome: ProgramFinished | ClusterLost) -> LedgerArtifacts:
-    """The run's ledger, verified offline against the key its receipt carries."""
-    receipt = outcome.receipt
-    assert receipt.complete
-    return open_ledger_artifacts(
-        spec.catalog,
-        receipt.ledger_dir,
-        expected_definition_id=spec.id,
-        trusted_key=receipt.public_key,
-    )
-
-
-def tags(ledger: LedgerArtifacts) -> list[str]:
-    return [record.tag for record in ledger]
-
-
-def processes_of(run_id: str) -> list[int]:
-    """Live processes whose command line names the run (every agent's launcher does)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if run_id.encode() in cmdline and state not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
-
-
-def with_command(runtime: ScriptedRuntime, *command: str, **changes: Any) -> ScriptedRuntime:
-    """The same runtime started with another entrypoint (to make an agent misbehave)."""
-    return dataclasses.replace(runtime, command=command, **changes)
-
-
-def agent_pid(artifact_root: Path, run_id: str, agent: str) -> int:
-    body = json.loads((artifact_root / run_id / "pids" / f"{agent}.json").read_text())
-    return int(body["pid"])
-
-
-def ledger_bytes(outcome: ProgramFinished | ClusterLost) -> bytes:
-    directory = Path(outcome.receipt.ledger_dir)
-    return b"".join(p.read_bytes() for p in sorted(directory.iterdir()))
-
-
-def only(items: Iterator[Any]) -> Any:
-    found = list(items)
-    assert len(found) == 1, found
-    return found[0]

@@ -30,7 +30,7 @@ from controller.events.run import (
 )
 from controller.platform.local import LocalCapacity, LocalPlatform
 from controller.run import ClusterLost, Failure, ProgramFinished, RunContext, Success
-from tests.run.conftest import (
+from run_support import (
     agent_pid,
     ledger_bytes,
     only,
@@ -278,7 +278,8 @@ async def test_declared_files_and_logs_are_harvested_by_digest_with_explicit_out
     policy = files["policy.json"]
     copy = run_dir / str(policy.artifact)
     assert copy.read_bytes() == alice.files["policy.json"]
-    assert policy.sha256 == only(ledger.events(AgentRuntimeReady)).files[0].sha256
+    declared = {f.path: f.sha256 for f in only(ledger.events(AgentRuntimeReady)).files}
+    assert policy.sha256 == declared["policy.json"]
     assert files["notes/big.txt"].size == 2000 and files["notes/big.txt"].artifact is None
     log = only(ledger.events(AgentRuntimeArtifact))
     assert log.kind == "log" and log.outcome == "harvested" and (run_dir / str(log.artifact)).is_file()

@@ -6,7 +6,7 @@ They run in the worker's process; on the local profile that is the ``society run
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -16,16 +16,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from controller.platform.temporal.models import ExecuteHeartbeat, Reservation
+from controller.platform.temporal.run_files import run_directory, run_record, write_run_record
 from controller.platform.temporal.workflow import CLEANUP, EXECUTE, PREPARE
 from controller.run import NO_PROGRESS, Counter, Progress, RunRequest, RunResult, execute_run
 
 HEARTBEAT_EVERY_S = 1.0
-RUN_FILE = "run.json"
-"""Written by ``prepare`` into the run's directory: the request and the controller's pid."""
-
-
-def run_directory(artifact_root: str | Path, run_id: str) -> Path:
-    return Path(artifact_root) / run_id
 
 
 class LifecycleActivities:
@@ -33,10 +28,14 @@ class LifecycleActivities:
 
     def __init__(self, progress: Progress | None = None) -> None:
         self._progress = progress
-        self._running: anyio.CancelScope | None = None
+        self._running: asyncio.Task[Any] | None = None
 
     def abort(self) -> None:
-        """Cancel a running ``execute`` from this process (its ledger is still finalized)."""
+        """Cancel a running ``execute`` from this process, as Temporal's cancel would.
+
+        The host task is cancelled (edge-triggered), never an enclosing scope: the kernel
+        finalizes the ledger on the way out and needs its own tasks alive to do so.
+        """
         if self._running is not None:
             self._running.cancel()
 
@@ -56,14 +55,17 @@ class LifecycleActivities:
         try:
             directory.mkdir()
         except FileExistsError:
-            if _read_run_file(directory).get("workflowRunId") != record["workflowRunId"]:
+            if (
+                run_record(request.artifact_root, request.run_id).get("workflowRunId")
+                != record["workflowRunId"]
+            ):
                 raise ApplicationError(
                     f"run id {request.run_id} is taken: {directory} exists "
                     "(omit --run-id to get a fresh one)",
                     type="RunIdTaken",
                     non_retryable=True,
                 ) from None
-        (directory / RUN_FILE).write_text(json.dumps(record), encoding="utf-8")
+        write_run_record(directory, record)
         self._phase(f"prepared {directory}")
         return Reservation(
             run_id=request.run_id, namespace=request.run_id, artifact_dir=str(directory)
@@ -74,23 +76,19 @@ class LifecycleActivities:
         """Run the controller once, heartbeating; a cancel finalizes the ledger, then re-raises."""
         progress = _ReportingProgress(self._progress)
         failure: Exception | None = None
-        async with anyio.create_task_group() as heartbeats:
-            heartbeats.start_soon(_heartbeat, progress)
-            with anyio.CancelScope() as self._running:
+        self._running = asyncio.current_task()
+        try:
+            async with anyio.create_task_group() as heartbeats:
+                heartbeats.start_soon(_heartbeat, progress)
                 try:
                     result = await execute_run(request, progress=progress)
                 except Exception as error:  # raised below, not wrapped in an exception group
                     failure = error
-            heartbeats.cancel_scope.cancel()
-        aborted, self._running = self._running.cancelled_caught, None
+                heartbeats.cancel_scope.cancel()
+        finally:
+            self._running = None
         if failure is not None:
             raise failure
-        if aborted:
-            raise ApplicationError(
-                "the controller process stopped this run",
-                type="ControllerAborted",
-                non_retryable=True,
-            )
         return result
 
     @activity.defn(name=CLEANUP)
@@ -132,11 +130,3 @@ class _ReportingProgress:
     def counter(self, label: str, total: int) -> Counter:
         self.last_phase = label
         return self._inner.counter(label, total)
-
-
-def _read_run_file(directory: Path) -> dict[str, Any]:
-    try:
-        value = json.loads((directory / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}

@@ -1,4 +1,4 @@
-"""Driving one run through ``SocietyRun`` from the controller process, and finding it later.
+"""Driving one run through ``SocietyRun`` from the controller process.
 
 On the local profile the ``society run`` process is also the run's worker: it polls a per-run
 task queue for the workflow and its activities, submits the workflow, and waits for it. An
@@ -9,21 +9,16 @@ once (aborting the controller in-process and reaping directly).
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import signal
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-)
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ActivityError,
@@ -31,28 +26,20 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
     is_cancelled_exception,
 )
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from controller.platform.temporal.activities import (
-    RUN_FILE,
-    LifecycleActivities,
-    reap,
-    run_directory,
-)
-from controller.platform.temporal.models import ExecuteHeartbeat
+from controller.platform.temporal.activities import LifecycleActivities, reap
+from controller.platform.temporal.run_files import read_ledger_state, run_directory
 from controller.platform.temporal.server import TemporalEndpoint
-from controller.platform.temporal.workflow import EXECUTE, SocietyRun
+from controller.platform.temporal.workflow import EXECUTE, PREPARE, SocietyRun
 from controller.run import RunRequest, RunResult
-
-RESULT_FILE = "result.json"
-"""The result line, kept in the run's directory for ``society status`` after the run."""
 
 Outcome = Literal["ProgramFinished", "ClusterLost", "Interrupted"]
 
 
 class RunRefused(Exception):
-    """The run could not start (its id is taken); nothing ran, nothing to clean up."""
+    """The run could not start (a taken id, a bad module, ...): nothing ran, there is no outcome."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -65,7 +52,7 @@ class RunReport:
 
     outcome: Outcome
     exit: Literal["success", "failure", "interrupted"]
-    run_id: str
+    run_id: str | None
     ledger_dir: str | None
     receipt_complete: bool
     records: int
@@ -192,8 +179,11 @@ class RunDriver:
                     "run-id-taken", f"Temporal already has a run {request.run_id}"
                 ) from None
             ending = await self._wait(handle)
-            if ending is None or isinstance(ending, RPCError):
-                self._activities.abort()  # the kernel finalizes the ledger before the worker stops
+            if not isinstance(ending, dict):
+                # The kernel finalizes the ledger before the worker stops; the SDK would log the
+                # aborted activity's traceback as if it were a controller error.
+                logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
+                self._activities.abort()
         if isinstance(ending, dict):
             return RunReport.from_result(RunResult.model_validate(ending))
         if isinstance(ending, WorkflowFailureError):
@@ -201,6 +191,7 @@ class RunDriver:
         root = Path(request.artifact_root)
         self._progress.phase("cleanup: reaping the run's processes from the controller")
         await reap(request.run_id, root)
+        self._progress.phase("cleanup: done")
         if isinstance(ending, RPCError):
             cause = f"the Temporal server at {self._endpoint.address} is gone: {ending}"
             return RunReport.from_artifacts(root, request.run_id, "ClusterLost", cause)
@@ -231,7 +222,8 @@ class RunDriver:
             f"{name}: cancelling the run; the ledger is finalized and every process reaped "
             "before exit (send it again to stop at once)"
         )
-        await handle.cancel()
+        with contextlib.suppress(RPCError):  # a lost server ends the wait with its own error
+            await handle.cancel()
 
     def _report_failure(self, error: WorkflowFailureError) -> RunReport:
         root, run_id = Path(self._request.artifact_root), self._request.run_id
@@ -239,12 +231,12 @@ class RunDriver:
         if is_cancelled_exception(cause):
             return RunReport.from_artifacts(root, run_id, "Interrupted")
         if isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError):
-            if cause.cause.type == "RunIdTaken":
-                raise RunRefused("run-id-taken", cause.cause.message)
+            if cause.activity_type in (PREPARE, EXECUTE):
+                # Whatever escapes the kernel escaped before the run started (a bad module, an
+                # unknown profile, a ledger that exists): nothing ran, so there is no outcome.
+                raise RunRefused(cause.cause.type or "refused", cause.cause.message)
             cause = cause.cause
-        return RunReport.from_artifacts(
-            root, run_id, "ClusterLost", f"the controller failed: {cause}"
-        )
+        return RunReport.from_artifacts(root, run_id, "ClusterLost", f"the run failed: {cause}")
 
 
 async def _cancel_scope_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
@@ -254,112 +246,3 @@ async def _cancel_scope_on(event: anyio.Event, scope: anyio.CancelScope) -> None
 
 def task_queue(run_id: str) -> str:
     return f"society-run-{run_id}"
-
-
-def workflow_url(endpoint: TemporalEndpoint, run_id: str) -> str | None:
-    if endpoint.ui_url is None:
-        return None
-    return f"{endpoint.ui_url.rstrip('/')}/namespaces/{endpoint.namespace}/workflows/{run_id}"
-
-
-def write_result(artifact_root: Path, report: RunReport) -> None:
-    directory = run_directory(artifact_root, report.run_id)
-    if directory.is_dir():
-        document = {**report.line(), "cause": report.cause}
-        (directory / RESULT_FILE).write_text(json.dumps(document) + "\n", encoding="utf-8")
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerState:
-    directory: str | None
-    complete: bool
-    records: int
-    public_key: str | None
-
-
-def read_ledger_state(run_dir: Path) -> LedgerState:
-    """What the run's ledger on disk says about itself (not a verification)."""
-    from ledger.format import COMPLETION, MANIFEST, RECORDS
-
-    manifests = sorted(run_dir.glob(f"ledger/*/{MANIFEST}"))
-    if not manifests:
-        return LedgerState(None, False, 0, None)
-    directory = manifests[0].parent
-    public_key = _json_file(directory / MANIFEST).get("publicKey")
-    completion = _json_file(directory / COMPLETION)
-    if "recordCount" in completion:
-        return LedgerState(str(directory), True, int(completion["recordCount"]), public_key)
-    try:
-        records = (directory / RECORDS).read_bytes().count(b"\n")
-    except OSError:
-        records = 0
-    return LedgerState(str(directory), False, records, public_key)
-
-
-def _json_file(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-async def live_status(
-    client: Client, endpoint: TemporalEndpoint, run_id: str
-) -> dict[str, Any] | None:
-    """The live run's workflow state, or None when Temporal does not know ``run_id``."""
-    handle = client.get_workflow_handle(run_id)
-    try:
-        description = await handle.describe()
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            return None
-        raise
-    status = description.status or WorkflowExecutionStatus.RUNNING
-    document: dict[str, Any] = {
-        "runId": run_id,
-        "workflow": status.name.lower(),
-        "temporal": endpoint.address,
-        "ui": workflow_url(endpoint, run_id),
-    }
-    for pending in description.raw_description.pending_activities:
-        document["step"] = pending.activity_type.name.removeprefix("society.")
-        if pending.activity_type.name == EXECUTE and pending.heartbeat_details.payloads:
-            [beat] = await client.data_converter.decode(
-                pending.heartbeat_details.payloads, [ExecuteHeartbeat]
-            )
-            document["phase"] = beat.phase
-    return document
-
-
-async def cancel(client: Client, run_id: str, *, wait: bool) -> str:
-    """Cancel the live run ``run_id``; with ``wait``, return once its workflow has closed."""
-    handle = client.get_workflow_handle(run_id)
-    await handle.cancel()
-    if not wait:
-        return "cancel-requested"
-    try:
-        await handle.result()
-    except WorkflowFailureError as error:
-        return "cancelled" if is_cancelled_exception(error.cause) else "failed"
-    return "completed"
-
-
-async def terminate_orphans(client: Client, run_ids: Iterable[str]) -> list[str]:
-    """Terminate the still-open workflows of runs whose controller died; returns their ids."""
-    terminated = []
-    for run_id in run_ids:
-        handle = client.get_workflow_handle(run_id)
-        with contextlib.suppress(RPCError):
-            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-                await handle.terminate("its controller died; reaped by a later `society` start")
-                terminated.append(run_id)
-    return terminated
-
-
-def run_record(artifact_root: Path, run_id: str) -> dict[str, Any]:
-    return _json_file(run_directory(artifact_root, run_id) / RUN_FILE)
-
-
-def finished_result(artifact_root: Path, run_id: str) -> dict[str, Any]:
-    return _json_file(run_directory(artifact_root, run_id) / RESULT_FILE)

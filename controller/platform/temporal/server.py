@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -24,11 +25,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 ADDRESS_ENV = "TEMPORAL_ADDRESS"
 NAMESPACE_ENV = "TEMPORAL_NAMESPACE"
@@ -81,6 +84,13 @@ def find_temporal_binary() -> Path | None:
     return Path(found) if found else None
 
 
+@functools.cache
+def quiet_runtime() -> Runtime:
+    """The SDK runtime, logging only errors: its retry warnings would drown the run's progress."""
+    quiet = TelemetryFilter(core_level="ERROR", other_level="ERROR")
+    return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
+
+
 async def connect(endpoint: TemporalEndpoint) -> Client:
     """A client with the pydantic converter, or ``TemporalUnavailable`` naming the next step."""
     try:
@@ -89,6 +99,7 @@ async def connect(endpoint: TemporalEndpoint) -> Client:
             namespace=endpoint.namespace,
             data_converter=pydantic_data_converter,
             connect_timeout=CONNECT_TIMEOUT,
+            runtime=quiet_runtime(),
         )
     except RuntimeError as error:  # the SDK reports transport failures as RuntimeError
         if endpoint.dev_server_pid is None:
@@ -104,6 +115,12 @@ async def connect(endpoint: TemporalEndpoint) -> Client:
             f"no Temporal server answers at {endpoint.address}: {error}",
             next_step,
         ) from error
+
+
+def workflow_url(endpoint: TemporalEndpoint, run_id: str) -> str | None:
+    if endpoint.ui_url is None:
+        return None
+    return f"{endpoint.ui_url.rstrip('/')}/namespaces/{endpoint.namespace}/workflows/{run_id}"
 
 
 def configured_endpoint() -> TemporalEndpoint | None:
@@ -229,7 +246,7 @@ class DevServer:
                 next_step,
             ) from None
 
-    def _read_state(self) -> dict[str, object] | None:
+    def _read_state(self) -> dict[str, Any] | None:
         try:
             state = json.loads(self.state_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -261,7 +278,7 @@ async def wait_serving(
             raise ProcessLookupError(address)
         client: Client | None = None
         with contextlib.suppress(RuntimeError):
-            client = await Client.connect(address)
+            client = await Client.connect(address, runtime=quiet_runtime())
         if client is not None and await client.service_client.check_health():
             return
         if time.monotonic() > deadline:

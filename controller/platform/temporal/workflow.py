@@ -50,7 +50,7 @@ class SocietyRun:
         )
         try:
             self._phase = "execute"
-            return await workflow.execute_activity(
+            result: dict[str, Any] = await workflow.execute_activity(
                 EXECUTE,
                 request,
                 result_type=dict[str, Any],
@@ -60,6 +60,7 @@ class SocietyRun:
                 retry_policy=RetryPolicy(maximum_attempts=1),
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
+            return result
         finally:
             self._phase = "cleanup"
             await _shielded(

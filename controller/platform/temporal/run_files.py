@@ -1,0 +1,71 @@
+"""The files a run keeps beside its ledger: ``run.json`` (what ran, by which controller) and
+``result.json`` (the result line), and what the ledger on disk says about itself."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.format import COMPLETION, MANIFEST, RECORDS
+
+RUN_FILE = "run.json"
+"""Written by ``prepare``: the request (no secrets) and the controller's pid."""
+RESULT_FILE = "result.json"
+"""Written by ``society run`` when it ends: the result line and its cause."""
+
+
+def run_directory(artifact_root: str | Path, run_id: str) -> Path:
+    return Path(artifact_root) / run_id
+
+
+def write_run_record(directory: Path, record: dict[str, Any]) -> None:
+    (directory / RUN_FILE).write_text(json.dumps(record), encoding="utf-8")
+
+
+def run_record(artifact_root: str | Path, run_id: str) -> dict[str, Any]:
+    return _json_file(run_directory(artifact_root, run_id) / RUN_FILE)
+
+
+def write_result(artifact_root: str | Path, run_id: str, document: dict[str, Any]) -> None:
+    directory = run_directory(artifact_root, run_id)
+    if directory.is_dir():
+        (directory / RESULT_FILE).write_text(json.dumps(document) + "\n", encoding="utf-8")
+
+
+def finished_result(artifact_root: str | Path, run_id: str) -> dict[str, Any]:
+    return _json_file(run_directory(artifact_root, run_id) / RESULT_FILE)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    directory: str | None
+    complete: bool
+    records: int
+    public_key: str | None
+
+
+def read_ledger_state(run_dir: Path) -> LedgerState:
+    """What the run's ledger on disk says about itself (not a verification)."""
+    manifests = sorted(run_dir.glob(f"ledger/*/{MANIFEST}"))
+    if not manifests:
+        return LedgerState(None, False, 0, None)
+    directory = manifests[0].parent
+    public_key = _json_file(directory / MANIFEST).get("publicKey")
+    completion = _json_file(directory / COMPLETION)
+    if "recordCount" in completion:
+        return LedgerState(str(directory), True, int(completion["recordCount"]), public_key)
+    try:
+        records = (directory / RECORDS).read_bytes().count(b"\n")
+    except OSError:
+        records = 0
+    return LedgerState(str(directory), False, records, public_key)
+
+
+def _json_file(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,248 @@
+"""The writer: exclusive create, group commit, idempotent completion, latched failure, followers."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import anyio
+import pytest
+from ledger_testkit import (
+    RUN_ID,
+    Counted,
+    Said,
+    Unused,
+    catalog,
+    sample_events,
+    write_ledger_async,
+)
+
+from ledger import (
+    CatalogError,
+    DurableFiles,
+    LedgerCompletionConflict,
+    LedgerError,
+    LedgerExistsError,
+    LedgerWriteError,
+    LedgerWriter,
+    Provenance,
+    Record,
+    open_ledger_artifacts,
+    open_ledger_writer,
+)
+from ledger.format import COMPLETION, RECORDS
+
+pytestmark = pytest.mark.anyio
+
+PROVENANCE = Provenance(package_version="0", python_version="3", profile="test")
+
+
+def _open(directory: Path, files: DurableFiles | None = None):  # type: ignore[no-untyped-def]
+    return open_ledger_writer(
+        directory,
+        catalog=catalog,
+        definition_id="test.definition",
+        run_id=RUN_ID,
+        provenance=PROVENANCE,
+        files=files,
+    )
+
+
+async def test_a_ledger_is_never_overwritten(tmp_path: Path) -> None:
+    await write_ledger_async(tmp_path / "l", sample_events(1))
+    before = (tmp_path / "l" / RECORDS).read_bytes()
+    with pytest.raises(LedgerExistsError) as caught:
+        async with _open(tmp_path / "l"):
+            pass
+    assert caught.value.reason == "ledger-exists"
+    assert (tmp_path / "l" / RECORDS).read_bytes() == before
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LedgerExistsError):
+        async with _open(tmp_path / "empty"):
+            pass
+
+
+async def test_concurrent_appends_commit_in_groups_and_return_their_records(
+    tmp_path: Path,
+) -> None:
+    returned: list[Record] = []
+    async with _open(tmp_path / "l") as writer:
+
+        async def speak(i: int) -> None:
+            returned.append(await writer.append(Said(speaker="a", text=str(i)), producer=f"p{i}"))
+
+        async with anyio.create_task_group() as tasks:
+            for i in range(50):
+                tasks.start_soon(speak, i)
+        assert writer.record_count == 50
+        assert writer.receipt().record_count == 50 and not writer.receipt().complete
+        receipt = await writer.complete()
+    assert sorted(r.sequence for r in returned) == list(range(50))
+    assert receipt.complete and receipt.record_count == 51  # and the final checkpoint
+    ledger = open_ledger_artifacts(catalog, tmp_path / "l")
+    assert {r.event_id: r.producer for r in ledger.records[:50]} == {
+        r.event_id: r.producer for r in returned
+    }
+    assert returned[0].envelope == ledger[returned[0].sequence].envelope
+
+
+async def test_an_undeclared_event_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    async with _open(tmp_path / "l") as writer:
+        with pytest.raises(CatalogError) as caught:
+            await writer.append(Unused(flag=True), producer="p")
+        assert caught.value.reason == "undeclared-event"
+        assert writer.record_count == 0
+        await writer.append(Counted(n=1), producer="p")
+        await writer.complete()
+    assert len(open_ledger_artifacts(catalog, tmp_path / "l")) == 2
+
+
+async def test_completion_is_idempotent(tmp_path: Path) -> None:
+    async with _open(tmp_path / "l") as writer:
+        await writer.append(Counted(n=1), producer="p")
+        first, second = await writer.complete(), await writer.complete()
+        completion = (tmp_path / "l" / COMPLETION).read_bytes()
+        third = await writer.complete()
+    assert first == second == third == writer.receipt()
+    assert (tmp_path / "l" / COMPLETION).read_bytes() == completion
+
+
+async def test_concurrent_completions_agree(tmp_path: Path) -> None:
+    receipts = []
+    async with _open(tmp_path / "l") as writer:
+        await writer.append(Counted(n=1), producer="p")
+
+        async def finish() -> None:
+            receipts.append(await writer.complete())
+
+        async with anyio.create_task_group() as tasks:
+            for _ in range(3):
+                tasks.start_soon(finish)
+    assert len(receipts) == 3 and receipts[0] == receipts[1] == receipts[2]
+    assert receipts[0].record_count == 2
+
+
+async def test_a_different_completion_on_disk_is_a_conflict(tmp_path: Path) -> None:
+    async with _open(tmp_path / "l") as writer:
+        await writer.append(Counted(n=1), producer="p")
+        await writer.complete()
+        (tmp_path / "l" / COMPLETION).write_bytes(b'{"someone":"else"}')
+        with pytest.raises(LedgerCompletionConflict) as caught:
+            await writer.complete()
+    assert caught.value.reason == "completion-conflict"
+    assert (tmp_path / "l" / COMPLETION).read_bytes() == b'{"someone":"else"}'  # left as is
+
+
+async def test_nothing_is_appended_after_completion(tmp_path: Path) -> None:
+    async with _open(tmp_path / "l") as writer:
+        await writer.complete()
+        with pytest.raises(LedgerError) as caught:
+            await writer.append(Counted(n=1), producer="p")
+    assert caught.value.reason == "ledger-closed"
+
+
+class FailingFiles(DurableFiles):
+    """Real files, except that writes to records.ndjson fail once ``broken`` is set."""
+
+    def __init__(self) -> None:
+        self.broken = False
+        self.records_fd = -1
+
+    def create(self, path: Path) -> int:
+        fd = super().create(path)
+        if path.name == RECORDS:
+            self.records_fd = fd
+        return fd
+
+    def write(self, fd: int, data: bytes) -> None:
+        if self.broken and fd == self.records_fd:
+            raise OSError(28, "No space left on device")
+        super().write(fd, data)
+
+
+async def test_a_write_error_latches_the_writer_failed(tmp_path: Path) -> None:
+    files = FailingFiles()
+    seen: list[int] = []
+    async with _open(tmp_path / "l", files) as writer:
+
+        async def follow() -> None:
+            async for record in writer.records():
+                seen.append(record.sequence)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(follow)
+            for i in range(3):
+                await writer.append(Counted(n=i), producer="p")
+            files.broken = True
+            with pytest.raises(LedgerWriteError) as caught:
+                await writer.append(Counted(n=3), producer="p")
+            assert caught.value.reason == "write-failed"
+            assert "No space left" in caught.value.detail
+            files.broken = False  # the disk recovers; the writer stays failed
+            with pytest.raises(LedgerWriteError):
+                await writer.append(Counted(n=4), producer="p")
+            with pytest.raises(LedgerWriteError):
+                await writer.complete()
+            assert writer.failed is caught.value
+    assert seen == [0, 1, 2]  # the follower ended with the durable prefix
+    view = open_ledger_artifacts(catalog, tmp_path / "l", allow_incomplete=True)
+    assert [r.sequence for r in view] == [0, 1, 2]
+    assert view.stop is not None and view.stop.reason == "no-completion"
+
+
+async def test_every_append_waiting_in_a_failed_batch_fails(tmp_path: Path) -> None:
+    files = FailingFiles()
+    files.broken = True
+    outcomes: list[BaseException] = []
+    async with _open(tmp_path / "l", files) as writer:
+
+        async def append(i: int) -> None:
+            try:
+                await writer.append(Counted(n=i), producer="p")
+            except LedgerWriteError as exc:
+                outcomes.append(exc)
+
+        async with anyio.create_task_group() as tasks:
+            for i in range(20):
+                tasks.start_soon(append, i)
+    assert len(outcomes) == 20 and all(o is outcomes[0] for o in outcomes)
+
+
+async def _collect(writer: LedgerWriter, into: list[int], *, said_only: bool = False) -> None:
+    if said_only:
+        async for event in writer.events(Said):
+            into.append(int(event.text))
+    else:
+        async for record in writer.records():
+            into.append(record.sequence)
+
+
+async def test_concurrent_followers_see_every_record_in_order_and_end_at_completion(
+    tmp_path: Path,
+) -> None:
+    early: list[list[int]] = [[] for _ in range(3)]
+    late: list[list[int]] = [[] for _ in range(2)]
+    said: list[int] = []
+    async with _open(tmp_path / "l") as writer:
+        async with anyio.create_task_group() as readers:
+            for into in early:
+                readers.start_soon(_collect, writer, into)
+            readers.start_soon(functools.partial(_collect, writer, said, said_only=True))
+
+            async def appender(slot: int) -> None:
+                for i in range(slot, 200, 8):
+                    event = Said(speaker="s", text=str(i)) if i % 2 else Counted(n=i)
+                    await writer.append(event, producer=f"p{slot}")
+
+            async with anyio.create_task_group() as appenders:
+                for slot in range(8):
+                    appenders.start_soon(appender, slot)
+                await anyio.sleep(0.01)
+                for into in late:  # join while appends are in flight: catch up, then follow
+                    readers.start_soon(_collect, writer, into)
+            await writer.complete()
+    total = writer.record_count
+    assert total == 201
+    for seen in [*early, *late]:
+        assert seen == list(range(total))
+    assert sorted(said) == [i for i in range(200) if i % 2]
