@@ -63,6 +63,7 @@ class LedgerWriter:
     ) -> None:
         self.directory = directory
         self.catalog = EventCatalog.merge(ledger_catalog, catalog)
+        self._classes = frozenset(self.catalog)  # the hot path's membership test
         self.manifest = manifest
         self._key = signing_key
         self._files = files
@@ -75,9 +76,9 @@ class LedgerWriter:
         self._count = 0
         self._since_checkpoint = 0
         self._checkpoint_at = time.monotonic()
-        # What is durable: only this reaches readers, receipts and record_count.
-        self._durable_count = 0
-        self._durable_head = self._manifest_sha
+        # What is durable (count, head), one tuple so no reader sees half an update; only this
+        # reaches followers, receipts and record_count.
+        self._durable = (0, self._manifest_sha)
         self._committed_bytes = 0
         self._records_hash = hashlib.sha256()
         self._open = _Batch()
@@ -103,7 +104,7 @@ class LedgerWriter:
     @property
     def record_count(self) -> int:
         """Durable records so far (checkpoints included)."""
-        return self._durable_count
+        return self._durable[0]
 
     @property
     def failed(self) -> LedgerWriteError | None:
@@ -118,8 +119,9 @@ class LedgerWriter:
         correlation_id: str | None = None,
     ) -> Record:
         """Append ``event``; returns once its bytes (and all before them) are durable."""
-        self._check_open()
-        if type(event) not in self.catalog:
+        if self._closing or self._failure is not None:
+            self._check_open()
+        if type(event) not in self._classes:
             self.catalog.encode(event)  # raises the catalog's typed error
         batch = self._open
         index = len(batch.entries)
@@ -159,11 +161,12 @@ class LedgerWriter:
         """What the ledger proves right now: complete, or its durable prefix."""
         if self._completion is not None:
             return self._completion
+        count, head = self._durable
         return LedgerReceipt(
             ledger_dir=str(self.directory),
             run_id=self.run_id,
-            record_count=self._durable_count,
-            head_digest=self._durable_head,
+            record_count=count,
+            head_digest=head,
             public_key=self.public_key,
             complete=False,
         )
@@ -275,7 +278,7 @@ class LedgerWriter:
         self._files.fsync(self._fd)
         self._records_hash.update(data)
         self._committed_bytes += len(data)
-        self._durable_count, self._durable_head = self._count, self._head
+        self._durable = (self._count, self._head)
 
     def _encode(
         self,
@@ -284,7 +287,7 @@ class LedgerWriter:
         causation_id: str | None,
         correlation_id: str | None,
     ) -> tuple[bytes, Record]:
-        wire = self.catalog.encode(event)
+        wire = event.to_wire()  # append() admitted only the catalog's classes
         elapsed = max(time.monotonic_ns() - self._started_ns, self._last_elapsed)
         sequence = self._count
         envelope: dict[str, Any] = {
@@ -326,13 +329,14 @@ class LedgerWriter:
         self._sealed = True
 
     def _publish_completion(self) -> LedgerReceipt:
+        count, head = self._durable
         unsigned = Completion(
             ledger_format_version=LEDGER_FORMAT_VERSION,
             run_id=self.run_id,
-            record_count=self._durable_count,
+            record_count=count,
             manifest_sha256=self._manifest_sha,
             records_sha256=self._records_hash.hexdigest(),
-            head_digest=self._durable_head,
+            head_digest=head,
             signature="",
         )
         completion = unsigned.model_copy(
@@ -348,8 +352,8 @@ class LedgerWriter:
         return LedgerReceipt(
             ledger_dir=str(self.directory),
             run_id=self.run_id,
-            record_count=self._durable_count,
-            head_digest=self._durable_head,
+            record_count=count,
+            head_digest=head,
             public_key=self.public_key,
             complete=True,
         )

@@ -10,6 +10,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import anyio
@@ -125,7 +126,10 @@ async def _send_response(
         *response.headers,
     ]
     await stream.send(
-        _serialize(connection, h11.Response(status_code=response.status, headers=headers))
+        _serialize(
+            connection,
+            h11.Response(status_code=response.status, headers=headers, reason=_reason(response)),
+        )
         + _serialize(connection, h11.Data(data=response.body))
         + _serialize(connection, h11.EndOfMessage())
     )
@@ -138,6 +142,13 @@ async def _try_send_error(
         await _send_response(connection, stream, _error_response(status, message))
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.ProtocolError):
         pass
+
+
+def _reason(response: HttpResponse) -> bytes:
+    try:
+        return HTTPStatus(response.status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 def _serialize(connection: h11.Connection, event: Any) -> bytes:

@@ -124,11 +124,13 @@ class ModelGateway:
 
     async def __aenter__(self) -> Self:
         keys = {provider.name: self._key_for(provider) for provider in self._providers}
+        connections: dict[str, ProviderConnection] = {}
         async with AsyncExitStack() as stack:
             for provider in self._providers:
                 connection = ProviderConnection(provider, keys[provider.name])
                 stack.push_async_callback(connection.aclose)
-                self._connections[provider.model] = connection
+                connections[provider.model] = connection
+            self._connections = connections
             listener = await anyio.create_tcp_listener(local_host=self._host, local_port=self._port)
             stack.push_async_callback(listener.aclose)
             self._bound_port = listener.extra(SocketAttribute.local_port)

@@ -36,12 +36,13 @@ _ADDRESS_IN_USE = "address already in use"
 _PASSED_ENV = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH"})
 _STOP_GRACE_S = 10.0
 
-# Runs in the child: die with the controller (Linux), then start llama.cpp's server as __main__.
+# Runs in the child: die with the controller (Linux; SIGKILL, since a graceful shutdown would wait
+# for generations nobody will read), then start llama.cpp's server as __main__.
 _LAUNCHER = """\
 import ctypes, os, runpy, signal, sys
 if sys.platform == "linux":
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
     if os.getppid() != int(os.environ.pop("SOCIETY_PARENT_PID", os.getppid())):

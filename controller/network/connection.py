@@ -109,7 +109,7 @@ class _Connection:
         self.inbox = router.fabric.inbox(registration.participant)
         self._in_flight = 0
         self._slot_freed = anyio.Event()
-        self._last_heard = anyio.current_time()
+        self._frames_heard = 0
 
     def close_for(self, reason: str) -> None:
         self.router.tasks.start_soon(self._close, reason)
@@ -156,7 +156,7 @@ class _Connection:
 
     async def _read(self, requests: WorkPool) -> None:
         async for raw in self.websocket:
-            self._last_heard = anyio.current_time()
+            self._frames_heard += 1
             if not isinstance(raw, str):
                 await self._reply(ErrorFrame(code="malformed-frame", message="binary frame"))
                 continue
@@ -252,9 +252,14 @@ class _Connection:
             await self.websocket.send(message.wire())
 
     async def _heartbeat(self) -> None:
+        """Send a heartbeat every interval; close when the client sent nothing for the timeout."""
+        heard, last_heard = self._frames_heard, anyio.current_time()
         while True:
             await anyio.sleep(self.router.heartbeat_interval)
-            if anyio.current_time() - self._last_heard > self.router.heartbeat_timeout:
+            now = anyio.current_time()
+            if self._frames_heard != heard:
+                heard, last_heard = self._frames_heard, now
+            elif now - last_heard > self.router.heartbeat_timeout:
                 await self._close("heartbeat-timeout")
                 return
             await self.websocket.send(_HEARTBEAT)

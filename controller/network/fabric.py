@@ -45,13 +45,16 @@ class Signal:
     __slots__ = ("_event",)
 
     def __init__(self) -> None:
-        self._event = anyio.Event()
+        self._event: anyio.Event | None = None
 
     def notify(self) -> None:
-        self._event.set()
-        self._event = anyio.Event()
+        if self._event is not None:  # nobody waits: nothing to do (the common case)
+            self._event.set()
+            self._event = None
 
     async def wait(self) -> None:
+        if self._event is None:
+            self._event = anyio.Event()
         await self._event.wait()
 
 
@@ -112,10 +115,6 @@ class Inbox:
         self._acked: set[str] = set()
         self._size = 0
 
-    @property
-    def size(self) -> int:
-        return self._size
-
     def take(self, owner: object) -> Message | None:
         """The next ready delivery for ``owner``, now counted as sent and unacknowledged."""
         if owner is not self.owner or not self._ready:
@@ -168,32 +167,26 @@ class Inbox:
         if self._size >= fabric.capacity:
             fabric.record(self._dropped(message, RECEIVER_OVERFLOW))
             return
-        lane = self._lanes.get(sender.id)
+        verdict: Verdict = Deliver()
+        cleared = None
         pair = fabric.links.pair(sender.id, self.receiver.id)
-        if pair is None or not pair.policies:
-            if lane is None:
-                self._size += 1
-                self._make_ready(message)
-                return
-            verdict: Verdict = Deliver()
-            cleared = None
-        else:
+        if pair is not None and pair.policies:
             cleared = pair.cleared
             verdict = pair.evaluate(LinkDelivery(sender, self.receiver, message.delivery))
             if isinstance(verdict, Drop):
                 fabric.record(self._dropped(message, verdict.reason))
                 return
-            if lane is None and isinstance(verdict, Deliver):
-                self._size += 1
-                self._make_ready(message)
-                return
         self._size += 1
+        lane = self._lanes.get(sender.id)
+        if lane is None and isinstance(verdict, Deliver):  # nothing ahead of it: straight through
+            self._make_ready(message)
+            return
         now = anyio.current_time()
         recorded = None
         if isinstance(verdict, Hold):
-            recorded = fabric.record(LinkMessageHeld(**self._ids(message)))
+            recorded = fabric.record_before(LinkMessageHeld(**self._ids(message)))
         elif isinstance(verdict, Delay):
-            recorded = fabric.record(
+            recorded = fabric.record_before(
                 LinkMessageDelayed(**self._ids(message), total_seconds=verdict.seconds)
             )
         if lane is None:
@@ -242,10 +235,10 @@ class Inbox:
         entry.cleared = pair.cleared
         verdict = pair.evaluate(LinkDelivery(sender, self.receiver, entry.message.delivery))
         if isinstance(verdict, Drop):
-            entry.recorded = fabric.record(self._dropped(entry.message, verdict.reason))
+            entry.recorded = fabric.record_before(self._dropped(entry.message, verdict.reason))
         elif isinstance(verdict, Delay):
             entry.due = anyio.current_time() + verdict.seconds
-            entry.recorded = fabric.record(
+            entry.recorded = fabric.record_before(
                 LinkMessageDelayed(**self._ids(entry.message), total_seconds=verdict.seconds)
             )
         entry.verdict = verdict
@@ -287,16 +280,21 @@ class Fabric:
             if receiver.id != message.delivery.sender.id:
                 self.inbox(receiver).offer(message)
 
-    def record(self, event: Event) -> anyio.Event:
-        """Append ``event`` without making the caller wait; the result is set once it is done."""
-        done = anyio.Event()
+    def record(self, event: Event, done: anyio.Event | None = None) -> None:
+        """Append ``event`` without making the caller wait; ``done`` is set once it is durable."""
         self._recorders.submit(self._append, event, done)
+
+    def record_before(self, event: Event) -> anyio.Event:
+        """Append ``event``; what it announces may take effect once the returned event is set."""
+        done = anyio.Event()
+        self.record(event, done)
         return done
 
-    async def _append(self, event: Event, done: anyio.Event) -> None:
+    async def _append(self, event: Event, done: anyio.Event | None) -> None:
         try:
             await self._ledger.append(event, producer="router")
         except LedgerError:
             pass  # the ledger latched failed; the run's outcome reports it
         finally:
-            done.set()
+            if done is not None:
+                done.set()

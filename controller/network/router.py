@@ -83,20 +83,25 @@ class _Conversation:
 class _Once:
     """The single outcome of an idempotent request; retries with the same key share it."""
 
-    __slots__ = ("_done", "_error", "_result", "fingerprint")
+    __slots__ = ("_error", "_result", "_settled", "_waiters", "fingerprint")
 
     def __init__(self, fingerprint: object) -> None:
         self.fingerprint = fingerprint
-        self._done = anyio.Event()
+        self._settled = False
+        self._waiters: anyio.Event | None = None  # made only when a retry overtakes the first
         self._result: Any = None
         self._error: NetworkError | None = None
 
     def settle(self, result: Any = None, error: NetworkError | None = None) -> None:
-        self._result, self._error = result, error
-        self._done.set()
+        self._result, self._error, self._settled = result, error, True
+        if self._waiters is not None:
+            self._waiters.set()
 
     async def outcome(self) -> Any:
-        await self._done.wait()
+        if not self._settled:
+            if self._waiters is None:
+                self._waiters = anyio.Event()
+            await self._waiters.wait()
         if self._error is not None:
             raise self._error
         return self._result
@@ -226,7 +231,7 @@ class Router:
         if waited.cancelled_caught:
             failure = f"connections did not close within {STOP_TIMEOUT_SECONDS}s"
         for registration in self._by_id.values():
-            if registration.connection is not None:
+            if registration.kind == "endpoint" and registration.connection is not None:
                 registration.connection.close_for("router-stopping")
         try:
             if failure is not None:

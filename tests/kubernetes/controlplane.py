@@ -143,13 +143,19 @@ def _issue(
     ip_addresses: Sequence[str] = (),
     server: bool = False,
     client: bool = False,
+    rsa_pkcs1: bool = False,
 ) -> _KeyPair:
+    """A certificate and key (ECDSA P-256, PKCS#8; or RSA, PKCS#1 with `rsa_pkcs1`)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    key = ec.generate_private_key(ec.SECP256R1())
+    key: Any = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        if rsa_pkcs1
+        else ec.generate_private_key(ec.SECP256R1())
+    )
     attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
     if organization:
         attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
@@ -194,12 +200,14 @@ def _issue(
     names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
     if names:
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    cert = builder.sign(signing_key, hashes.SHA256())  # type: ignore[arg-type]
+    cert = builder.sign(signing_key, hashes.SHA256())
     return _KeyPair(
         cert.public_bytes(serialization.Encoding.PEM),
         key.private_bytes(
             serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
+            serialization.PrivateFormat.TraditionalOpenSSL
+            if rsa_pkcs1
+            else serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         ),
     )
@@ -512,8 +520,13 @@ class ControlPlane:
             "kubernetes-admin", ca=self._ca, organization="system:masters", client=True
         )
         # One webhook CA for the out-of-cluster controllers; named so Kueue's rotator keeps it.
+        # Kueue's rotator also parses the CA key as PKCS#1 RSA.
         self._webhook_ca = _issue(
-            KUEUE_CA_NAME, is_ca=True, dns_names=[KUEUE_CA_NAME], organization="kueue"
+            KUEUE_CA_NAME,
+            is_ca=True,
+            dns_names=[KUEUE_CA_NAME],
+            organization="kueue",
+            rsa_pkcs1=True,
         )
         self._webhook_cert = _issue(
             f"{KUEUE_WEBHOOK_SERVICE}.{KUEUE_NAMESPACE}.svc",

@@ -68,7 +68,7 @@ def test_the_view_is_immutable(tmp_path: Path) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         ledger.records = ()  # type: ignore[misc]
     with pytest.raises(AttributeError):
-        ledger[0].event = Counted(n=5)  # type: ignore[misc]
+        ledger[0].event = Counted(n=5)
     with pytest.raises(TypeError):
         ledger.metadata["purpose"] = "changed"  # type: ignore[index]
     assert isinstance(ledger.records, tuple)

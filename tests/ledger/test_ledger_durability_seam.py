@@ -105,12 +105,12 @@ async def _exercise(directory: Path, files: RecordingFiles) -> Sightings:
             record = await writer.append(Counted(n=i), producer="p")
             sightings.returned.append((record.sequence, files.survives_power_cut(records)))
 
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(read)
-            for i in range(40):
-                tasks.start_soon(append, i)
-            await anyio.sleep(0)
-        await writer.complete()
+        async with anyio.create_task_group() as readers:
+            readers.start_soon(read)
+            async with anyio.create_task_group() as appenders:
+                for i in range(40):
+                    appenders.start_soon(append, i)
+            await writer.complete()
     return sightings
 
 

@@ -1,4 +1,4 @@
-"""Properties: canonical JSON is one stable byte form; envelopes and events survive the round trip."""
+"""Properties: canonical JSON is one stable byte form; envelopes and events round-trip."""
 
 from __future__ import annotations
 

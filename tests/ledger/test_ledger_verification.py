@@ -258,9 +258,9 @@ def test_damage_is_refused_with_its_reason(reason: str, ledger_dir: Path, key: S
 @pytest.mark.parametrize(
     ("tampering", "reason"),
     [
-        (lambda lines: lines[:2] + [lines[3], lines[2]] + lines[4:], "sequence-gap"),  # reorder
-        (lambda lines: lines[:3] + [lines[2]] + lines[3:], "sequence-gap"),  # duplicate
-        (lambda lines: lines[:-1] + [lines[-1][:-1]], "torn-tail"),  # drop the final newline
+        (lambda lines: [*lines[:2], lines[3], lines[2], *lines[4:]], "sequence-gap"),  # reorder
+        (lambda lines: [*lines[:3], lines[2], *lines[3:]], "sequence-gap"),  # duplicate
+        (lambda lines: [*lines[:-1], lines[-1][:-1]], "torn-tail"),  # drop the final newline
         (lambda lines: [*lines, lines[-1]], "sequence-gap"),  # replay the last record
     ],
     ids=["reorder", "duplicate", "newline-dropped", "replayed"],

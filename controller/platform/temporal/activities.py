@@ -43,28 +43,27 @@ class LifecycleActivities:
     async def prepare(self, request: RunRequest) -> Reservation:
         """Reserve the run id, namespace and artifact directory; nothing else, no secrets."""
         directory = run_directory(request.artifact_root, request.run_id)
-        record = {
-            "runId": request.run_id,
-            "workflowRunId": activity.info().workflow_run_id,
-            "module": request.module_path,
-            "profile": request.profile,
-            "seed": request.seed,
-            "controllerPid": os.getpid(),
-        }
+        workflow_run_id = activity.info().workflow_run_id
         directory.parent.mkdir(parents=True, exist_ok=True)
         try:
             directory.mkdir()
         except FileExistsError:
-            if (
-                run_record(request.artifact_root, request.run_id).get("workflowRunId")
-                != record["workflowRunId"]
-            ):
+            # a retry of this very prepare finds its own directory; anything else is a clash
+            if run_record(directory.parent, request.run_id).get("workflowRunId") != workflow_run_id:
                 raise ApplicationError(
                     f"run id {request.run_id} is taken: {directory} exists "
                     "(omit --run-id to get a fresh one)",
                     type="RunIdTaken",
                     non_retryable=True,
                 ) from None
+        record = {
+            "runId": request.run_id,
+            "workflowRunId": workflow_run_id,
+            "module": request.module_path,
+            "profile": request.profile,
+            "seed": request.seed,
+            "controllerPid": os.getpid(),
+        }
         write_run_record(directory, record)
         self._phase(f"prepared {directory}")
         return Reservation(

@@ -31,13 +31,6 @@ EXECUTE_TIMEOUT = timedelta(hours=24)
 
 @workflow.defn(name="SocietyRun")
 class SocietyRun:
-    def __init__(self) -> None:
-        self._phase = "prepare"
-
-    @workflow.query
-    def phase(self) -> str:
-        return self._phase
-
     @workflow.run
     async def run(self, request: dict[str, Any]) -> dict[str, Any]:
         """``request`` is the kernel's ``RunRequest`` and the result its ``RunResult``, as JSON."""
@@ -49,7 +42,6 @@ class SocietyRun:
             retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["RunIdTaken"]),
         )
         try:
-            self._phase = "execute"
             result: dict[str, Any] = await workflow.execute_activity(
                 EXECUTE,
                 request,
@@ -62,7 +54,6 @@ class SocietyRun:
             )
             return result
         finally:
-            self._phase = "cleanup"
             await _shielded(
                 workflow.start_activity(
                     CLEANUP,
@@ -75,7 +66,6 @@ class SocietyRun:
                     ),
                 )
             )
-            self._phase = "done"
 
 
 async def _shielded(activity: workflow.ActivityHandle[Any]) -> None:

@@ -1,0 +1,176 @@
+"""If the controller dies, its agents die with it; the next start reaps what the run left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.platform.local import reap_run, reap_stale_runs
+from controller.platform.local_reap import ProcessRecord, boot_id, write_record
+from controller.run import new_run_id
+from run_support import processes_of
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MODULE = """\
+from pathlib import Path
+import anyio
+from controller import RunSpec
+from controller.agents import scripted
+
+async def execute(ctx):
+    Path({marker!r}).write_text("dispatched")
+    await anyio.sleep_forever()
+
+run_spec = RunSpec.define(
+    id="acme.orphans/v1",
+    agents={{"alice": scripted(), "bob": scripted()}},
+    execute=execute,
+)
+"""
+
+CONTROLLER = """\
+import sys
+import anyio
+from controller.run import RunRequest, execute_run
+
+module, run_id, root = sys.argv[1:4]
+anyio.run(execute_run, RunRequest(module_path=module, run_id=run_id, artifact_root=root))
+"""
+
+
+def wait_until(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_agents_do_not_outlive_a_killed_controller_and_the_next_start_reaps_the_run(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "artifacts"
+    marker = tmp_path / "dispatched"
+    module = tmp_path / "orphans.py"
+    module.write_text(MODULE.format(marker=str(marker)))
+    run_id = new_run_id()
+    controller = subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER, str(module), run_id, str(root)], cwd=ROOT
+    )
+    try:
+        wait_until(marker.exists, 60, "the program to be dispatched")
+        pids = root / run_id / "pids"
+        agents = [
+            ProcessRecord.read(pids / f"{name}.json") for name in ("alice", "bob")
+        ]
+        assert all(record is not None and record.is_alive() for record in agents)
+        controller.send_signal(signal.SIGKILL)
+        controller.wait(10)
+        wait_until(
+            lambda: not any(r is not None and r.is_alive() for r in agents),
+            5,
+            "the agents to die with their controller",
+        )
+        assert processes_of(run_id) == []
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+            controller.wait()
+
+    run_dir = root / run_id
+    assert (run_dir / "sandboxes").is_dir()  # left behind, with its secrets files
+    assert not (run_dir / "ledger" / "main" / "completion.json").exists()
+    reports = reap_stale_runs(root)
+    assert [(r.run_id, r.skipped) for r in reports] == [(run_id, None)]
+    assert not (run_dir / "sandboxes").exists() and not (run_dir / "pids").exists()
+    assert (run_dir / "ledger" / "main" / "records.ndjson").is_file()  # evidence stays
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A stand-in for an orphaned agent: its command line names a run, like a launcher's."""
+    run_id = new_run_id()
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", run_id], start_new_session=True
+    )
+    process.run_id = run_id  # type: ignore[attr-defined]
+    wait_until(lambda: ProcessRecord.of(process.pid, "probe") is not None, 5, "the sleeper")
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def orphan(root: Path, run_id: str, agent: ProcessRecord, controller_alive: bool) -> None:
+    pids = root / run_id / "pids"
+    controller = (
+        ProcessRecord.of(os.getpid(), "controller")
+        if controller_alive
+        else ProcessRecord(pid=2**22 - 1, start_time=1, boot_id=boot_id(), uid=os.getuid(), role="controller")
+    )
+    assert controller is not None
+    write_record(pids, controller)
+    write_record(pids, agent)
+    (root / run_id / "sandboxes" / agent.role / "work").mkdir(parents=True)
+
+
+def test_reaping_kills_a_dead_runs_agent_after_checking_its_start_time(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    run_id = sleeper.run_id  # type: ignore[attr-defined]
+    record = ProcessRecord.of(sleeper.pid, "alice")
+    assert record is not None
+    orphan(tmp_path, run_id, record, controller_alive=False)
+    (report,) = reap_stale_runs(tmp_path)
+    assert report.run_id == run_id and sleeper.pid in report.killed
+    assert sleeper.wait(5) == -signal.SIGKILL
+    assert not (tmp_path / run_id / "sandboxes").exists()
+
+
+def test_a_reused_pid_is_never_killed(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    run_id = sleeper.run_id  # type: ignore[attr-defined]
+    record = ProcessRecord.of(sleeper.pid, "alice")
+    assert record is not None
+    earlier = ProcessRecord(
+        pid=record.pid, start_time=record.start_time - 1, boot_id=record.boot_id, uid=record.uid,
+        role="alice",
+    )  # fmt: skip
+    orphan(tmp_path, run_id, earlier, controller_alive=False)
+    (report,) = reap_stale_runs(tmp_path)
+    assert report.killed == ()
+    assert sleeper.poll() is None
+
+
+def test_a_process_that_does_not_name_the_run_is_not_ours_to_kill(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    other_run = new_run_id()
+    record = ProcessRecord.of(sleeper.pid, "alice")
+    assert record is not None
+    orphan(tmp_path, other_run, record, controller_alive=False)
+    assert reap_run(other_run, tmp_path).killed == ()
+    assert sleeper.poll() is None
+
+
+def test_a_run_whose_controller_is_alive_is_left_alone(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    run_id = sleeper.run_id  # type: ignore[attr-defined]
+    record = ProcessRecord.of(sleeper.pid, "alice")
+    assert record is not None
+    orphan(tmp_path, run_id, record, controller_alive=True)
+    (report,) = reap_stale_runs(tmp_path)
+    assert report.skipped == "controller alive" and report.killed == ()
+    assert sleeper.poll() is None
+    assert json.loads((tmp_path / run_id / "pids" / "alice.json").read_text())["pid"] == sleeper.pid
