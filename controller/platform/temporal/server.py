@@ -60,10 +60,6 @@ class TemporalEndpoint:
     dev_server_pid: int | None = None
 
 
-def configured_address() -> str | None:
-    return os.environ.get(ADDRESS_ENV) or None
-
-
 def namespace() -> str:
     return os.environ.get(NAMESPACE_ENV) or "default"
 
@@ -124,8 +120,8 @@ def workflow_url(endpoint: TemporalEndpoint, run_id: str) -> str | None:
 
 
 def configured_endpoint() -> TemporalEndpoint | None:
-    address = configured_address()
-    if address is None:
+    address = os.environ.get(ADDRESS_ENV)
+    if not address:
         return None
     return TemporalEndpoint(address=address, namespace=namespace(), ui_url=os.environ.get(UI_ENV))
 
