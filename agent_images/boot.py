@@ -23,7 +23,15 @@ BRIDGE_FD = "SOCIETY_BRIDGE_FD"
 SECRETS_FILE = "SOCIETY_SECRETS_FILE"
 RUN_SEED = "SOCIETY_RUN_SEED"
 
-BOOT_VARIABLES = (AGENT_NAME, ROUTER_URL, ROUTER_CA_FILE, BRIDGE_PORT, BRIDGE_FD, SECRETS_FILE, RUN_SEED)
+BOOT_VARIABLES = (
+    AGENT_NAME,
+    ROUTER_URL,
+    ROUTER_CA_FILE,
+    BRIDGE_PORT,
+    BRIDGE_FD,
+    SECRETS_FILE,
+    RUN_SEED,
+)
 
 DEFAULT_SECRETS_FILE = ".society/secrets.json"
 
@@ -91,7 +99,7 @@ class BootConfig:
         )
 
     def bridge_socket(self) -> socket.socket:
-        """The listening bridge socket: inherited on the local profile, bound here in a container."""
+        """The listening bridge socket: inherited (local profile) or bound here (a container)."""
         if self.bridge_fd is not None:
             return socket.socket(fileno=self.bridge_fd)
         sock = socket.create_server(("0.0.0.0", self.bridge_port), reuse_port=False)

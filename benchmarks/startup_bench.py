@@ -93,7 +93,8 @@ def main() -> None:
             print(json.dumps(results[-1]), flush=True)
     largest = max(results, key=lambda r: r["agents"])
     verdict = "meets" if largest["ratio"] <= TARGET_RATIO else "misses"
-    print(f"{largest['agents']} agents: {largest['ratio']}x the baseline ({verdict} <= {TARGET_RATIO}x)")
+    ratio = largest["ratio"]
+    print(f"{largest['agents']} agents: {ratio}x the baseline ({verdict} <= {TARGET_RATIO}x)")
 
 
 if __name__ == "__main__":

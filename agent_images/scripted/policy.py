@@ -77,7 +77,9 @@ class Rule(_Data):
         try:
             re.compile(self.match.replace("{me}", "me"))
         except re.error as exc:
-            raise ValueError(f"rule match {self.match!r} is not a regular expression: {exc}") from None
+            raise ValueError(
+                f"rule match {self.match!r} is not a regular expression: {exc}"
+            ) from None
         return self
 
 
@@ -114,7 +116,7 @@ class ScriptedPolicy(_Data):
         offers: tuple[str, ...] = (),
         accepts: tuple[str, ...] = (),
         concede_after: int | None = None,
-        delay: Delay = Delay(),
+        delay: Delay | None = None,
         silence: float = 0.0,
     ) -> ScriptedPolicy:
         """Propose when addressed as ``@name`` with the word 'propos', consider every proposal."""
@@ -127,7 +129,7 @@ class ScriptedPolicy(_Data):
             offers=offers,
             accepts=accepts,
             concede_after=concede_after,
-            delay=delay,
+            delay=delay or Delay(),
             silence=silence,
         )
 
@@ -221,7 +223,9 @@ class PolicyEngine:
         conversation = None if peers else message.conversation_id
         if conversation is None and not peers:
             return Decision()  # an instruction with nowhere to answer
-        return Decision(self._budget([Outgoing(text, self._delay(rule.delay), conversation, peers)]))
+        return Decision(
+            self._budget([Outgoing(text, self._delay(rule.delay), conversation, peers)])
+        )
 
     def _text(self, rule: Rule, message: Incoming) -> str | None:
         if rule.action == "say":

@@ -1,4 +1,4 @@
-"""Runtime descriptors: what a platform needs to start one agent, and the bridge that attaches to it.
+"""Runtime descriptors: what a platform needs to start one agent, and the bridge attaching to it.
 
 A descriptor owns its container entrypoint (image, command, environment, files, credentials by
 reference, resources, bridge port, what to harvest) and its controller-side bridge
@@ -53,6 +53,9 @@ class Resources:
             )
 
 
+DEFAULT_RESOURCES = Resources()
+
+
 @dataclass(frozen=True, slots=True)
 class SecretRef:
     """Where the controller finds a credential's value; only this reference is ever recorded.
@@ -79,6 +82,9 @@ class Harvest:
     def __post_init__(self) -> None:
         for path in self.files:
             _check_relative(path, "harvest path")
+
+
+DEFAULT_HARVEST = Harvest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +117,10 @@ class RuntimeDescriptor(ABC):
     """Relative path in the working directory -> content."""
     credentials: Mapping[str, SecretRef] = field(default_factory=dict)
     """Credential name -> reference; values reach the agent only through its secrets file."""
-    resources: Resources = Resources()
+    resources: Resources = DEFAULT_RESOURCES
     bridge_port: int = 7400
     """The port the application serves its bridge on inside its sandbox."""
-    harvest: Harvest = Harvest()
+    harvest: Harvest = DEFAULT_HARVEST
     events: EventCatalog = field(default_factory=EventCatalog.make)
     """Event classes the runtime's bridge may record; merged into the run's catalog."""
     ready_timeout_s: float = 60.0

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
@@ -38,6 +39,8 @@ SCRIPTED_IMAGE = "society/scripted:dev"
 """The locally built image; cluster profiles need it pinned by digest (``image=...@sha256:...``)."""
 
 SCRIPTED_COMMAND = ("python", "-m", "agent_images.scripted")
+SCRIPTED_RESOURCES = Resources(cpu=0.02, memory_mib=64, memory_limit_mib=1536)
+"""A scripted agent idles at ~40 MiB resident; 50 of them fit one core's admission budget."""
 _MAX_LINE = 1024 * 1024
 _REPORT_GRACE_S = 1.0
 
@@ -124,7 +127,7 @@ class ScriptedRuntime(RuntimeDescriptor):
     policy: ScriptedPolicy = field(default_factory=ScriptedPolicy)
     image: str = SCRIPTED_IMAGE
     command: tuple[str, ...] = SCRIPTED_COMMAND
-    resources: Resources = Resources(cpu=0.02, memory_mib=64, memory_limit_mib=1536)
+    resources: Resources = SCRIPTED_RESOURCES
     ready_timeout_s: float = 60.0
 
     @asynccontextmanager
@@ -169,7 +172,7 @@ def scripted(
     return ScriptedRuntime(
         policy=policy,
         image=image,
-        resources=resources or Resources(cpu=0.02, memory_mib=64, memory_limit_mib=1536),
+        resources=resources or SCRIPTED_RESOURCES,
         environment=dict(environment or {}),
         files={POLICY_FILE: body, **given},
         credentials=dict(credentials or {}),
@@ -241,7 +244,7 @@ async def _first(answer: Observation[dict[str, Any]], closed: anyio.Event) -> di
 
     async def wait_closed(tasks: TaskGroup) -> None:
         await closed.wait()
-        await anyio.sleep(0)  # let an answer read just before the close win
+        await anyio.lowlevel.checkpoint()  # let an answer read just before the close win
         result.append(answer.peek())
         tasks.cancel_scope.cancel()
 

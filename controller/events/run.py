@@ -184,7 +184,7 @@ class ProgramSucceeded(Event):
 
 
 class ProgramFailed(Event):
-    """The experiment's ``execute`` raised; ``reason`` is machine-readable when the error has one."""
+    """The experiment's ``execute`` raised; ``reason`` is the error's own, when it has one."""
 
     tag: ClassVar[str] = "society.program-failed/v1"
 

@@ -189,7 +189,7 @@ class LocalSession(PlatformSession):
             ) from exc
         listener = socket.create_server(("127.0.0.1", 0))
         port: int = listener.getsockname()[1]
-        log = open(home / "output.log", "ab")  # noqa: SIM115 - the child holds it
+        log = await anyio.to_thread.run_sync(open, home / "output.log", "ab")
         try:
             env = scrubbed_environment(
                 descriptor,

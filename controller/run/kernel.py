@@ -32,9 +32,15 @@ from controller.events.run import (
 )
 from controller.run.context import CustomerEvents, LedgerView, RunContext
 from controller.run.interruption import Interruption, relayed_cancellation
-from controller.run.outcomes import ClusterCause, ClusterLost, Failure, Outcome, ProgramFinished
+from controller.run.outcomes import (
+    ClusterCause,
+    ClusterLost,
+    Failure,
+    Outcome,
+    ProgramFinished,
+    Success,
+)
 from controller.run.outcomes import Exit as ProgramExit
-from controller.run.outcomes import Success
 from controller.run.platform import AdmissionRefused, Platform, PlatformSession, RunPlacement
 from controller.run.progress import NO_PROGRESS, Progress
 from controller.run.readiness import GateFailure, GateResult
@@ -90,7 +96,9 @@ class Run:
             platform = LocalPlatform()
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()
         seed = seed if seed is not None else secrets.randbits(32)
-        root = (Path(artifact_root) if artifact_root is not None else default_artifact_root()).resolve()
+        root = (
+            Path(artifact_root) if artifact_root is not None else default_artifact_root()
+        ).resolve()
         metadata = {
             "seed": seed,
             "profile": platform.profile,
@@ -110,7 +118,13 @@ class Run:
                 signing_key=signing_key,
             ) as writer:
                 kernel = _Kernel(
-                    spec, platform, writer, root / run_id, seed, progress or NO_PROGRESS, interruption
+                    spec,
+                    platform,
+                    writer,
+                    root / run_id,
+                    seed,
+                    progress or NO_PROGRESS,
+                    interruption,
                 )
                 try:
                     result = await kernel.run()
@@ -218,7 +232,7 @@ class _Kernel:
         async with self.platform.session(placement) as session:
             async with anyio.create_task_group() as tasks:
                 try:
-                    return await self._society(router, session, tasks, credentials)
+                    result = await self._society(router, session, tasks, credentials)
                 except BaseException as exc:
                     if not isinstance(exc, Exception):
                         with anyio.CancelScope(shield=True):
@@ -228,6 +242,7 @@ class _Kernel:
                     with anyio.CancelScope(shield=True):
                         await self.society.wind_down(session)
                     tasks.cancel_scope.cancel()  # keepers still attaching, watchers of the unborn
+        return result
 
     async def _society(
         self, router: Any, session: PlatformSession, tasks: Any, credentials: dict[str, Any]
@@ -246,11 +261,15 @@ class _Kernel:
             return await self._interrupted(self.interruption.reason)
         dead = society.dead_at_the_gate()
         if gate.passed and dead:
-            failure = GateFailure(dead[0], "exited-before-dispatch", "its process ended at the gate")
+            failure = GateFailure(
+                dead[0], "exited-before-dispatch", "its process ended at the gate"
+            )
             gate = GateResult(False, gate.ready, (failure,), gate.elapsed_ms)
         if not gate.passed:
             return await self._gate_failed(gate)
-        await society.record(ReadinessGatePassed(agents=list(gate.ready), elapsed_ms=gate.elapsed_ms))
+        await society.record(
+            ReadinessGatePassed(agents=list(gate.ready), elapsed_ms=gate.elapsed_ms)
+        )
         await router.dispatch()
         society.phase = "program"
         self.progress.phase("running program")
@@ -297,7 +316,9 @@ class _Kernel:
 
     async def _gate_failed(self, gate: GateResult) -> ClusterCause:
         failed = [failure.agent for failure in gate.failures]
-        failed += [name for name in self.spec.agents if name not in gate.ready and name not in failed]
+        failed += [
+            name for name in self.spec.agents if name not in gate.ready and name not in failed
+        ]
         first = gate.failures[0] if gate.failures else None
         reason = first.reason if first else "not-ready"
         await self.society.record(

@@ -1,4 +1,4 @@
-"""The ``Platform`` interface a profile implements: admit, start, expose bridges, harvest, tear down.
+"""The ``Platform`` interface of a profile: admit, start, expose bridges, harvest, tear down.
 
 The kernel drives it; ``LocalPlatform`` (child processes) implements it, and a Kubernetes
 platform (one Agent Sandbox per agent, Kueue admission) implements the same seams.

@@ -94,7 +94,11 @@ class Society:
             pass
 
     def start(
-        self, router: Any, session: PlatformSession, tasks: TaskGroup, credentials: Mapping[str, Any]
+        self,
+        router: Any,
+        session: PlatformSession,
+        tasks: TaskGroup,
+        credentials: Mapping[str, Any],
     ) -> tuple[Counter, Counter]:
         started = self.progress.counter("agents started", len(self.slots))
         readied = self.progress.counter("agents ready", len(self.slots))
@@ -292,7 +296,9 @@ def termination_event(slot: AgentSlot, termination: Termination, phase: RunPhase
     if isinstance(termination, Completed):
         return AgentRuntimeCompleted(**common)
     if isinstance(termination, Failed):
-        return AgentRuntimeFailed(**common, detail=termination.detail, exit_code=termination.exit_code)
+        return AgentRuntimeFailed(
+            **common, detail=termination.detail, exit_code=termination.exit_code
+        )
     if isinstance(termination, Signaled):
         return AgentProcessSignaled(
             **common, signal=termination.signal, signal_name=termination.signal_name

@@ -1,6 +1,6 @@
 """Grade a negotiation run: did alice and bob agree, on what, after how many proposals?
 
-    society grade examples/graders/negotiation.py <ledger-dir>
+society grade examples/graders/negotiation.py <ledger-dir>
 """
 
 from __future__ import annotations

@@ -63,11 +63,15 @@ def test_the_same_seed_gives_the_same_choices_and_delays() -> None:
 
 
 def test_silence_rule_limits_and_send_budget_are_followed() -> None:
-    quiet = PolicyEngine(ScriptedPolicy(rules=(Rule(texts=("hi",)),), silence=1.0), name="a", seed=0)
+    quiet = PolicyEngine(
+        ScriptedPolicy(rules=(Rule(texts=("hi",)),), silence=1.0), name="a", seed=0
+    )
     assert texts(quiet, Incoming("b", "hello", "c")) == []
     limited = PolicyEngine(ScriptedPolicy(rules=(Rule(texts=("hi",), limit=2),)), name="a", seed=0)
     assert [texts(limited, Incoming("b", "x", "c")) for _ in range(3)] == [["hi"], ["hi"], []]
-    budget = PolicyEngine(ScriptedPolicy(rules=(Rule(texts=("hi",)),), max_sends=1), name="a", seed=0)
+    budget = PolicyEngine(
+        ScriptedPolicy(rules=(Rule(texts=("hi",)),), max_sends=1), name="a", seed=0
+    )
     assert [texts(budget, Incoming("b", "x", "c")) for _ in range(2)] == [["hi"], []]
 
 

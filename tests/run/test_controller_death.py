@@ -7,17 +7,16 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from run_support import processes_of
 
 from controller.platform.local import reap_run, reap_stale_runs
 from controller.platform.local_reap import ProcessRecord, boot_id, write_record
 from controller.run import new_run_id
-from run_support import processes_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,9 +70,7 @@ def test_agents_do_not_outlive_a_killed_controller_and_the_next_start_reaps_the_
     try:
         wait_until(marker.exists, 60, "the program to be dispatched")
         pids = root / run_id / "pids"
-        agents = [
-            ProcessRecord.read(pids / f"{name}.json") for name in ("alice", "bob")
-        ]
+        agents = [ProcessRecord.read(pids / f"{name}.json") for name in ("alice", "bob")]
         assert all(record is not None and record.is_alive() for record in agents)
         controller.send_signal(signal.SIGKILL)
         controller.wait(10)
@@ -117,7 +114,9 @@ def orphan(root: Path, run_id: str, agent: ProcessRecord, controller_alive: bool
     controller = (
         ProcessRecord.of(os.getpid(), "controller")
         if controller_alive
-        else ProcessRecord(pid=2**22 - 1, start_time=1, boot_id=boot_id(), uid=os.getuid(), role="controller")
+        else ProcessRecord(
+            pid=2**22 - 1, start_time=1, boot_id=boot_id(), uid=os.getuid(), role="controller"
+        )
     )
     assert controller is not None
     write_record(pids, controller)

@@ -11,6 +11,15 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
+from run_support import (
+    agent_pid,
+    ledger_bytes,
+    only,
+    processes_of,
+    tags,
+    verified,
+    with_command,
+)
 
 from agent_images.scripted.policy import OWNER, Delay, Opening, Rule, ScriptedPolicy
 from controller import Event, EventCatalog, Run, RunSpec
@@ -30,15 +39,6 @@ from controller.events.run import (
 )
 from controller.platform.local import LocalCapacity, LocalPlatform
 from controller.run import ClusterLost, Failure, ProgramFinished, RunContext, Success
-from run_support import (
-    agent_pid,
-    ledger_bytes,
-    only,
-    processes_of,
-    tags,
-    verified,
-    with_command,
-)
 
 pytestmark = pytest.mark.anyio
 
@@ -151,11 +151,16 @@ async def test_an_agent_killed_mid_run_is_evidence_and_the_program_goes_on(
 
     spec = spec_of(execute)
     outcome = await Run.execute(spec, artifact_root=artifact_root)
-    assert isinstance(outcome, ProgramFinished) and outcome.exit == Success("alice heard: say still here")
+    assert isinstance(outcome, ProgramFinished) and outcome.exit == Success(
+        "alice heard: say still here"
+    )
     ledger = verified(spec, outcome)
     signaled = only(ledger.events(AgentProcessSignaled))
     assert (signaled.agent, signaled.signal, signaled.signal_name, signaled.phase) == (
-        "bob", 9, "SIGKILL", "program"
+        "bob",
+        9,
+        "SIGKILL",
+        "program",
     )
     assert [e.agent for e in ledger.events(AgentRuntimeCompleted)] == ["alice"]
 
@@ -249,12 +254,14 @@ async def test_declared_files_and_logs_are_harvested_by_digest_with_explicit_out
     async def execute(ctx: RunContext) -> None:
         run_dir = artifact_root / ctx.ledger.run_id
         secrets_file = run_dir / "sandboxes" / "alice" / "work" / ".society" / "secrets.json"
-        seen["mode"] = stat.S_IMODE(secrets_file.stat().st_mode)
-        seen["secrets"] = json.loads(secrets_file.read_text())
+        seen["mode"] = stat.S_IMODE((await anyio.Path(secrets_file).stat()).st_mode)
+        seen["secrets"] = json.loads(await anyio.Path(secrets_file).read_text())
         pid = agent_pid(artifact_root, ctx.ledger.run_id, "alice")
-        seen["environ"] = Path(f"/proc/{pid}/environ").read_bytes()
+        seen["environ"] = await anyio.Path(f"/proc/{pid}/environ").read_bytes()
 
-    harvest = Harvest(files=("policy.json", "notes/big.txt", "missing.txt", "subdir"), max_bytes=1000)
+    harvest = Harvest(
+        files=("policy.json", "notes/big.txt", "missing.txt", "subdir"), max_bytes=1000
+    )
     alice = scripted(
         echo,
         files={"notes/big.txt": "x" * 2000, "subdir/inner.txt": "y"},
@@ -282,13 +289,13 @@ async def test_declared_files_and_logs_are_harvested_by_digest_with_explicit_out
     assert policy.sha256 == declared["policy.json"]
     assert files["notes/big.txt"].size == 2000 and files["notes/big.txt"].artifact is None
     log = only(ledger.events(AgentRuntimeArtifact))
-    assert log.kind == "log" and log.outcome == "harvested" and (run_dir / str(log.artifact)).is_file()
+    assert (
+        log.kind == "log" and log.outcome == "harvested" and (run_dir / str(log.artifact)).is_file()
+    )
 
     assert seen["mode"] == 0o600
     assert seen["secrets"]["credentials"] == {"API_KEY": "sk-not-for-the-ledger-123"}
-    environ = dict(
-        item.split(b"=", 1) for item in seen["environ"].split(b"\0") if b"=" in item
-    )
+    environ = dict(item.split(b"=", 1) for item in seen["environ"].split(b"\0") if b"=" in item)
     assert environ[b"GREETING"] == b"hello" and environ[b"SOCIETY_AGENT_NAME"] == b"alice"
     assert b"sk-not-for-the-ledger-123" not in seen["environ"]
     assert seen["secrets"]["routerToken"].encode() not in seen["environ"]
@@ -314,7 +321,9 @@ async def test_a_missing_credential_fails_the_agents_start(
     spec = spec_of(execute, alice=alice)
     outcome = await Run.execute(spec, artifact_root=artifact_root)
     assert isinstance(outcome, ClusterLost)
-    assert only(verified(spec, outcome).events(AgentRuntimeStartFailed)).reason == "credential-missing"
+    assert (
+        only(verified(spec, outcome).events(AgentRuntimeStartFailed)).reason == "credential-missing"
+    )
 
 
 async def test_cancellation_finalizes_the_run_and_stays_a_cancellation(
@@ -339,7 +348,7 @@ async def test_cancellation_finalizes_the_run_and_stays_a_cancellation(
         tasks.start_soon(run)
         with anyio.fail_after(30):
             await running.wait()
-        run_ids.extend(path.name for path in artifact_root.iterdir())
+        run_ids.extend([path.name async for path in anyio.Path(artifact_root).iterdir()])
         tasks.cancel_scope.cancel()
     assert not finished
     (run_id,) = run_ids
