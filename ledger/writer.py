@@ -221,31 +221,37 @@ class LedgerWriter:
         return self._failure
 
     async def _run_committer(self) -> None:
+        # Shielded: an outer cancellation must not strand appends made from shielded
+        # finalization code; the committer ends when the writer closes, never before.
         try:
-            while self._failure is None:
-                if not self._open.entries:
-                    if self._closing:
-                        return
-                    self._wake = anyio.Event()
-                    timeout = math.inf
-                    if self._since_checkpoint:
-                        timeout = self._checkpoint_at + CHECKPOINT_EVERY_SECONDS - time.monotonic()
-                    with anyio.move_on_after(max(timeout, 0.0)):
-                        await self._wake.wait()
-                    if not self._open.entries and not self._checkpoint_due():
-                        continue
-                batch, self._open = self._open, _Batch()
-                try:
-                    await anyio.to_thread.run_sync(self._commit, batch)
-                except Exception as exc:  # the disk failed (or a bug): nothing more is written
-                    failure = self._latch(exc)
-                    for failed in (batch, self._open):
-                        failed.results[:] = [failure] * len(failed.entries)
-                        failed.done.set()
-                batch.done.set()
-                self._notify()
+            with anyio.CancelScope(shield=True):
+                await self._commit_until_closed()
         finally:
             self._committer_done.set()
+
+    async def _commit_until_closed(self) -> None:
+        while self._failure is None:
+            if not self._open.entries:
+                if self._closing:
+                    return
+                self._wake = anyio.Event()
+                timeout = math.inf
+                if self._since_checkpoint:
+                    timeout = self._checkpoint_at + CHECKPOINT_EVERY_SECONDS - time.monotonic()
+                with anyio.move_on_after(max(timeout, 0.0)):
+                    await self._wake.wait()
+                if not self._open.entries and not self._checkpoint_due():
+                    continue
+            batch, self._open = self._open, _Batch()
+            try:
+                await anyio.to_thread.run_sync(self._commit, batch)
+            except Exception as exc:  # the disk failed (or a bug): nothing more is written
+                failure = self._latch(exc)
+                for failed in (batch, self._open):
+                    failed.results[:] = [failure] * len(failed.entries)
+                    failed.done.set()
+            batch.done.set()
+            self._notify()
 
     def _checkpoint_due(self) -> bool:
         return self._since_checkpoint > 0 and (

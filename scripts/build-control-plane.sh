@@ -40,6 +40,9 @@ if [[ "${1:-}" == "--print-dir" ]]; then
     exit 0
 fi
 
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+    export PATH="/usr/local/go/bin:${PATH}"
+fi
 command -v go >/dev/null 2>&1 || die "'go' is not on PATH; install Go >= 1.26 (https://go.dev/dl) and retry"
 
 mkdir -p "${BIN_DIR}" "${MANIFEST_DIR}" "${SRC_DIR}"
@@ -223,7 +226,6 @@ copy_manifests() {
         sed 's#^- path: patches/##' >"${tmp}/kueue/crd-conversion-patches/enabled.txt"
     cp "${kueue_dir}/config/components/webhook/manifests.yaml" \
         "${kueue_dir}/config/components/webhook/kustomization.yaml" "${tmp}/kueue/webhook/"
-    cp "${kueue_dir}/config/components/manager/controller_manager_config.yaml" "${tmp}/kueue/"
     cp "${sandbox_dir}"/k8s/crds/*.yaml "${tmp}/agent-sandbox/crds/"
     cp -r "${kwok_dir}/kustomize/stage/." "${tmp}/kwok/stages/"
     chmod -R u+w "${tmp}"

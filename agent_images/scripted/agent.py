@@ -7,6 +7,7 @@ router went away or the agent failed; 2 when the sandbox was not set up as the b
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -28,8 +29,8 @@ from agent_images.scripted.policy import (
 )
 from controller.network.client import connect_agent
 
-ROUTER_LOST_AFTER_S = 10.0
-"""How long the agent stays up without its router before it gives up and exits."""
+ROUTER_LOST_AFTER = "SCRIPTED_ROUTER_LOST_AFTER_S"
+"""How long (seconds, default 10) the agent stays up without its router before it exits 1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +110,16 @@ class ScriptedAgent:
         self.stop()  # the router stopped: the run is over
 
     async def _watch_router(self, session: Any) -> None:
+        patience = float(os.environ.get(ROUTER_LOST_AFTER, "10"))
         lost_at: float | None = None
         while True:
-            await anyio.sleep(0.25)
+            await anyio.sleep(0.1)
             if session.connected:
                 lost_at = None
             elif lost_at is None:
                 lost_at = anyio.current_time()
-            elif anyio.current_time() - lost_at > ROUTER_LOST_AFTER_S:
-                raise ConnectionError(f"no router for {ROUTER_LOST_AFTER_S:g} s")
+            elif anyio.current_time() - lost_at > patience:
+                raise ConnectionError(f"no router for {patience:g} s")
 
     async def _act(self, session: Any) -> None:
         for outgoing in self.engine.openings():

@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
+from controller.agents.services import RunService
 from controller.agents.termination import Observation, ProcessExit, Termination
-from ledger.events import EventCatalog
+from ledger.events import Event, EventCatalog
 
 G = TypeVar("G")
 
@@ -96,6 +97,8 @@ class SandboxAccess:
     bridge_port: int
     bridge_token: str
     exit: Observation[ProcessExit]
+    record: Callable[[Event], Awaitable[None]] | None = None
+    """Set by the kernel: records one of the runtime's declared ``events`` in the run's ledger."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,8 @@ class RuntimeDescriptor(ABC):
     """Event classes the runtime's bridge may record; merged into the run's catalog."""
     ready_timeout_s: float = 60.0
     """How long the application may take to become usable once its process started."""
+    services: tuple[RunService, ...] = ()
+    """What the agent needs once per run, shared (``controller.agents.services``)."""
 
     runtime: ClassVar[str]
 

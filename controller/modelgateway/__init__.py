@@ -1,6 +1,7 @@
-"""The controller's model gateway: agents' only way to a model, and the local SmolLM2 server.
+"""The controller's model gateway: agents' only way to a model, with usage measured per agent.
 
-Public names load lazily, so importing this package does not load httpx or h11.
+The local SmolLM2 server it fronts by default is ``controller.platform.local_model`` (it spawns a
+process). Public names load lazily, so importing this package does not load httpx or h11.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ _EXPORTS = {
     "ModelGateway": "controller.modelgateway.gateway",
     "ModelGatewayError": "controller.modelgateway.gateway",
     "LedgerAppender": "controller.modelgateway.gateway",
-    "ProviderConfig": "controller.modelgateway.provider",
-    "LocalModelServer": "controller.modelgateway.local_server",
-    "LocalModelError": "controller.modelgateway.local_server",
-    "locate_smollm2_gguf": "controller.modelgateway.local_server",
+    "ProviderConfig": "controller.modelgateway.config",
+    "named_provider": "controller.modelgateway.config",
     "AgentModelUsage": "controller.modelgateway.events",
     "AgentModelCallFailed": "controller.modelgateway.events",
+    "AgentModelBudgetReached": "controller.modelgateway.events",
+    "ModelGatewayStarted": "controller.modelgateway.events",
     "model_gateway_catalog": "controller.modelgateway.events",
     "UsageSummary": "controller.modelgateway.usage",
     "AgentUsage": "controller.modelgateway.usage",

@@ -1,4 +1,5 @@
-"""Events the model gateway writes: one per model call an agent made, succeeded or failed.
+"""Events the model gateway writes: one per model call an agent made, succeeded or failed,
+what it serves when it starts, and when an agent's token budget ran out.
 
 They carry names, counts and measurements only; never a provider key or an agent token.
 """
@@ -7,7 +8,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from ledger import Event, EventCatalog
 
@@ -15,6 +17,9 @@ ErrorClass = Literal["auth", "quota", "rate_limit", "network", "unknown"]
 """Why a provider call failed. ``auth`` and ``quota`` end the calling agent's model use."""
 
 ENDS_MODEL_USE: frozenset[str] = frozenset({"auth", "quota"})
+
+ModelUseEnd = Literal["auth", "quota", "token_budget"]
+"""Why an agent's model use ended for the rest of the run."""
 
 
 class AgentModelUsage(Event):
@@ -52,4 +57,43 @@ class AgentModelCallFailed(Event):
     attempts: int = Field(ge=1)
 
 
-model_gateway_catalog = EventCatalog.make(AgentModelUsage, AgentModelCallFailed)
+class AgentModelBudgetReached(Event):
+    """A call brought an agent's measured tokens (prompt + completion) to its budget; the
+    gateway refuses its later calls for the rest of the run."""
+
+    tag: ClassVar[str] = "society.agent-model-budget-reached/v1"
+
+    agent: str
+    budget_tokens: int = Field(ge=0)
+    used_tokens: int = Field(ge=0)
+    calls: int = Field(ge=0)
+
+
+class ServedProvider(BaseModel):
+    """One provider behind the gateway: its model and the *name* of its key, never the value."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    name: str
+    model: str
+    base_url: str
+    api_key_name: str | None
+    local: bool
+    """Served by the run's own local model server."""
+
+
+class ModelGatewayStarted(Event):
+    """The run's model gateway is up: which providers it serves, to which agents."""
+
+    tag: ClassVar[str] = "society.model-gateway-started/v1"
+
+    providers: list[ServedProvider]
+    agents: dict[str, str]
+    """Agent -> the model it was given."""
+
+
+model_gateway_catalog = EventCatalog.make(
+    AgentModelUsage, AgentModelCallFailed, AgentModelBudgetReached, ModelGatewayStarted
+)

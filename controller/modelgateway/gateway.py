@@ -23,19 +23,16 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
 from controller.modelgateway._http import HttpRequest, HttpResponse, serve_connection
+from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import (
     ENDS_MODEL_USE,
+    AgentModelBudgetReached,
     AgentModelCallFailed,
     AgentModelUsage,
     ErrorClass,
 )
 from controller.modelgateway.pricing import PRICES, ModelPrice, cost_usd
-from controller.modelgateway.provider import (
-    ApiKey,
-    ProviderCallFailed,
-    ProviderConfig,
-    ProviderConnection,
-)
+from controller.modelgateway.provider import ApiKey, ProviderCallFailed, ProviderConnection
 from controller.modelgateway.usage import UsageSummary, UsageTally, summarize
 from ledger import Event
 
@@ -94,6 +91,7 @@ class ModelGateway:
         self._agent_by_digest: dict[bytes, str] = {}
         self._digest_by_agent: dict[str, bytes] = {}
         self._tallies: dict[str, UsageTally] = {}
+        self._budgets: dict[str, int] = {}
         self._ended: dict[str, str] = {}
         self._stack: AsyncExitStack | None = None
         self._task_group: TaskGroup | None = None
@@ -106,8 +104,14 @@ class ModelGateway:
             raise RuntimeError("the gateway is not serving; use it inside 'async with'")
         return f"http://{self._host}:{self._bound_port}/v1"
 
-    def issue_token(self, agent: str) -> str:
-        """A fresh 256-bit bearer token for ``agent``; a token issued to it before stops working."""
+    def issue_token(self, agent: str, *, token_budget: int | None = None) -> str:
+        """A fresh 256-bit bearer token for ``agent``; a token issued to it before stops working.
+
+        With ``token_budget``, the call that brings the agent's measured prompt + completion
+        tokens to the budget is recorded (``AgentModelBudgetReached``) and later calls are refused.
+        """
+        if token_budget is not None:
+            self._budgets[agent] = token_budget
         token = secrets.token_urlsafe(32)
         digest = _digest(token)
         old = self._digest_by_agent.pop(agent, None)
@@ -256,6 +260,7 @@ class ModelGateway:
         )
         tally.add_usage(event)
         await self._ledger.append(event, producer=PRODUCER)
+        await self._check_budget(agent, tally)
         _log.info(
             "model call agent=%s model=%s prompt_tokens=%s completion_tokens=%s "
             "latency_ms=%.1f cost_usd=%s attempts=%d",
@@ -268,6 +273,24 @@ class ModelGateway:
             reply.attempts,
         )
         return HttpResponse(200, reply.body)
+
+    async def _check_budget(self, agent: str, tally: UsageTally) -> None:
+        budget = self._budgets.get(agent)
+        used = tally.tokens
+        if budget is None or used is None or used < budget or agent in self._ended:
+            return
+        self._ended[agent] = (
+            f"model use ended for agent {agent!r}: its token budget of {budget} is spent "
+            f"({used} tokens measured); later calls are refused for the rest of this run"
+        )
+        tally.ended_by = "token_budget"
+        await self._ledger.append(
+            AgentModelBudgetReached(
+                agent=agent, budget_tokens=budget, used_tokens=used, calls=tally.calls
+            ),
+            producer=PRODUCER,
+        )
+        _log.info("model token budget reached agent=%s budget=%d used=%d", agent, budget, used)
 
     async def _failed(
         self, agent: str, provider: ProviderConfig, failure: ProviderCallFailed, latency_ms: float

@@ -1,4 +1,4 @@
-"""One model provider as the gateway reaches it: config, key, pacing, retries, error classes."""
+"""One model provider as the gateway reaches it: key, pacing, retries, error classes."""
 
 from __future__ import annotations
 
@@ -10,33 +10,12 @@ from typing import Any
 import anyio
 import httpx
 
+from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import ErrorClass
 
 RETRY_AFTER_CAP_S = 60.0
 _DETAIL_CHARS = 300
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderConfig:
-    """An OpenAI-compatible provider. ``api_key_name`` names the credential; the key never
-    appears here.
-
-    ``max_concurrency`` calls run at once and successive calls start at least ``min_interval_s``
-    apart; one attempt may take ``timeout_s``; 429, 5xx and network errors are retried up to
-    ``max_attempts`` attempts in all, with exponential backoff from ``backoff_initial_s``.
-    """
-
-    name: str
-    base_url: str  # up to and including /v1
-    model: str
-    api_key_name: str | None = None
-    max_concurrency: int = 4
-    min_interval_s: float = 0.0
-    timeout_s: float = 120.0
-    max_attempts: int = 4
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 8.0
 
 
 class ApiKey:

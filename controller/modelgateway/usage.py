@@ -8,7 +8,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from controller.modelgateway.events import AgentModelCallFailed, AgentModelUsage, ErrorClass
+from controller.modelgateway.events import AgentModelCallFailed, AgentModelUsage, ModelUseEnd
 
 N = TypeVar("N", int, float)
 
@@ -24,7 +24,7 @@ class AgentUsage(BaseModel):
     prompt_tokens: int | None
     completion_tokens: int | None
     cost_usd: float | None
-    ended_by: ErrorClass | None = None
+    ended_by: ModelUseEnd | None = None
 
 
 class UsageSummary(BaseModel):
@@ -44,7 +44,7 @@ class UsageTally:
     prompt_tokens: int | None = 0
     completion_tokens: int | None = 0
     cost_usd: float | None = 0.0
-    ended_by: ErrorClass | None = None
+    ended_by: ModelUseEnd | None = None
 
     def add_usage(self, event: AgentModelUsage) -> None:
         self.calls += 1
@@ -52,11 +52,15 @@ class UsageTally:
         self.completion_tokens = _plus(self.completion_tokens, event.completion_tokens)
         self.cost_usd = _plus(self.cost_usd, event.cost_usd)
 
+    @property
+    def tokens(self) -> int | None:
+        return _plus(self.prompt_tokens, self.completion_tokens)
+
     def add_failure(self, event: AgentModelCallFailed) -> None:
         self.calls += 1
         self.failed_calls += 1
         if event.ends_model_use and self.ended_by is None:
-            self.ended_by = event.error_class
+            self.ended_by = "auth" if event.error_class == "auth" else "quota"
 
     def snapshot(self) -> AgentUsage:
         return AgentUsage(

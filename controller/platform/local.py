@@ -36,6 +36,7 @@ from controller.platform.local_reap import (
     SANDBOXES_DIR,
     ProcessRecord,
     ReapReport,
+    agent_record,
     reap_run,
     reap_stale_runs,
     write_record,
@@ -220,7 +221,7 @@ class LocalSession(PlatformSession):
         finally:
             listener.close()  # the child holds its own copy
             log.close()
-        record = ProcessRecord.of(process.pid, launch.name)
+        record = ProcessRecord.of(process.pid, "agent", launch.name)
         if record is not None:
             write_record(placement.run_dir / PIDS_DIR, record)
         exited: Observation[ProcessExit] = Observation()
@@ -260,7 +261,7 @@ class LocalSession(PlatformSession):
         pids = self.placement.run_dir / PIDS_DIR
         for sandbox in self._sandboxes:
             if sandbox.access.exit.done:
-                (pids / f"{sandbox.name}.json").unlink(missing_ok=True)
+                (pids / agent_record(sandbox.name)).unlink(missing_ok=True)
 
 
 async def _reap_child(process: Process, exited: Observation[ProcessExit]) -> None:

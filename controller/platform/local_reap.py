@@ -14,6 +14,7 @@ import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from controller.run.runid import RUN_ID_PATTERN
 
@@ -30,8 +31,13 @@ class ProcessRecord:
     start_time: int
     boot_id: str
     uid: int
-    role: str
-    """``controller`` or the agent's name."""
+    kind: Literal["controller", "agent"]
+    name: str = ""
+    """The agent's roster name."""
+
+    @property
+    def file_name(self) -> str:
+        return CONTROLLER_RECORD if self.kind == "controller" else agent_record(self.name)
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -40,7 +46,8 @@ class ProcessRecord:
                 "startTime": self.start_time,
                 "bootId": self.boot_id,
                 "uid": self.uid,
-                "role": self.role,
+                "kind": self.kind,
+                "name": self.name,
             }
         ).encode()
 
@@ -48,22 +55,28 @@ class ProcessRecord:
     def read(cls, path: Path) -> ProcessRecord | None:
         try:
             body = json.loads(path.read_bytes())
+            kind = body["kind"]
+            if kind not in ("controller", "agent"):
+                return None
             return cls(
                 pid=int(body["pid"]),
                 start_time=int(body["startTime"]),
                 boot_id=str(body["bootId"]),
                 uid=int(body["uid"]),
-                role=str(body["role"]),
+                kind=kind,
+                name=str(body.get("name", "")),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
     @classmethod
-    def of(cls, pid: int, role: str) -> ProcessRecord | None:
+    def of(
+        cls, pid: int, kind: Literal["controller", "agent"], name: str = ""
+    ) -> ProcessRecord | None:
         start = process_start_time(pid)
         if start is None:
             return None
-        return cls(pid=pid, start_time=start, boot_id=boot_id(), uid=os.getuid(), role=role)
+        return cls(pid, start, boot_id(), os.getuid(), kind, name)
 
     def is_alive(self) -> bool:
         """Whether this very process (not a reuse of its pid) still exists."""
@@ -72,6 +85,11 @@ class ProcessRecord:
             and process_start_time(self.pid) == self.start_time
             and process_uid(self.pid) == self.uid == os.getuid()
         )
+
+
+def agent_record(name: str) -> str:
+    """The pid record's file name for agent ``name`` (roster names hold no dots)."""
+    return f"agent.{name}.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +102,7 @@ class ReapReport:
 
 def write_record(directory: Path, record: ProcessRecord) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"{record.role}.json"
+    target = directory / record.file_name
     temporary = target.with_suffix(".json.tmp")
     temporary.write_bytes(record.to_json())
     os.replace(temporary, target)
@@ -96,20 +114,14 @@ def reap_run(run_id: str, artifact_root: str | Path) -> ReapReport:
     Safe to call any number of times, with the run's controller alive or dead.
     """
     run_dir = Path(artifact_root) / run_id
-    killed: list[int] = []
     pids = run_dir / PIDS_DIR
+    killed: list[int] = []
     for path in sorted(pids.glob("*.json")) if pids.is_dir() else []:
         record = ProcessRecord.read(path)
-        if record is not None and record.role != "controller":
+        if record is not None and record.kind == "agent":
             killed.extend(_kill_agent(record, run_id))
-        if record is None or record.role != "controller":
-            path.unlink(missing_ok=True)
     shutil.rmtree(run_dir / SANDBOXES_DIR, ignore_errors=True)  # working dirs hold secrets files
-    (pids / CONTROLLER_RECORD).unlink(missing_ok=True)
-    for leftover in pids.glob("*.tmp") if pids.is_dir() else []:
-        leftover.unlink(missing_ok=True)
-    if pids.is_dir() and not any(pids.iterdir()):
-        pids.rmdir()
+    shutil.rmtree(pids, ignore_errors=True)
     return ReapReport(run_id, tuple(killed))
 
 

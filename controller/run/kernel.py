@@ -45,6 +45,7 @@ from controller.run.platform import AdmissionRefused, Platform, PlatformSession,
 from controller.run.progress import NO_PROGRESS, Progress
 from controller.run.readiness import GateFailure, GateResult
 from controller.run.runid import check_run_id, new_run_id
+from controller.run.services import RunServices
 from controller.run.society import Society
 from controller.run.spec import RunSpec
 from ledger.errors import LedgerError
@@ -134,10 +135,15 @@ class Run:
                     raise
                 receipt = await kernel.finalize()
         # an interrupted run raised the caller's cancellation when the block above ended
-        if isinstance(result, ClusterCause):
-            return ClusterLost(result, receipt)
         assert not isinstance(result, _Interrupted)
-        return ProgramFinished(result, receipt)
+        if isinstance(result, ClusterCause):
+            return ClusterLost(result, receipt, kernel.services.reports)
+        if not receipt.complete:  # the ledger failed under the program: the evidence is partial
+            failure = writer.failed
+            detail = str(failure) if failure else "the ledger could not be completed"
+            cause = ClusterCause("ledger-failed", detail, failure)
+            return ClusterLost(cause, receipt, kernel.services.reports)
+        return ProgramFinished(result, receipt, kernel.services.reports)
 
 
 class _Kernel:
@@ -159,6 +165,7 @@ class _Kernel:
         self.progress = progress
         self.interruption = interruption
         self.society = Society(spec.agents, writer, progress)
+        self.services = RunServices(spec.agents)
         self._interrupt_recorded = False
 
     async def finalize(self) -> LedgerReceipt:
@@ -229,7 +236,17 @@ class _Kernel:
             seed=self.seed,
             router_url=self.platform.agent_router_url(router.url),
         )
-        async with self.platform.session(placement) as session:
+        # Services (a model gateway) start before any agent and stop after every agent ended.
+        async with (
+            self.services.open(
+                placement,
+                host=self.platform.router_host,
+                ledger=self.writer,
+                progress=self.progress,
+            ),
+            self.platform.session(placement) as session,
+        ):
+            self.society.grant(self.services)
             async with anyio.create_task_group() as tasks:
                 try:
                     result = await self._society(router, session, tasks, credentials)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.records import LedgerReceipt
@@ -45,6 +46,8 @@ class ProgramFinished:
 
     exit: Exit
     receipt: LedgerReceipt
+    reports: Mapping[str, Any] = field(default_factory=dict)
+    """What the run's services reported (JSON-safe), e.g. ``usage`` from the model gateway."""
 
     @property
     def succeeded(self) -> bool:
@@ -58,6 +61,8 @@ class ClusterLost:
 
     cause: ClusterCause
     receipt: LedgerReceipt
+    reports: Mapping[str, Any] = field(default_factory=dict)
+    """What the run's services reported (JSON-safe), e.g. ``usage`` from the model gateway."""
 
     @property
     def succeeded(self) -> bool:

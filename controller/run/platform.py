@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -67,10 +67,13 @@ class AgentLaunch:
     descriptor: RuntimeDescriptor
     router_token: str
     bridge_token: str
+    service_secrets: Mapping[str, str] = field(default_factory=dict)
+    """What the run's services issued this agent (a model gateway token), by credential name."""
 
     def secrets(self, credentials: Mapping[str, str]) -> Secrets:
         """The secrets file's contents, once the platform resolved the credential references."""
-        return Secrets(self.router_token, self.bridge_token, dict(credentials))
+        granted = {**credentials, **self.service_secrets}
+        return Secrets(self.router_token, self.bridge_token, granted)
 
 
 @dataclass(frozen=True, slots=True)

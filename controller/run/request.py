@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -48,6 +48,9 @@ class RunResult(BaseModel):
     receipt: LedgerReceipt
     records: int
     public_key: str
+    usage: dict[str, Any] | None = None
+    """Model use per agent and in total, as the run's model gateway measured it; ``None`` when
+    the roster has no model-using agent. An unknown cost stays ``None``."""
 
     @classmethod
     def from_outcome(cls, outcome: Outcome) -> RunResult:
@@ -58,6 +61,7 @@ class RunResult(BaseModel):
             "receipt": receipt,
             "records": receipt.record_count,
             "public_key": receipt.public_key,
+            "usage": outcome.reports.get("usage"),
         }
         if isinstance(outcome, ClusterLost):
             return cls(

@@ -7,17 +7,23 @@ ended or failed agent fails the readiness gate.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from controller.agents.runtime import Attachment, RuntimeDescriptor, RuntimeDescriptorError
+from controller.agents.runtime import (
+    Attachment,
+    RuntimeDescriptor,
+    RuntimeDescriptorError,
+    SandboxAccess,
+)
 from controller.agents.termination import Completed, Exited, Failed, Signaled, Termination
 from controller.events.run import (
     AgentProcessExited,
@@ -35,9 +41,12 @@ from controller.events.run import (
 from controller.run.platform import AgentLaunch, PlatformError, PlatformSession, Sandbox
 from controller.run.progress import Counter, Progress
 from controller.run.readiness import ReadinessGate
-from ledger.errors import LedgerError
+from ledger.errors import CatalogError, LedgerError
 from ledger.events import Event
 from ledger.writer import LedgerWriter
+
+if TYPE_CHECKING:
+    from controller.run.services import RunServices
 
 KERNEL = "kernel"
 STOP_GRACE_S = 5.0
@@ -56,6 +65,7 @@ class AgentSlot:
     sandbox: Sandbox | None = None
     attachment: Attachment[Any] | None = None
     requested_at: float = 0.0
+    service_secrets: Mapping[str, str] = field(default_factory=dict)
     released: anyio.Event = field(default_factory=anyio.Event)
     settled: anyio.Event = field(default_factory=anyio.Event)
     """Set once the agent is ready or its start failed."""
@@ -110,9 +120,16 @@ class Society:
                 descriptor=slot.descriptor,
                 router_token=credential.token,
                 bridge_token=secrets.token_urlsafe(32),
+                service_secrets=slot.service_secrets,
             )
             tasks.start_soon(self._keep, slot, launch, session, router, tasks, started, readied)
         return started, readied
+
+    def grant(self, services: RunServices) -> None:
+        """Give each agent what the run's services granted it: variables and secrets."""
+        for slot in self.slots.values():
+            slot.descriptor = services.descriptor_for(slot.name, slot.descriptor)
+            slot.service_secrets = services.secrets_for(slot.name)
 
     def dead_at_the_gate(self) -> list[str]:
         """Agents whose process is gone (or never started), checked right before dispatch."""
@@ -151,7 +168,7 @@ class Society:
         tasks.start_soon(self._watch, slot)
         try:
             with anyio.fail_after(descriptor.ready_timeout_s) as readiness:
-                async with descriptor.attach(slot.sandbox.access) as attachment:
+                async with descriptor.attach(self._access(slot)) as attachment:
                     slot.attachment = attachment
                     await router.wait_authenticated(slot.name)
                     await self._ready(slot)
@@ -174,6 +191,25 @@ class Society:
             await self._start_failed(slot, "attach-failed", f"{type(exc).__name__}: {exc}")
         finally:
             slot.settled.set()
+
+    def _access(self, slot: AgentSlot) -> SandboxAccess:
+        """The platform's access to the sandbox, plus recording of the runtime's own events."""
+        assert slot.sandbox is not None
+        declared = slot.descriptor.events
+
+        async def record(event: Event) -> None:
+            if type(event) not in declared:
+                raise CatalogError(
+                    f"the {slot.runtime} runtime recorded {type(event).__qualname__}, which its "
+                    f"descriptor's events do not declare",
+                    reason="undeclared-event",
+                )
+            try:
+                await self.writer.append(event, producer=f"runtime:{slot.name}")
+            except LedgerError:
+                pass  # a failed or completed ledger keeps what it has
+
+        return dataclasses.replace(slot.sandbox.access, record=record)
 
     async def _ready(self, slot: AgentSlot) -> None:
         assert slot.sandbox is not None and slot.attachment is not None

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from controlplane import ControlPlane, build_control_plane, wait_until
+from controlplane import ControlPlane, build_control_plane, find_go, wait_until
 
 ENABLE_HINT = (
     "the Kubernetes control-plane tests need Go >= 1.26 on PATH (they build etcd, "
@@ -23,7 +22,7 @@ def control_plane() -> Iterator[ControlPlane]:
     Skips when `go` is missing, except under CI (env CI set), where it fails instead.
     SOCIETY_CONTROL_PLANE_KEEP=1 keeps the work directory (logs, kubeconfig) afterwards.
     """
-    if shutil.which("go") is None:
+    if find_go() is None:
         if os.environ.get("CI"):
             pytest.fail(f"CI is set and 'go' is not on PATH: {ENABLE_HINT}")
         pytest.skip(f"'go' is not on PATH: {ENABLE_HINT}")

@@ -98,30 +98,34 @@ class ControlPlaneBuild:
         return path
 
 
+def find_go() -> str | None:
+    """The `go` command the build script will use, or None (then nothing can be built)."""
+    return shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
+
+
 def build_control_plane(*, timeout: float = 3600.0) -> ControlPlaneBuild:
     """Run scripts/build-control-plane.sh (a no-op when built) and return the build."""
-    if shutil.which("go") is None:
+    if find_go() is None:
         raise ControlPlaneError(
             "go-missing", "'go' is not on PATH; install Go >= 1.26 to build the control plane"
         )
+    # Progress goes straight to the caller's stderr; stdout's last line is the directory.
+    script = subprocess.Popen(
+        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
-        result = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)],
-            stdout=subprocess.PIPE,
-            stderr=None,  # progress goes straight to the caller's stderr
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        stdout, _ = script.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
+        os.killpg(script.pid, signal.SIGKILL)  # the script and the go commands it started
+        script.wait()
         raise ControlPlaneError(
             "build-timeout", f"{BUILD_SCRIPT} ran longer than {timeout:.0f}s"
         ) from exc
-    if result.returncode != 0:
+    if script.returncode != 0:
         raise ControlPlaneError(
-            "build-failed", f"{BUILD_SCRIPT} exited {result.returncode}; its output above says why"
+            "build-failed", f"{BUILD_SCRIPT} exited {script.returncode}; its output above says why"
         )
-    return ControlPlaneBuild(Path(result.stdout.strip().splitlines()[-1]))
+    return ControlPlaneBuild(Path(stdout.strip().splitlines()[-1]))
 
 
 # --- certificates --------------------------------------------------------------------
@@ -312,6 +316,12 @@ def _insecure() -> ssl.SSLContext:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     return context
+
+
+def _raw(response: Any) -> dict[str, Any]:
+    """The JSON body of a `_preload_content=False` call; reading it frees the connection."""
+    result: dict[str, Any] = json.loads(response.data)
+    return result
 
 
 def _load_yaml_documents(path: Path) -> list[dict[str, Any]]:
@@ -712,6 +722,8 @@ class ControlPlane:
         )
 
     def _start_kwok(self) -> None:
+        # kwokctl's default stages: nodes turn Ready and renew leases; pods on them turn
+        # Running and Ready at once, Job pods complete, deleted pods go away. Nothing runs.
         stages = self.manifest_dir / "kwok" / "stages"
         config = [
             *_load_yaml_documents(stages / "node" / "fast" / "node-initialize.yaml"),
@@ -813,14 +825,16 @@ class ControlPlane:
 
         api = client.ApiextensionsV1Api(self.api_client())
         for crd in crds:
-            api.create_custom_resource_definition(crd, _preload_content=False)
+            _raw(api.create_custom_resource_definition(crd, _preload_content=False))
 
         def established() -> bool:
             for crd in crds:
-                response = api.read_custom_resource_definition(
-                    crd["metadata"]["name"], _preload_content=False
+                current = _raw(
+                    api.read_custom_resource_definition(
+                        crd["metadata"]["name"], _preload_content=False
+                    )
                 )
-                conditions = json.loads(response.data).get("status", {}).get("conditions", [])
+                conditions = current.get("status", {}).get("conditions", [])
                 if not any(
                     c["type"] == "Established" and c["status"] == "True" for c in conditions
                 ):
@@ -946,9 +960,9 @@ class ControlPlane:
                     {k: v for k, v in patches.get(webhook["name"], {}).items() if k != "name"}
                 )
             if doc["kind"] == "MutatingWebhookConfiguration":
-                api.create_mutating_webhook_configuration(doc, _preload_content=False)
+                _raw(api.create_mutating_webhook_configuration(doc, _preload_content=False))
             else:
-                api.create_validating_webhook_configuration(doc, _preload_content=False)
+                _raw(api.create_validating_webhook_configuration(doc, _preload_content=False))
 
     def _start_agent_sandbox(self) -> None:
         from kubernetes import client
@@ -1010,11 +1024,8 @@ class ControlPlane:
         )
         api = client.ApiextensionsV1Api(self.api_client())
         for name in converted:
-            api.patch_custom_resource_definition(
-                name,
-                {"spec": {"conversion": self._conversion(webhook_port)}},
-                _preload_content=False,
-            )
+            patch = {"spec": {"conversion": self._conversion(webhook_port)}}
+            _raw(api.patch_custom_resource_definition(name, patch, _preload_content=False))
 
 
 def _tcp_open(port: int) -> bool:

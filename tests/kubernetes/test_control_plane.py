@@ -69,6 +69,17 @@ def test_a_deleted_namespace_and_its_contents_disappear(control_plane: ControlPl
     name = f"ns-{uuid.uuid4().hex[:10]}"
     core.create_namespace({"metadata": {"name": name}})
     core.create_namespaced_config_map(name, {"metadata": {"name": "evidence"}, "data": {"k": "v"}})
+    wait_until(
+        f"the default ServiceAccount in {name}",
+        lambda: core.read_namespaced_service_account("default", name),
+        timeout=30,
+    )
+    core.create_namespaced_pod(name, _pod("doomed", ["sleep", "infinity"]))
+    wait_until(
+        "pod doomed Running",
+        lambda: core.read_namespaced_pod("doomed", name).status.phase == "Running",
+        timeout=60,
+    )
     core.delete_namespace(name)
 
     def gone() -> bool:
@@ -245,8 +256,10 @@ def test_kueue_admits_a_v1beta2_workload_within_quota_and_keeps_one_beyond_it_pe
         )
         time.sleep(2)  # give a wrong admission the chance to happen
         pending = read("too-big")
+        print(f"\nPending workload conditions: {pending['status']['conditions']}")
         assert not _is_true(pending, "QuotaReserved"), pending["status"]
         assert not _is_true(pending, "Admitted"), pending["status"]
+        assert "admission" not in pending["status"]
     finally:
         for plural in ("workloads", "localqueues"):
             for item in custom.list_namespaced_custom_object(group, version, namespace, plural)[
@@ -257,6 +270,29 @@ def test_kueue_admits_a_v1beta2_workload_within_quota_and_keeps_one_beyond_it_pe
                 )
         custom.delete_cluster_custom_object(group, version, "clusterqueues", cluster_queue)
         custom.delete_cluster_custom_object(group, version, "resourceflavors", flavor)
+
+
+def test_kueue_webhooks_and_conversion_are_served_from_loopback(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    custom = _custom(control_plane)
+    group, version = KUEUE
+    name = f"defaulted-{uuid.uuid4().hex[:8]}"
+    created = custom.create_cluster_custom_object(
+        group,
+        version,
+        "clusterqueues",
+        {"apiVersion": f"{group}/{version}", "kind": "ClusterQueue", "metadata": {"name": name}},
+    )
+    try:
+        # Only Kueue's mutating webhook adds this, before the object is stored.
+        assert "kueue.x-k8s.io/resource-in-use" in created["metadata"]["finalizers"]
+        # Stored as v1beta2; reading v1beta1 goes through Kueue's conversion webhook.
+        old = custom.get_cluster_custom_object(group, "v1beta1", "clusterqueues", name)
+        assert old["apiVersion"] == f"{group}/v1beta1"
+        assert old["metadata"]["uid"] == created["metadata"]["uid"]
+    finally:
+        custom.delete_cluster_custom_object(group, version, "clusterqueues", name)
 
 
 def test_an_agent_sandbox_gets_a_running_pod_and_reports_ready(
@@ -274,6 +310,7 @@ def test_an_agent_sandbox_gets_a_running_pod_and_reports_ready(
             "kind": "Sandbox",
             "metadata": {"name": "agent-a"},
             "spec": {
+                "service": True,  # opt-in since v0.5: a headless Service per sandbox
                 "podTemplate": {
                     "metadata": {"labels": {"society/agent": "a"}},
                     "spec": {
@@ -286,7 +323,7 @@ def test_an_agent_sandbox_gets_a_running_pod_and_reports_ready(
                             }
                         ]
                     },
-                }
+                },
             },
         },
     )
@@ -306,5 +343,12 @@ def test_an_agent_sandbox_gets_a_running_pod_and_reports_ready(
     assert pod.status.phase == "Running"
     assert pod.spec.node_name in control_plane.node_names
     assert pod.metadata.labels["society/agent"] == "a"
-    assert status["serviceFQDN"].startswith(f"agent-a.{namespace}.svc")
-    assert status.get("nodeName", pod.spec.node_name) == pod.spec.node_name
+    assert status["nodeName"] == pod.spec.node_name
+    assert status["podIPs"] == [pod.status.pod_ip]
+    assert status["service"] == "agent-a"
+    assert status["serviceFQDN"] == f"agent-a.{namespace}.svc.cluster.local"
+    service = core.read_namespaced_service("agent-a", namespace)
+    assert service.spec.cluster_ip == "None"
+    # Stored as v1beta1; reading v1alpha1 goes through the controller's conversion webhook.
+    old = custom.get_namespaced_custom_object(group, "v1alpha1", namespace, "sandboxes", "agent-a")
+    assert old["apiVersion"] == f"{group}/v1alpha1"

@@ -14,7 +14,7 @@ from lifecycle_support import PROGRAMS, Society, SocietyCommand, processes_namin
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-RESULT_KEYS = {"outcome", "exit", "runId", "ledger", "receipt", "records", "publicKey"}
+RESULT_KEYS = {"outcome", "exit", "runId", "ledger", "receipt", "records", "publicKey", "usage"}
 
 
 def verify(society: SocietyCommand, ledger: object, *flags: str) -> dict[str, object]:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from controller.modelgateway import (
+    AgentModelBudgetReached,
     AgentModelCallFailed,
     AgentModelUsage,
     ModelGateway,
@@ -340,3 +341,26 @@ async def test_a_malformed_http_request_gets_400(fake_provider: Any, ledger: Any
             await stream.send(b"NOT HTTP AT ALL\r\n\r\n")
             answer = await stream.receive()
     assert answer.startswith(b"HTTP/1.1 400")
+
+
+async def test_the_call_that_spends_an_agents_token_budget_is_recorded_and_later_calls_refused(
+    fake_provider: Any, ledger: Any
+) -> None:
+    async with gateway_for(fake_provider, ledger) as gateway:
+        spender = gateway.issue_token("alice", token_budget=40)  # 18 tokens per call
+        other = gateway.issue_token("bob", token_budget=40)
+        statuses = [(await chat(gateway, spender)).status_code for _ in range(4)]
+        bob = await chat(gateway, other)
+        summary = gateway.usage_summary()
+    assert statuses == [200, 200, 200, 403] and bob.status_code == 200
+    [reached] = [e for e in ledger.events if isinstance(e, AgentModelBudgetReached)]
+    assert (reached.agent, reached.budget_tokens, reached.used_tokens, reached.calls) == (
+        "alice",
+        40,
+        54,
+        3,
+    )
+    assert len(fake_provider.requests) == 4  # the refused call never reached the provider
+    alice = summary.agents["alice"]
+    assert (alice.calls, alice.refused_calls, alice.ended_by) == (3, 1, "token_budget")
+    assert summary.agents["bob"].ended_by is None

