@@ -31,10 +31,19 @@ TARGET_RATIO = 1.5
 
 
 def baseline_s(agents: int) -> float:
-    """Start ``agents`` interpreters at once that import the agent program; wait for all."""
+    """Start ``agents`` interpreters at once that import the agent program; wait for all.
+
+    Each leads its own session, as agents do: with the scheduler's autogroups (on by default)
+    a session is one scheduling group, so anything else would starve the baseline on a busy
+    machine and flatter the kernel.
+    """
     started = time.perf_counter()
     processes = [
-        subprocess.Popen([sys.executable, "-c", AGENT_IMPORTS], stdin=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-c", AGENT_IMPORTS],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         for _ in range(agents)
     ]
     for process in processes:

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "modelgateway"))
 
-from fake_provider import FakeProviderServer  # noqa: E402
+from fake_provider import FakeProviderServer
 
 LLAMA_CPP_INSTALLED = importlib.util.find_spec("llama_cpp") is not None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +36,19 @@ def usage_from_events(ledger: LedgerArtifacts) -> dict[str, dict[str, Any]]:
     return sums
 
 
-def agent_pid(run_dir: Path, agent: str) -> int:
-    return int(json.loads((run_dir / "pids" / f"{agent}.json").read_text())["pid"])
+def agent_pid(run_id: str, agent: str) -> int:
+    """The live process whose command line names the run, then the agent (its launcher's)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for i, arg in enumerate(argv[:-1]):
+            if arg == run_id.encode() and argv[i + 1] == agent.encode():
+                return int(entry.name)
+    raise LookupError(f"no process of agent {agent} in run {run_id}")
 
 
 def environment_of(pid: int) -> bytes:
