@@ -246,3 +246,22 @@ async def test_concurrent_followers_see_every_record_in_order_and_end_at_complet
     for seen in [*early, *late]:
         assert seen == list(range(total))
     assert sorted(said) == [i for i in range(200) if i % 2]
+
+
+async def test_shielded_finalization_still_commits_after_an_outer_scope_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "ledger"
+    finalized: list[int] = []
+    with anyio.move_on_after(0.2):
+        async with _open(directory) as writer:
+            await writer.append(Counted(n=0), producer="tester")
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True), anyio.fail_after(10):
+                    record = await writer.append(Counted(n=1), producer="finalizer")
+                    finalized.append(record.sequence)
+                    await writer.complete()
+    assert finalized == [1]
+    assert (directory / COMPLETION).exists()
