@@ -7,7 +7,12 @@ never loads the kernel, Temporal or Kubernetes.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # static checkers see the real names; at run time they load on first use
+    from controller.events import core_events
+    from controller.run import ClusterLost, ProgramFinished, Run, RunSpec
+    from ledger.events import Event, EventCatalog
 
 _EXPORTS = {
     "Event": "ledger.events",
