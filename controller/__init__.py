@@ -24,7 +24,15 @@ _EXPORTS = {
     "ClusterLost": "controller.run",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ClusterLost",
+    "Event",
+    "EventCatalog",
+    "ProgramFinished",
+    "Run",
+    "RunSpec",
+    "core_events",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from ledger import EventCatalog, ledger_catalog
-
 from controller.events.network import network_events
 from controller.events.run import run_events
+from ledger import EventCatalog, ledger_catalog
 
 core_events = EventCatalog.merge(ledger_catalog, network_events, run_events)
 
