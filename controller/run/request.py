@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,6 +14,7 @@ from controller.run.progress import Progress
 from controller.run.runid import check_run_id
 from controller.run.spec import load_run_spec
 from ledger.records import LedgerReceipt
+from ledger.signing import SigningKey
 
 
 class RunRequest(BaseModel):
@@ -101,5 +103,16 @@ async def execute_run(request: RunRequest, *, progress: Progress | None = None) 
         seed=request.seed,
         ledger_ref=request.ledger_ref,
         progress=progress,
+        signing_key=operator_signing_key(),
     )
     return RunResult.from_outcome(outcome)
+
+
+def operator_signing_key() -> SigningKey | None:
+    """The operator's long-lived key named by ``SOCIETY_SIGNING_KEY`` (a PEM file), if any.
+
+    Only the path travels in the environment; the key itself is read here, in the controller,
+    and never enters a workflow payload or the ledger directory.
+    """
+    path = os.environ.get("SOCIETY_SIGNING_KEY")
+    return SigningKey.load(path) if path else None

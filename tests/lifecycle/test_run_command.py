@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from lifecycle_support import PROGRAMS, Society, SocietyCommand, processes_naming, wait_until
 
+from ledger import SigningKey
+
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -209,3 +211,33 @@ def test_a_module_that_is_not_an_experiment_is_refused_before_anything_runs(
     assert run.finish() == 2, run.stderr
     assert run.stdout_text == ""
     assert "society run: error: " in run.stderr and "run_spec" in run.stderr
+
+
+def test_an_operator_key_signs_the_ledger_and_verifies_as_pinned(
+    society: SocietyCommand, tmp_path: Path
+) -> None:
+    key = SigningKey.generate()
+    key_file = tmp_path / "operator.pem"
+    key_file.write_bytes(key.private_pem())
+    public_file = tmp_path / "operator.pub"
+    public_file.write_text(key.public_key)
+    society.env["SOCIETY_SIGNING_KEY"] = str(key_file)
+
+    run = society.run(EXAMPLES / "negotiation.py", "--seed", "3")
+    assert run.finish() == 0, run.stderr
+    result = run.result()
+    assert result["publicKey"] == key.public_key
+
+    pinned = verify(society, result["ledger"], "--trusted-key", str(public_file))
+    assert pinned["valid"] is True and pinned["signature"] == "pinned"
+    stranger = tmp_path / "stranger.pub"
+    stranger.write_text(SigningKey.generate().public_key)
+    refused = society("ledger", "verify", str(result["ledger"]), "--trusted-key", stranger)
+    assert refused.process.returncode == 1
+    assert json.loads(refused.stdout_text) | {"detail": ""} == {
+        "valid": False,
+        "reason": "key-not-trusted",
+        "detail": "",
+    }
+    ledger_files = b"".join(p.read_bytes() for p in Path(str(result["ledger"])).iterdir())
+    assert key.private_pem() not in ledger_files
