@@ -102,7 +102,7 @@ async def negotiate(ctx: RunContext) -> dict[str, float | None]:
                     heard += 1
             return heard
 
-        await conversation.send(f"Ada, Ben and Cy: {TASK} Ada, you start.")
+        await conversation.send("Ada, Ben, Cy: what should next quarter's budget be? Ada first.")
         await hear(OPENING_MESSAGES, PHASE_DEADLINE_S)
         async with links.disable(cy, ada), links.disable(ada, cy):
             async with links.disable(cy, ben), links.disable(ben, cy):

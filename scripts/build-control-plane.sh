@@ -208,7 +208,7 @@ have agent-sandbox-controller || step "agent-sandbox-controller ${AGENT_SANDBOX_
 
 # --- manifests: copied verbatim from the module sources ----------------------
 # Bump when the layout under manifests/ changes, so old caches are refreshed.
-MANIFEST_LAYOUT=2
+MANIFEST_LAYOUT=3
 
 copy_manifests() {
     local kueue_dir sandbox_dir kwok_dir

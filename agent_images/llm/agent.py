@@ -294,8 +294,7 @@ class LLMAgent:
         reply_policy = self.settings.reply
         persona = self.persona
         messages = context.chat(
-            system_prompt(persona.name, persona.identity, persona.instructions, context.peers),
-            persona.name,
+            system_prompt(persona.name, persona.identity, persona.instructions, context.peers)
         )
         try:
             completion = await self.model.complete(

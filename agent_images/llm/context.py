@@ -15,6 +15,8 @@ _LABEL = re.compile(rf"^{_NAMES}:\s+")
 """A speaker label the model put in front of its reply (``Ada: ...``)."""
 _ANOTHER_SPEAKER = re.compile(rf"\n\s*{_NAMES}:\s")
 """Where the model starts writing someone else's lines."""
+_ASIDE = re.compile(r"^\s*\([^()]*\)\s*$")
+"""A line that is only a stage direction, ``(Ben's turn)``."""
 
 Role = Literal["system", "user", "assistant"]
 
@@ -57,9 +59,9 @@ class ConversationContext:
             del self.turns[:excess]
             self.dropped += excess
 
-    def chat(self, system: str, name: str) -> list[dict[str, str]]:
-        """The chat request's messages: the system prompt, the kept history with consecutive
-        same-role messages merged (chat templates expect alternating roles), then a cue."""
+    def chat(self, system: str) -> list[dict[str, str]]:
+        """The chat request's messages: the system prompt, then the kept history with
+        consecutive same-role messages merged (chat templates expect alternating roles)."""
         messages: list[dict[str, str]] = [{"role": "system", "content": system}]
         for turn in self.turns:
             role, content = turn.chat_message()
@@ -67,11 +69,8 @@ class ConversationContext:
                 messages[-1]["content"] += "\n" + content
             else:
                 messages.append({"role": role, "content": content})
-        cue = f"({display(name)}, your turn: one or two short sentences.)"
-        if messages[-1]["role"] == "user":  # the model answers a user turn
-            messages[-1]["content"] += "\n\n" + cue
-        else:
-            messages.append({"role": "user", "content": cue})
+        if messages[-1]["role"] != "user":  # the model answers a user turn
+            messages.append({"role": "user", "content": "(continue)"})
         return messages
 
 
@@ -84,8 +83,8 @@ def system_prompt(name: str, identity: str, instructions: str, peers: tuple[str,
     others = ", ".join(display(peer) for peer in peers) if peers else "the others"
     parts = [identity.strip(), instructions.strip()]
     parts.append(
-        f"You are {display(name)}, chatting with {others}. Write only your own next message. "
-        f"If you have nothing to add, answer {PASS}."
+        f"You are {display(name)}, chatting with {others}. Write only your own next message: "
+        f"one or two short sentences. If you have nothing to add, answer {PASS}."
     )
     return "\n\n".join(part for part in parts if part)
 
@@ -93,11 +92,11 @@ def system_prompt(name: str, identity: str, instructions: str, peers: tuple[str,
 def clean_reply(text: str, max_chars: int, *, cut_off: bool = False) -> str | None:
     """The reply to send, or ``None`` when the model passed or said nothing.
 
-    Speaker labels in front are dropped, and so is whatever follows a line in which the model
-    starts speaking for someone else. A reply the token limit ``cut_off`` ends at its last
-    complete sentence, when it has one.
+    Stage directions on lines of their own and speaker labels in front are dropped, and so is
+    whatever follows a line in which the model starts speaking for someone else. A reply the
+    token limit ``cut_off`` ends at its last complete sentence, when it has one.
     """
-    reply = text.strip()
+    reply = "\n".join(line for line in text.splitlines() if not _ASIDE.match(line)).strip()
     other = _ANOTHER_SPEAKER.search(reply)
     if other is not None:
         reply, cut_off = reply[: other.start()].strip(), False

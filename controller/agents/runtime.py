@@ -148,6 +148,12 @@ class RuntimeDescriptor(ABC):
             raise RuntimeDescriptorError(
                 f"bridge port {self.bridge_port} is out of range", reason="bad-port"
             )
+        for service in self.services:
+            if not isinstance(service, RunService) or not _hashable(service):
+                raise RuntimeDescriptorError(
+                    f"{service!r} is not a run service (a frozen dataclass subclassing RunService)",
+                    reason="bad-service",
+                )
 
     @property
     def image_pinned(self) -> bool:
@@ -168,6 +174,14 @@ class RuntimeDescriptor(ABC):
     async def stop(self, gateway: Any) -> None:
         """Ask the application to end by itself at teardown; the platform signals it after."""
         return None
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _check_relative(path: str, what: str) -> None:

@@ -60,6 +60,26 @@ class RunStarted(Event):
     """Roster name -> runtime name."""
 
 
+class PodSetAdmission(_Part):
+    """One group of identically shaped agents as a cluster queue admitted it."""
+
+    name: str
+    count: int = Field(ge=0)
+    agents: list[str]
+    flavors: dict[str, str] = Field(default_factory=dict)
+    """Resource name -> the flavor that covers it."""
+
+
+class QueueAdmission(_Part):
+    """Where a cluster's queue (Kueue) admitted the roster."""
+
+    workload: str
+    local_queue: str
+    cluster_queue: str
+    pod_sets: list[PodSetAdmission]
+    waited_ms: float = Field(ge=0)
+
+
 class RosterAdmitted(Event):
     """The platform admitted the complete roster at once, before any agent started."""
 
@@ -68,6 +88,8 @@ class RosterAdmitted(Event):
     requests: list[AgentRequest]
     requested: Capacity
     capacity: Capacity
+    queue: QueueAdmission | None = None
+    """On a cluster: the Kueue Workload that holds the roster's capacity."""
 
 
 class RosterRefused(Event):

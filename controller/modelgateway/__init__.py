@@ -20,6 +20,8 @@ _EXPORTS = {
     "AgentModelBudgetReached": "controller.modelgateway.events",
     "ModelGatewayStarted": "controller.modelgateway.events",
     "model_gateway_catalog": "controller.modelgateway.events",
+    "ModelService": "controller.modelgateway.service",
+    "MODEL_SERVICE": "controller.modelgateway.service",
     "UsageSummary": "controller.modelgateway.usage",
     "AgentUsage": "controller.modelgateway.usage",
     "ModelPrice": "controller.modelgateway.pricing",

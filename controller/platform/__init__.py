@@ -1,4 +1,5 @@
-"""Profiles' platforms: ``local`` (child processes), ``kind`` and ``gke`` (Kubernetes).
+"""Profiles' platforms: ``local`` (child processes); ``kind``, ``gke`` and ``kubernetes`` (any
+cluster reached through a kubeconfig; see docs/kubernetes.md).
 
 The only places that spawn processes or import ``kubernetes`` / ``temporalio``; each platform
 module loads only when a run asks for its profile.
@@ -11,7 +12,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from controller.run.platform import Platform
 
-PROFILES = ("local", "kind", "gke")
+PROFILES = ("local", "kind", "gke", "kubernetes")
+CLUSTER_PROFILES = ("kind", "gke", "kubernetes")
 
 
 def platform_for(profile: str) -> Platform:
@@ -22,9 +24,9 @@ def platform_for(profile: str) -> Platform:
         from controller.platform.local import LocalPlatform
 
         return LocalPlatform()
-    if profile in ("kind", "gke"):
+    if profile in CLUSTER_PROFILES:
         try:
-            from controller.platform.kubernetes import KubernetesPlatform  # type: ignore[import-not-found]
+            from controller.platform.kubernetes import KubernetesPlatform
         except ImportError as exc:
             raise PlatformError(
                 f"profile {profile!r} needs the Kubernetes platform, which this build lacks "

@@ -41,7 +41,13 @@ from controller.run.outcomes import (
     Success,
 )
 from controller.run.outcomes import Exit as ProgramExit
-from controller.run.platform import AdmissionRefused, Platform, PlatformSession, RunPlacement
+from controller.run.platform import (
+    AdmissionRefused,
+    Platform,
+    PlatformError,
+    PlatformSession,
+    RunPlacement,
+)
 from controller.run.progress import NO_PROGRESS, Progress
 from controller.run.readiness import GateFailure, GateResult
 from controller.run.runid import check_run_id, new_run_id
@@ -167,6 +173,7 @@ class _Kernel:
         self.society = Society(spec.agents, writer, progress)
         self.services = RunServices(spec.agents)
         self._interrupt_recorded = False
+        self._lost: PlatformError | None = None
 
     async def finalize(self) -> LedgerReceipt:
         self.progress.phase("finalizing ledger")
@@ -192,7 +199,8 @@ class _Kernel:
             from controller.network.router import Router
 
             self.progress.phase("starting router")
-            async with Router.serve(self.writer, host=self.platform.router_host) as router:
+            tls = self.platform.router_tls(self.writer.run_id)
+            async with Router.serve(self.writer, host=self.platform.router_host, tls=tls) as router:
                 return await self._admit(router)
         except LedgerError as exc:
             return ClusterCause("ledger-failed", str(exc), exc)
@@ -211,24 +219,7 @@ class _Kernel:
         try:
             admission = self.platform.admit(self.spec.agents)
         except AdmissionRefused as refused:
-            a = refused.admission
-            await self.society.record(
-                RosterRefused(
-                    reason=refused.reason,
-                    detail=str(refused),
-                    requests=list(a.requests),
-                    requested=a.requested,
-                    capacity=a.capacity,
-                )
-            )
-            return ClusterCause(refused.reason, str(refused), refused)
-        await self.society.record(
-            RosterAdmitted(
-                requests=list(admission.requests),
-                requested=admission.requested,
-                capacity=admission.capacity,
-            )
-        )
+            return await self._refused(refused)
         credentials = {name: router.register(name, kind="agent") for name in self.spec.agents}
         placement = RunPlacement(
             run_id=self.writer.run_id,
@@ -247,9 +238,28 @@ class _Kernel:
             self.platform.session(placement) as session,
         ):
             self.society.grant(self.services)
+            try:
+                with self.interruption.interruptible():  # a cluster queue may hold it here
+                    admission = await session.admit(admission)
+            except AdmissionRefused as refused:
+                return await self._refused(refused)
+            if self.interruption.reason is not None:
+                return await self._interrupted(self.interruption.reason)
+            await self.society.record(
+                RosterAdmitted(
+                    requests=list(admission.requests),
+                    requested=admission.requested,
+                    capacity=admission.capacity,
+                    queue=admission.queue,
+                )
+            )
             async with anyio.create_task_group() as tasks:
                 try:
-                    result = await self._society(router, session, tasks, credentials)
+                    with anyio.CancelScope() as loss:
+                        tasks.start_soon(self._watch_loss, session, loss)
+                        result = await self._society(router, session, tasks, credentials)
+                    if loss.cancelled_caught and self._lost is not None:
+                        result = await self._platform_lost(self._lost)
                 except BaseException as exc:
                     if not isinstance(exc, Exception):
                         with anyio.CancelScope(shield=True):
@@ -260,6 +270,28 @@ class _Kernel:
                         await self.society.wind_down(session)
                     tasks.cancel_scope.cancel()  # keepers still attaching, watchers of the unborn
         return result
+
+    async def _refused(self, refused: AdmissionRefused) -> ClusterCause:
+        a = refused.admission
+        await self.society.record(
+            RosterRefused(
+                reason=refused.reason,
+                detail=str(refused),
+                requests=list(a.requests),
+                requested=a.requested,
+                capacity=a.capacity,
+            )
+        )
+        return ClusterCause(refused.reason, str(refused), refused)
+
+    async def _watch_loss(self, session: PlatformSession, scope: anyio.CancelScope) -> None:
+        """Stop the gate or the program when the platform loses the run's capacity."""
+        self._lost = await session.lost()
+        scope.cancel()
+
+    async def _platform_lost(self, error: PlatformError) -> ClusterCause:
+        await self.society.record(PlatformFailed(reason=error.reason, detail=str(error)))
+        return ClusterCause(error.reason, str(error), error)
 
     async def _society(
         self, router: Any, session: PlatformSession, tasks: Any, credentials: dict[str, Any]

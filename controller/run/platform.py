@@ -11,12 +11,17 @@ from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+import anyio
 
 from agent_images.boot import Secrets
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import ProcessExit
-from controller.events.run import AgentRequest, Capacity, HarvestOutcome
+from controller.events.run import AgentRequest, Capacity, HarvestOutcome, QueueAdmission
+
+if TYPE_CHECKING:
+    from controller.network.tls import RouterTLS
 
 
 class PlatformError(Exception):
@@ -34,6 +39,8 @@ class Admission:
     requests: tuple[AgentRequest, ...]
     requested: Capacity
     capacity: Capacity
+    queue: QueueAdmission | None = None
+    """Where a cluster's queue admitted the roster (Kueue), once it did."""
 
 
 class AdmissionRefused(PlatformError):
@@ -105,6 +112,20 @@ class Sandbox(ABC):
 class PlatformSession(ABC):
     """The run's sandboxes. Leaving the ``async with`` tears everything down, on every path."""
 
+    async def admit(self, admission: Admission) -> Admission:
+        """Hold the roster's capacity before any sandbox starts; raises ``AdmissionRefused``.
+
+        A cluster waits here for its queue (Kueue) to admit the roster; the default grants what
+        ``Platform.admit`` checked.
+        """
+        return admission
+
+    async def lost(self) -> PlatformError:
+        """Returns once the platform lost the run's admitted capacity (evicted); the kernel then
+        ends the run as ``ClusterLost``. The default never returns."""
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
     @abstractmethod
     async def start(self, launch: AgentLaunch) -> Sandbox:
         """Start one sandbox; returns once its process exists. Raises ``SandboxStartError``."""
@@ -132,6 +153,10 @@ class Platform(ABC):
     @abstractmethod
     def session(self, placement: RunPlacement) -> AbstractAsyncContextManager[PlatformSession]:
         """Own the run's sandboxes for the duration of the block."""
+
+    def router_tls(self, run_id: str) -> RouterTLS | None:
+        """The router's TLS for this run (a per-run CA), or ``None`` for plain ``ws://``."""
+        return None
 
     def agent_router_url(self, router_url: str) -> str:
         """The router's URL as sandboxes reach it (clusters rewrite the host)."""

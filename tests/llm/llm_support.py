@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +58,20 @@ def environment_of(pid: int) -> bytes:
 
 def every_file(directory: Path) -> dict[Path, bytes]:
     return {path: path.read_bytes() for path in directory.rglob("*") if path.is_file()}
+
+
+def model_servers_of_this_process() -> list[int]:
+    """Live llama.cpp servers this test process started (``LocalModelServer`` children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, parent = stat[0], int(stat[1])
+        if b"llama_cpp.server" in cmdline and parent == os.getpid() and state not in "ZX":
+            found.append(int(entry.name))
+    return found

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +14,8 @@ from agent_images.llm.context import OWNER, ConversationContext, Turn, clean_rep
 from controller.agents import RuntimeDescriptorError
 from controller.agents.llm import llm
 from controller.modelgateway.service import MODEL_SERVICE
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_keep_last_drops_the_oldest_messages_and_counts_them() -> None:
@@ -27,17 +32,18 @@ def test_a_long_message_is_clipped_to_the_policys_length() -> None:
     assert len(context.turns[0].text) == 20 and context.clipped == 1
 
 
-def test_the_chat_request_alternates_roles_and_ends_with_a_cue_for_the_agent() -> None:
+def test_the_chat_request_alternates_roles_and_ends_on_a_user_turn() -> None:
     context = ConversationContext("c-1", ("bob", "cy"), ContextPolicy())
     context.add(Turn("bob", "40k?"))
     context.add(Turn("cy", "60k."))
     context.add(Turn("ada", "50k then.", own=True))
     context.add(Turn(OWNER, "Hold at 50k."))
-    messages = context.chat("You are Ada.", "ada")
+    messages = context.chat("You are Ada.")
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[1]["content"] == "Bob: 40k?\nCy: 60k."
-    assert messages[3]["content"].startswith("(private note from your owner) Hold at 50k.")
-    assert messages[3]["content"].endswith("(Ada, your turn: one or two short sentences.)")
+    assert messages[3]["content"] == "(private note from your owner) Hold at 50k."
+    context.add(Turn("ada", "Agreed.", own=True))
+    assert context.chat("You are Ada.")[-1] == {"role": "user", "content": "(continue)"}
 
 
 @pytest.mark.parametrize(
@@ -46,6 +52,7 @@ def test_the_chat_request_alternates_roles_and_ends_with_a_cue_for_the_agent() -
         ("Ada: I propose 50k.", False, "I propose 50k."),
         ("Ada, Ben and Cy: 50k.\nBen: What about 90k?", False, "50k."),
         ("PASS", False, None),
+        ("(Ben's turn)\nI agree with 60k.\n(Ada nods)", False, "I agree with 60k."),
         ("  ", False, None),
         ("We should settle at 55k. Marketing needs the rest and", True, "We should settle at 55k."),
         ("We should", True, "We should…"),
@@ -82,3 +89,25 @@ def test_a_named_provider_is_referenced_by_its_key_name_only() -> None:
     agent = llm("You are Ada.", provider="openai", model="gpt-4.1-mini")
     assert agent.provider is not None
     assert (agent.provider.model, agent.provider.api_key_name) == ("gpt-4.1-mini", "OPENAI_API_KEY")
+
+
+def test_the_agent_program_loads_no_kernel_router_platform_or_gateway() -> None:
+    probe = "import sys, agent_images.llm.agent\nprint('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    forbidden = [
+        module
+        for module in out.stdout.split()
+        if module.split(".")[0] in ("kubernetes", "temporalio", "llama_cpp")
+        or module.startswith(
+            (
+                "controller.run",
+                "controller.platform",
+                "controller.agents",
+                "controller.modelgateway",
+                "controller.network.router",
+            )
+        )
+    ]
+    assert forbidden == []

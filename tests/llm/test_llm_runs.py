@@ -12,7 +12,14 @@ from typing import Any
 
 import anyio
 import pytest
-from llm_support import agent_pid, environment_of, every_file, usage_from_events, verified
+from llm_support import (
+    agent_pid,
+    environment_of,
+    every_file,
+    model_servers_of_this_process,
+    usage_from_events,
+    verified,
+)
 
 from agent_images.llm.config import Budget, ReplyPolicy
 from controller import RunSpec
@@ -55,7 +62,10 @@ async def test_the_real_local_model_drives_a_two_agent_conversation_through_the_
         "reply": ReplyPolicy(max_reply_tokens=32),
     }
 
+    servers: list[int] = []
+
     async def execute(ctx: RunContext) -> list[str]:
+        servers.extend(model_servers_of_this_process())
         heard = []
         async with ctx.network.endpoint("host") as host:
             chat = await host.open(ctx.agents.alice.agent, ctx.agents.bob.agent)
@@ -113,6 +123,8 @@ async def test_the_real_local_model_drives_a_two_agent_conversation_through_the_
     assert json.loads(result.model_dump_json())["usage"] == result.usage
     log = (artifact_root / ledger.run_id / "model-server.log").read_text()
     assert "POST /v1/chat/completions" in log
+    assert len(servers) == 1, "one model server serves the run's agents"
+    assert model_servers_of_this_process() == [], "the model server outlived its run"
 
 
 async def test_the_provider_key_appears_nowhere_but_the_providers_requests(

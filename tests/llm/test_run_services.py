@@ -15,7 +15,7 @@ from llm_support import agent_pid, environment_of, verified
 
 from agent_images.scripted.policy import ScriptedPolicy
 from controller import RunSpec
-from controller.agents import scripted
+from controller.agents import RuntimeDescriptorError, scripted
 from controller.agents.services import RunService, ServiceGrant, ServiceScope
 from controller.events.run import AgentRuntimeReady, PlatformFailed
 from controller.run import ClusterLost, ProgramFinished, Run, RunContext, RunResult, Success
@@ -54,7 +54,7 @@ class StandIn(RunService):
             JOURNAL.append(("close", alive))
 
 
-def with_service(service: StandIn) -> Any:
+def with_service(service: Any) -> Any:
     return dataclasses.replace(scripted(ScriptedPolicy()), services=(service,))
 
 
@@ -109,3 +109,18 @@ async def test_a_service_that_cannot_start_loses_the_run_before_any_agent_starts
     assert list(ledger.events(AgentRuntimeReady)) == []
     [failed] = ledger.events(PlatformFailed)
     assert failed.reason == "service-down" and "cannot start" in failed.detail
+
+
+def test_a_descriptor_refuses_a_service_that_is_not_a_hashable_run_service() -> None:
+    for bad in (object(), StandInWithList()):
+        with pytest.raises(RuntimeDescriptorError) as raised:
+            with_service(bad)
+        assert raised.value.reason == "bad-service"
+
+
+@dataclass(eq=True)
+class StandInWithList(RunService):  # eq without frozen: unhashable, so it cannot be shared
+    names: list[str] = dataclasses.field(default_factory=list)
+
+    def open(self, scope: ServiceScope) -> Any:
+        raise NotImplementedError

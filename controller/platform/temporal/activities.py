@@ -15,6 +15,7 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from controller.platform import CLUSTER_PROFILES
 from controller.platform.temporal.models import ExecuteHeartbeat, Reservation
 from controller.platform.temporal.run_files import run_directory, run_record, write_run_record
 from controller.platform.temporal.workflow import CLEANUP, EXECUTE, PREPARE
@@ -65,6 +66,9 @@ class LifecycleActivities:
             "controllerPid": os.getpid(),
         }
         write_run_record(directory, record)
+        if request.profile in CLUSTER_PROFILES:
+            self._phase(f"preparing namespace {request.run_id}")
+            await prepare_namespace(request.run_id)
         self._phase(f"prepared {directory}")
         return Reservation(
             run_id=request.run_id, namespace=request.run_id, artifact_dir=str(directory)
@@ -94,7 +98,11 @@ class LifecycleActivities:
     async def cleanup(self, reservation: Reservation) -> None:
         """Reap everything the run left; safe to retry and to run after any ending."""
         self._phase("cleanup: reaping the run's processes")
-        await reap(reservation.run_id, Path(reservation.artifact_dir).parent)
+        root = Path(reservation.artifact_dir).parent
+        await reap(reservation.run_id, root)
+        if run_record(root, reservation.run_id).get("profile") in CLUSTER_PROFILES:
+            self._phase(f"cleanup: deleting namespace {reservation.namespace}")
+            await delete_namespace(reservation.namespace)
         self._phase("cleanup: done")
 
     def _phase(self, text: str) -> None:
@@ -107,6 +115,28 @@ async def reap(run_id: str, artifact_root: Path) -> None:
     from controller.platform.local import reap_run
 
     await anyio.to_thread.run_sync(reap_run, run_id, artifact_root)
+
+
+async def prepare_namespace(run_id: str) -> None:
+    """The run's namespace, owner and controller identity (cluster profiles); idempotent."""
+    from controller.platform.kubernetes import Kube, KubernetesSettings, prepare_run_namespace
+
+    settings = KubernetesSettings.from_environment()
+    async with Kube.connect(
+        kubeconfig=settings.kubeconfig, context=settings.context, in_cluster=settings.in_cluster
+    ) as kube:
+        await prepare_run_namespace(kube, run_id)
+
+
+async def delete_namespace(namespace: str) -> None:
+    """Delete the run's namespace and wait until it is gone (cluster profiles); idempotent."""
+    from controller.platform.kubernetes import Kube, KubernetesSettings, delete_run_namespace
+
+    settings = KubernetesSettings.from_environment()
+    async with Kube.connect(
+        kubeconfig=settings.kubeconfig, context=settings.context, in_cluster=settings.in_cluster
+    ) as kube:
+        await delete_run_namespace(kube, namespace, timeout_s=100)  # inside the 2 min attempt
 
 
 async def _heartbeat(progress: _ReportingProgress) -> None:

@@ -1,0 +1,242 @@
+"""Who may do what: the controller's namespaced Role, the run worker's ClusterRole, and the
+workloads that carry those identities (the controller Job, the run worker Deployment).
+
+The controller can touch only its run's namespace, and there only what a run needs; it reads no
+Secret (it writes its agents' and deletes them) and creates no pod itself (Agent Sandbox does).
+The run worker creates and deletes run namespaces and what ``prepare`` puts in them; Kubernetes
+lets it grant the controller's Role only because it holds the same rules itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.platform.kubernetes.kube import KUEUE, SANDBOX_GROUP, Obj
+from controller.platform.kubernetes.objects import (
+    CONTROLLER_ACCOUNT,
+    MANAGED_BY,
+    OWNER,
+    ROLE_LABEL,
+    _meta,
+    _object,
+)
+
+RUNSPEC_CONFIGMAP = "society-runspec"
+RUNSPEC_DIR = "/etc/society/runspec"
+CONTROLLER_JOB = "society-controller"
+SYSTEM_NAMESPACE = "society-system"
+WORKER_ACCOUNT = "society-run-worker"
+WORKER_CLUSTER_ROLE = "society-run-worker"
+
+
+def _rule(group: str, resources: list[str], verbs: list[str], **extra: Any) -> dict[str, Any]:
+    return {"apiGroups": [group], "resources": resources, "verbs": verbs, **extra}
+
+
+CONTROLLER_RULES: list[dict[str, Any]] = [
+    _rule("", ["configmaps"], ["get"], resourceNames=[OWNER, RUNSPEC_CONFIGMAP]),
+    _rule("", ["secrets"], ["create", "patch", "delete"]),
+    _rule("", ["services"], ["get", "create", "patch", "delete"]),
+    _rule("", ["pods"], ["get", "list", "watch"]),
+    _rule("", ["pods/log"], ["get"]),
+    _rule("networking.k8s.io", ["networkpolicies"], ["get", "create", "patch"]),
+    _rule(KUEUE, ["localqueues"], ["get", "create", "patch"]),
+    _rule(KUEUE, ["workloads"], ["get", "list", "watch", "create", "patch", "delete"]),
+    _rule(SANDBOX_GROUP, ["sandboxes"], ["get", "list", "watch", "create", "patch", "delete"]),
+]
+"""Exactly what ``KubernetesSession`` does in its namespace, and nothing else."""
+
+
+def controller_subject(run_id: str) -> str:
+    """The controller's user name, as the API server sees it (and as tests impersonate it)."""
+    return f"system:serviceaccount:{run_id}:{CONTROLLER_ACCOUNT}"
+
+
+def controller_account(run_id: str) -> Obj:
+    return _object(
+        "ServiceAccount",
+        _meta(run_id, CONTROLLER_ACCOUNT, **{ROLE_LABEL: "controller"}),
+        automountServiceAccountToken=False,  # only the controller's Job mounts it
+    )
+
+
+def controller_role(run_id: str) -> Obj:
+    return _object(
+        "Role",
+        _meta(run_id, CONTROLLER_ACCOUNT, **{ROLE_LABEL: "controller"}),
+        rules=CONTROLLER_RULES,
+    )
+
+
+def controller_binding(run_id: str) -> Obj:
+    return _object(
+        "RoleBinding",
+        _meta(run_id, CONTROLLER_ACCOUNT, **{ROLE_LABEL: "controller"}),
+        roleRef={
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": CONTROLLER_ACCOUNT,
+        },
+        subjects=[{"kind": "ServiceAccount", "name": CONTROLLER_ACCOUNT, "namespace": run_id}],
+    )
+
+
+def runspec_configmap(run_id: str, module_name: str, source: bytes) -> Obj:
+    """The RunSpec module the in-cluster controller loads, immutable."""
+    return _object(
+        "ConfigMap",
+        _meta(run_id, RUNSPEC_CONFIGMAP, **{ROLE_LABEL: "controller"}),
+        immutable=True,
+        data={module_name: source.decode("utf-8")},
+    )
+
+
+def controller_job(
+    run_id: str,
+    *,
+    image: str,
+    module_name: str,
+    seed: int,
+    profile: str,
+    cluster_queue: str,
+    active_deadline_s: int,
+) -> Obj:
+    """The controller, in-cluster: one pod, never retried (a run executes at most once)."""
+    labels = {**MANAGED_BY, "society.run/id": run_id, ROLE_LABEL: "controller"}
+    env = [
+        {"name": "SOCIETY_RUN_ID", "value": run_id},
+        {"name": "SOCIETY_RUN_MODULE", "value": f"{RUNSPEC_DIR}/{module_name}"},
+        {"name": "SOCIETY_RUN_SEED", "value": str(seed)},
+        {"name": "SOCIETY_PROFILE", "value": profile},
+        {"name": "SOCIETY_KUBE_IN_CLUSTER", "value": "1"},
+        {"name": "SOCIETY_CLUSTER_QUEUE", "value": cluster_queue},
+        {"name": "SOCIETY_ARTIFACT_ROOT", "value": "/var/lib/society/artifacts"},
+    ]
+    return _object(
+        "Job",
+        _meta(run_id, CONTROLLER_JOB, **{ROLE_LABEL: "controller"}),
+        spec={
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": active_deadline_s,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": CONTROLLER_ACCOUNT,
+                    "automountServiceAccountToken": True,
+                    "restartPolicy": "Never",
+                    "enableServiceLinks": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "controller",
+                            "image": image,
+                            "command": ["python", "-m", "controller.platform.kubernetes.incluster"],
+                            "env": env,
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [
+                                {"name": "runspec", "mountPath": RUNSPEC_DIR, "readOnly": True},
+                                {"name": "artifacts", "mountPath": "/var/lib/society/artifacts"},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "runspec", "configMap": {"name": RUNSPEC_CONFIGMAP}},
+                        {"name": "artifacts", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    )
+
+
+# ---- the run worker (system namespace) ------------------------------------------------------
+
+WORKER_RULES: list[dict[str, Any]] = [
+    _rule("", ["namespaces"], ["get", "list", "watch", "create", "patch", "delete"]),
+    _rule("", ["serviceaccounts"], ["get", "create", "patch"]),
+    _rule("", ["configmaps"], ["get", "create", "patch"]),
+    _rule("rbac.authorization.k8s.io", ["roles", "rolebindings"], ["get", "create", "patch"]),
+    _rule("batch", ["jobs"], ["get", "list", "watch", "create", "patch"]),
+    *CONTROLLER_RULES[1:],  # held so that it may grant them (RBAC escalation check)
+]
+
+
+def worker_cluster_role() -> Obj:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": WORKER_CLUSTER_ROLE, "labels": dict(MANAGED_BY)},
+        "rules": WORKER_RULES,
+    }
+
+
+def worker_cluster_binding() -> Obj:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": WORKER_CLUSTER_ROLE, "labels": dict(MANAGED_BY)},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": WORKER_CLUSTER_ROLE,
+        },
+        "subjects": [
+            {"kind": "ServiceAccount", "name": WORKER_ACCOUNT, "namespace": SYSTEM_NAMESPACE}
+        ],
+    }
+
+
+def worker_account() -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": WORKER_ACCOUNT,
+            "namespace": SYSTEM_NAMESPACE,
+            "labels": dict(MANAGED_BY),
+        },
+    }
+
+
+def worker_deployment(*, image: str, temporal_address: str, replicas: int = 1) -> Obj:
+    """The Temporal worker that runs ``SocietyRun`` workflows: prepare, execute, cleanup."""
+    labels = {**MANAGED_BY, "app.kubernetes.io/name": "society-run-worker"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "society-run-worker", "namespace": SYSTEM_NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "society-run-worker"}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": WORKER_ACCOUNT,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": image,
+                            "command": ["python", "-m", "controller.platform.temporal.worker"],
+                            "env": [{"name": "TEMPORAL_ADDRESS", "value": temporal_address}],
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }

@@ -1,0 +1,370 @@
+"""The run's Kubernetes objects, built as plain manifests from the roster's runtime descriptors.
+
+Everything lives in the run's namespace (the run id names it), carries the run's labels and is
+owned by one ConfigMap, ``society-run``: deleting the namespace or that owner is the whole
+cleanup. Secret values go only into Secrets' ``data``, never into a spec or the ledger.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from controller.agents.runtime import Resources, RuntimeDescriptor
+from controller.platform.kubernetes.kube import KINDS, Obj
+from controller.run.platform import PlatformError
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "society-runner"}
+RUN_LABEL = "society.run/id"
+AGENT_LABEL = "society.run/agent"
+ROLE_LABEL = "society.run/role"
+
+OWNER = "society-run"
+"""The ConfigMap every run object is owned by."""
+LOCAL_QUEUE = "roster"
+WORKLOAD = "roster"
+ROUTER_SERVICE = "society-router"
+ROUTER_CA_SECRET = "router-ca"
+CONTROLLER_ACCOUNT = "society-controller"
+
+AGENT_CONTAINER = "agent"
+WORKDIR = "/home/agent/work"
+SECRETS_DIR = "/var/run/society/secrets"
+SECRETS_FILE = f"{SECRETS_DIR}/secrets.json"
+CA_DIR = "/var/run/society/router-ca"
+CA_FILE = f"{CA_DIR}/ca.pem"
+NON_ROOT_ID = 65532
+MAX_POD_SETS = 8
+"""Kueue's limit on pod sets per Workload."""
+
+
+def run_labels(run_id: str, **extra: str) -> dict[str, str]:
+    return {**MANAGED_BY, RUN_LABEL: run_id, **extra}
+
+
+def run_selector(run_id: str) -> str:
+    return f"{RUN_LABEL}={run_id}"
+
+
+def _meta(run_id: str, name: str, **labels: str) -> dict[str, Any]:
+    return {"name": name, "namespace": run_id, "labels": run_labels(run_id, **labels)}
+
+
+def _object(kind: str, metadata: dict[str, Any], **body: Any) -> Obj:
+    return {"apiVersion": KINDS[kind].api_version, "kind": kind, "metadata": metadata, **body}
+
+
+def namespace(run_id: str) -> Obj:
+    labels = {
+        **run_labels(run_id),
+        "pod-security.kubernetes.io/enforce": "baseline",
+        "pod-security.kubernetes.io/warn": "restricted",
+    }
+    return _object("Namespace", {"name": run_id, "labels": labels})
+
+
+def owner(run_id: str) -> Obj:
+    """The one object every run object is owned by."""
+    return _object(
+        "ConfigMap", _meta(run_id, OWNER, **{ROLE_LABEL: "owner"}), data={"runId": run_id}
+    )
+
+
+def owned(obj: Obj, owner_obj: Obj) -> Obj:
+    """``obj`` with an ownerReference to ``owner_obj`` (same namespace), so GC deletes it."""
+    reference = {
+        "apiVersion": owner_obj["apiVersion"],
+        "kind": owner_obj["kind"],
+        "name": owner_obj["metadata"]["name"],
+        "uid": owner_obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+    return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [reference]}}
+
+
+# ---- admission -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """Roster agents with identical requests: one Kueue pod set."""
+
+    name: str
+    resources: Resources
+    image: str
+    agents: tuple[str, ...]
+
+
+def pod_sets(roster: Mapping[str, RuntimeDescriptor]) -> list[PodSet]:
+    """Group the roster by identical requests; raises ``PlatformError`` beyond Kueue's limit."""
+    groups: dict[tuple[float, int], list[str]] = {}
+    for name, descriptor in roster.items():
+        key = (descriptor.resources.cpu, descriptor.resources.memory_mib)
+        groups.setdefault(key, []).append(name)
+    if len(groups) > MAX_POD_SETS:
+        raise PlatformError(
+            f"the roster has {len(groups)} distinct resource shapes (cpu, memory requests) and "
+            f"one Kueue Workload holds at most {MAX_POD_SETS}; give agents fewer distinct "
+            f"requests",
+            reason="too-many-shapes",
+        )
+    return [
+        PodSet(
+            f"shape-{index}", roster[agents[0]].resources, roster[agents[0]].image, tuple(agents)
+        )
+        for index, agents in enumerate(groups.values())
+    ]
+
+
+def local_queue(run_id: str, cluster_queue: str) -> Obj:
+    return _object("LocalQueue", _meta(run_id, LOCAL_QUEUE), spec={"clusterQueue": cluster_queue})
+
+
+def workload(run_id: str, sets: Sequence[PodSet]) -> Obj:
+    """One Workload for the complete roster: admitted whole or not at all."""
+    return _object(
+        "Workload",
+        _meta(run_id, WORKLOAD),
+        spec={
+            "queueName": LOCAL_QUEUE,
+            "podSets": [
+                {
+                    "name": pod_set.name,
+                    "count": len(pod_set.agents),
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": AGENT_CONTAINER,
+                                    "image": pod_set.image,
+                                    "resources": _resources(pod_set.resources),
+                                }
+                            ],
+                        }
+                    },
+                }
+                for pod_set in sets
+            ],
+        },
+    )
+
+
+def _resources(resources: Resources) -> dict[str, Any]:
+    return {
+        "requests": {"cpu": _cpu(resources.cpu), "memory": f"{resources.memory_mib}Mi"},
+        "limits": {"memory": f"{resources.memory_limit_mib}Mi"},
+    }
+
+
+def _cpu(cores: float) -> str:
+    return f"{round(cores * 1000)}m"
+
+
+# ---- agents --------------------------------------------------------------------------------
+
+
+def agent_secrets_name(agent: str) -> str:
+    return f"agent-{agent}-secrets"
+
+
+def agent_files_name(agent: str) -> str:
+    return f"agent-{agent}-files"
+
+
+def _secret(run_id: str, name: str, data: Mapping[str, bytes], **labels: str) -> Obj:
+    return _object(
+        "Secret",
+        _meta(run_id, name, **labels),
+        type="Opaque",
+        immutable=True,
+        data={key: base64.b64encode(value).decode("ascii") for key, value in data.items()},
+    )
+
+
+def agent_secrets(run_id: str, agent: str, secrets_json: bytes) -> Obj:
+    """The agent's boot secrets file (router token, bridge token, credentials), immutable."""
+    labels = {AGENT_LABEL: agent, ROLE_LABEL: "agent"}
+    return _secret(run_id, agent_secrets_name(agent), {"secrets.json": secrets_json}, **labels)
+
+
+def file_keys(files: Mapping[str, bytes]) -> dict[str, str]:
+    """Relative path -> the Secret key that holds it (paths are not valid keys)."""
+    return {path: f"file-{index}" for index, path in enumerate(sorted(files))}
+
+
+def agent_files(run_id: str, agent: str, files: Mapping[str, bytes]) -> Obj:
+    """The runtime's declared files, immutable, mounted one by one into the working directory."""
+    keys = file_keys(files)
+    labels = {AGENT_LABEL: agent, ROLE_LABEL: "agent"}
+    data = {keys[path]: content for path, content in files.items()}
+    return _secret(run_id, agent_files_name(agent), data, **labels)
+
+
+def router_ca(run_id: str, ca_pem: bytes) -> Obj:
+    return _secret(run_id, ROUTER_CA_SECRET, {"ca.pem": ca_pem}, **{ROLE_LABEL: "router"})
+
+
+def sandbox(
+    run_id: str,
+    agent: str,
+    descriptor: RuntimeDescriptor,
+    *,
+    router_url: str,
+    seed: int,
+    shutdown_at: datetime.datetime,
+    non_root: bool = True,
+) -> Obj:
+    """One Agent Sandbox for ``agent``: its pinned image, command, boot variables, Secrets."""
+    from agent_images import boot
+
+    env = [
+        {"name": boot.AGENT_NAME, "value": agent},
+        {"name": boot.ROUTER_URL, "value": router_url},
+        {"name": boot.ROUTER_CA_FILE, "value": CA_FILE},
+        {"name": boot.BRIDGE_PORT, "value": str(descriptor.bridge_port)},
+        {"name": boot.SECRETS_FILE, "value": SECRETS_FILE},
+        {"name": boot.RUN_SEED, "value": str(seed)},
+        *({"name": k, "value": v} for k, v in sorted(descriptor.environment.items())),
+    ]
+    keys = file_keys(descriptor.files)
+    mounts = [
+        {"name": "work", "mountPath": WORKDIR},
+        {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
+        {"name": "router-ca", "mountPath": CA_DIR, "readOnly": True},
+        *(
+            {"name": "files", "mountPath": f"{WORKDIR}/{path}", "subPath": key, "readOnly": True}
+            for path, key in keys.items()
+        ),
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "work", "emptyDir": {}},
+        {
+            "name": "secrets",
+            "secret": {"secretName": agent_secrets_name(agent), "defaultMode": 0o440},
+        },
+        {"name": "router-ca", "secret": {"secretName": ROUTER_CA_SECRET, "defaultMode": 0o444}},
+    ]
+    if keys:
+        volumes.append(
+            {
+                "name": "files",
+                "secret": {"secretName": agent_files_name(agent), "defaultMode": 0o444},
+            }
+        )
+    pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if non_root:
+        pod_security |= {
+            "runAsNonRoot": True,
+            "runAsUser": NON_ROOT_ID,
+            "runAsGroup": NON_ROOT_ID,
+            "fsGroup": NON_ROOT_ID,
+        }
+    labels = run_labels(run_id, **{AGENT_LABEL: agent, ROLE_LABEL: "agent"})
+    pod = {
+        "metadata": {"labels": labels},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": pod_security,
+            "containers": [
+                {
+                    "name": AGENT_CONTAINER,
+                    "image": descriptor.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": list(descriptor.command),
+                    "workingDir": WORKDIR,
+                    "env": env,
+                    "ports": [{"name": "bridge", "containerPort": descriptor.bridge_port}],
+                    "resources": _resources(descriptor.resources),
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "volumeMounts": mounts,
+                }
+            ],
+            "volumes": volumes,
+        },
+    }
+    return _object(
+        "Sandbox",
+        _meta(run_id, agent, **{AGENT_LABEL: agent, ROLE_LABEL: "agent"}),
+        spec={
+            "podTemplate": pod,
+            "service": True,
+            "shutdownTime": shutdown_at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "shutdownPolicy": "Delete",
+        },
+    )
+
+
+# ---- the router and the network -------------------------------------------------------------
+
+
+def router_service(run_id: str, port: int) -> Obj:
+    """The router as agents reach it: the controller's pod behind a per-run Service."""
+    return _object(
+        "Service",
+        _meta(run_id, ROUTER_SERVICE, **{ROLE_LABEL: "router"}),
+        spec={
+            "selector": {RUN_LABEL: run_id, ROLE_LABEL: "controller"},
+            "ports": [{"name": "router", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    )
+
+
+def router_host(run_id: str) -> str:
+    return f"{ROUTER_SERVICE}.{run_id}.svc"
+
+
+def network_policies(
+    run_id: str, *, controller_ports: Sequence[int], bridge_ports: Sequence[int]
+) -> list[Obj]:
+    """Default deny; agents reach only the controller (router, model gateway) and DNS; only the
+    controller reaches agents' bridges. Agents never reach each other around the router."""
+    agents = {"matchLabels": {ROLE_LABEL: "agent"}}
+    controller = {"matchLabels": {ROLE_LABEL: "controller"}}
+    dns = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+
+    def policy(name: str, spec: dict[str, Any]) -> Obj:
+        return _object("NetworkPolicy", _meta(run_id, name), spec=spec)
+
+    def ports(numbers: Sequence[int]) -> list[dict[str, Any]]:
+        return [{"protocol": "TCP", "port": p} for p in sorted(set(numbers))]
+
+    return [
+        policy("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        policy(
+            "agents",
+            {
+                "podSelector": agents,
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [{"podSelector": controller}], "ports": ports(bridge_ports)}],
+                "egress": [
+                    {"to": [{"podSelector": controller}], "ports": ports(controller_ports)},
+                    {
+                        "to": [dns],
+                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                    },
+                ],
+            },
+        ),
+        policy(
+            "controller",
+            {
+                "podSelector": controller,
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [{"podSelector": agents}], "ports": ports(controller_ports)}],
+                "egress": [{}],  # the API server, agents' bridges
+            },
+        ),
+    ]

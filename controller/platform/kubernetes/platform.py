@@ -1,0 +1,163 @@
+"""The Kubernetes profiles (``kind``, ``gke``, and ``kubernetes`` for any cluster): one
+namespace per run, Kueue admission of the complete roster, one Agent Sandbox per agent.
+
+The same code runs in-cluster (the controller Job, ``SOCIETY_KUBE_IN_CLUSTER=1``) and out of
+cluster against a kubeconfig (tests, debugging); out of cluster the session also prepares and
+deletes the run's namespace, which in-cluster is the run worker's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import ClassVar
+
+import anyio
+
+from controller.agents.runtime import RuntimeDescriptor
+from controller.events.run import AgentRequest, Capacity
+from controller.network.tls import RouterTLS
+from controller.platform.kubernetes import objects
+from controller.platform.kubernetes.kube import Kube
+from controller.platform.kubernetes.namespace import delete_run_namespace, prepare_run_namespace
+from controller.platform.kubernetes.session import BridgeAddress, KubernetesSession
+from controller.platform.kubernetes.settings import KubernetesSettings
+from controller.run.platform import (
+    Admission,
+    AdmissionRefused,
+    Platform,
+    PlatformError,
+    PlatformSession,
+    RunPlacement,
+)
+
+
+async def _service_address(run_id: str, agent: str, default: tuple[str, int]) -> tuple[str, int]:
+    return default
+
+
+class KubernetesPlatform(Platform):
+    """One run on a cluster; build one per run (it remembers the roster it admitted)."""
+
+    profile: ClassVar[str] = "kubernetes"
+
+    def __init__(
+        self,
+        settings: KubernetesSettings | None = None,
+        *,
+        bridge_address: BridgeAddress | None = None,
+    ) -> None:
+        self.settings = settings or KubernetesSettings.from_environment()
+        self.router_host = "0.0.0.0" if self.settings.in_cluster else "127.0.0.1"
+        self.bridge_address: BridgeAddress = bridge_address or _service_address
+        self.roster: Mapping[str, RuntimeDescriptor] = {}
+        self.pod_sets: list[objects.PodSet] = []
+        self._tls: dict[str, RouterTLS] = {}
+
+    @classmethod
+    def for_profile(cls, profile: str) -> KubernetesPlatform:
+        """The platform for ``kind``, ``gke`` or ``kubernetes``, configured from the environment."""
+        platforms: dict[str, type[KubernetesPlatform]] = {
+            "kind": KindPlatform,
+            "gke": GkePlatform,
+            "kubernetes": KubernetesPlatform,
+        }
+        return platforms[profile]()
+
+    def admit(self, roster: Mapping[str, RuntimeDescriptor]) -> Admission:
+        """Check what can be checked before anything exists: pinned images, Kueue's shape
+        limit. The queue's own admission happens in the session, before any Sandbox."""
+        requests = tuple(
+            AgentRequest(
+                agent=name,
+                runtime=type(d).runtime,
+                cpu=d.resources.cpu,
+                memory_mib=d.resources.memory_mib,
+            )
+            for name, d in roster.items()
+        )
+        requested = Capacity(
+            cpu=round(sum(r.cpu for r in requests), 6),
+            memory_mib=sum(r.memory_mib for r in requests),
+            agents=len(requests),
+        )
+        admission = Admission(requests, requested, requested)
+        unpinned = sorted(name for name, d in roster.items() if not d.image_pinned)
+        if unpinned:
+            raise AdmissionRefused(
+                f"cluster profiles run images pinned by digest (image@sha256:...); "
+                f"{', '.join(unpinned)} use {roster[unpinned[0]].image!r}: build the image from "
+                f"agent_images/<runtime>/Dockerfile, push it and pass image=...@sha256:<digest>",
+                reason="image-not-pinned",
+                admission=admission,
+            )
+        try:
+            self.pod_sets = objects.pod_sets(roster)
+        except PlatformError as exc:
+            raise AdmissionRefused(str(exc), reason=exc.reason, admission=admission) from None
+        self.roster = dict(roster)
+        return admission
+
+    def router_tls(self, run_id: str) -> RouterTLS:
+        """A per-run CA; the certificate names the router's Service (and loopback, for a
+        controller out of cluster)."""
+        tls = self._tls.get(run_id)
+        if tls is None:
+            host = objects.router_host(run_id)
+            tls = RouterTLS.generate([host, f"{host}.cluster.local", "localhost", "127.0.0.1"])
+            self._tls[run_id] = tls
+        return tls
+
+    def tls_for(self, run_id: str) -> RouterTLS | None:
+        return self._tls.get(run_id)
+
+    @asynccontextmanager
+    async def session(self, placement: RunPlacement) -> AsyncIterator[PlatformSession]:
+        settings = self.settings
+        run_id = placement.run_id
+        async with Kube.connect(
+            kubeconfig=settings.kubeconfig,
+            context=settings.context,
+            in_cluster=settings.in_cluster,
+            impersonate=settings.impersonate,
+        ) as kube:
+            try:
+                if settings.prepares:
+                    owner = await prepare_run_namespace(kube, run_id)
+                else:
+                    found = await kube.get("ConfigMap", objects.OWNER, run_id)
+                    if found is None:
+                        raise PlatformError(
+                            f"namespace {run_id} has no {objects.OWNER} ConfigMap: the run worker "
+                            f"did not prepare it",
+                            reason="namespace-not-prepared",
+                        )
+                    owner = found
+                async with anyio.create_task_group() as tasks:
+                    session = KubernetesSession(self, kube, placement, owner, tasks)
+                    await session.open()
+                    try:
+                        yield session
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            try:
+                                await session.teardown()
+                            except PlatformError:
+                                pass  # deleting the namespace below (or the worker's) covers it
+                        tasks.cancel_scope.cancel()
+            finally:
+                if settings.deletes:
+                    with anyio.CancelScope(shield=True):
+                        await delete_run_namespace(kube, run_id)
+
+
+class KindPlatform(KubernetesPlatform):
+    """A local kind cluster (the ``kind`` profile)."""
+
+    profile: ClassVar[str] = "kind"
+
+
+class GkePlatform(KubernetesPlatform):
+    """A team's GKE cluster (the ``gke`` profile)."""
+
+    profile: ClassVar[str] = "gke"

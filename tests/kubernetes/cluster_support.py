@@ -1,0 +1,182 @@
+"""Fixtures and helpers for the kubernetes platform's tests (import the fixtures by name).
+
+A ClusterQueue per quota, a run on the test control plane with pods' applications run as local
+processes (``pod_processes``, test-only), and a recorder of what the cluster saw in order.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from controlplane import ControlPlane, wait_until
+from pod_processes import PodProcesses
+
+from controller.platform.kubernetes import Kube, KubernetesPlatform, KubernetesSettings, objects
+from controller.platform.kubernetes.kube import Informer, is_true
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+PINNED = "registry.invalid/society/scripted@sha256:" + "0" * 63 + "1"
+"""A digest-pinned reference for the scripted runtime: KWOK pulls nothing, the digest is a
+stand-in for an image built from agent_images/scripted/Dockerfile."""
+RUN_KINDS = ("Sandbox", "Workload", "LocalQueue", "Secret", "Service", "ConfigMap", "Pod")
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> Any:
+    return "asyncio"
+
+
+def make_cluster_queue(plane: ControlPlane, *, cpu: str, memory: str = "16Gi") -> str:
+    """A ResourceFlavor and a ClusterQueue with this quota, for any namespace; returns its name."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(plane.api_client())
+    group, version = KUEUE
+    suffix = uuid.uuid4().hex[:8]
+    flavor, queue = f"flavor-{suffix}", f"cq-{suffix}"
+    custom.create_cluster_custom_object(
+        group, version, "resourceflavors",
+        {"apiVersion": f"{group}/{version}", "kind": "ResourceFlavor", "metadata": {"name": flavor}},
+    )  # fmt: skip
+    custom.create_cluster_custom_object(
+        group,
+        version,
+        "clusterqueues",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "ClusterQueue",
+            "metadata": {"name": queue},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": flavor,
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": cpu},
+                                    {"name": "memory", "nominalQuota": memory},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+
+    def active() -> bool:
+        obj = custom.get_cluster_custom_object(group, version, "clusterqueues", queue)
+        return is_true(obj, "Active")
+
+    wait_until(f"ClusterQueue {queue} Active", active, timeout=30)
+    return queue
+
+
+@pytest.fixture(scope="module")
+def cluster_queue(control_plane: ControlPlane) -> Iterator[str]:
+    """A ClusterQueue with room for 50 scripted agents and more."""
+    yield make_cluster_queue(control_plane, cpu="8")
+
+
+@pytest.fixture(scope="module")
+def small_queue(control_plane: ControlPlane) -> Iterator[str]:
+    """A ClusterQueue with room for two scripted agents (20m each), not three."""
+    yield make_cluster_queue(control_plane, cpu="50m")
+
+
+def settings(plane: ControlPlane, **changes: Any) -> KubernetesSettings:
+    base: dict[str, Any] = {
+        "kubeconfig": str(plane.kubeconfig),
+        "startup_timeout_s": 90.0,
+        "admission_timeout_s": 60.0,
+    }
+    return KubernetesSettings(**(base | changes))
+
+
+@dataclass
+class ClusterRecord:
+    """What the cluster showed during a run, in the order the test saw it."""
+
+    seen: list[tuple[float, str, str]] = field(default_factory=list)
+
+    def first(self, what: str) -> float | None:
+        return next((t for t, kind, _ in self.seen if kind == what), None)
+
+    def all(self, what: str) -> list[float]:
+        return [t for t, kind, _ in self.seen if kind == what]
+
+
+@asynccontextmanager
+async def recording(kube: Kube, run_id: str) -> AsyncIterator[ClusterRecord]:
+    """Record when the Workload was first admitted and when each Sandbox first appeared."""
+    record = ClusterRecord()
+    noted: set[tuple[str, str]] = set()
+
+    def note(kind: str, name: str) -> None:
+        if (kind, name) not in noted:
+            noted.add((kind, name))
+            record.seen.append((time.monotonic(), kind, name))
+
+    async def follow(informer: Informer) -> None:
+        await informer.synced.wait()
+        while True:
+            changed = informer._changed
+            for name, obj in informer.objects.items():
+                if informer.kind == "Sandbox":
+                    note("sandbox", name)
+                elif is_true(obj, "Admitted"):
+                    note("admitted", name)
+            await changed.wait()
+
+    async with anyio.create_task_group() as tasks:
+        for kind in ("Sandbox", "Workload"):
+            informer = Informer(kube, kind, run_id, label_selector=objects.run_selector(run_id))
+            tasks.start_soon(informer.run)
+            tasks.start_soon(follow, informer)
+        try:
+            yield record
+        finally:
+            tasks.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def on_cluster(
+    plane: ControlPlane, run_id: str, **platform_settings: Any
+) -> AsyncIterator[tuple[KubernetesPlatform, Kube, ClusterRecord, PodProcesses]]:
+    """A platform for ``run_id`` whose pods' applications run locally, and an admin client."""
+    async with (
+        Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube,
+        PodProcesses.running(kube, run_id) as pods,
+        recording(kube, run_id) as record,
+    ):
+        platform = KubernetesPlatform(
+            settings(plane, **platform_settings), bridge_address=pods.address
+        )
+        yield platform, kube, record, pods
+
+
+async def left_in_cluster(kube: Kube, run_id: str) -> list[str]:
+    """Everything labelled as the run's, in any namespace, plus its namespace if it exists."""
+    found = []
+    if await kube.get("Namespace", run_id) is not None:
+        found.append(f"Namespace/{run_id}")
+    for kind in RUN_KINDS:
+        items, _ = await kube.list(kind, None, label_selector=objects.run_selector(run_id))
+        found += [f"{kind}/{item['metadata']['name']}" for item in items]
+    return found
+
+
+def artifacts(tmp_path: Path) -> Path:
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    return root

@@ -1,0 +1,56 @@
+"""The keyless llm negotiation example, run end to end on the local model and graded offline."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llm_support import verified
+
+from controller.run import ProgramFinished, Run, RunResult, Success, load_run_spec
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def grader() -> Any:
+    path = EXAMPLES / "graders" / "llm_negotiation_grade.py"
+    spec = importlib.util.spec_from_file_location("llm_negotiation_grade", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+async def test_the_llm_negotiation_example_runs_keyless_and_its_grader_reports_it(
+    require_llama_cpp: None, artifact_root: Path
+) -> None:
+    spec = load_run_spec(EXAMPLES / "llm_negotiation.py")
+    outcome = await Run.execute(spec, artifact_root=artifact_root, seed=5)
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    grading = grader()  # it decodes the ledger with its own catalog, as `society grade` does
+    report = grading.grade(verified(grading.run_spec, outcome))
+
+    assert all(report["spoke"][name] >= 1 for name in ("ada", "ben", "cy"))
+    assert report["spoke"]["chair"] == 2
+    assert report["partition"]["isolated"] == "cy"
+    assert report["messagesDropped"] >= 1
+    assert set(report["droppedByLink"]) <= {
+        "agent:ada -> agent:cy",
+        "agent:ben -> agent:cy",
+        "agent:cy -> agent:ada",
+        "agent:cy -> agent:ben",
+    }
+    usage = RunResult.from_outcome(outcome).usage
+    assert usage is not None
+    for name in ("ada", "ben", "cy"):
+        graded, reported = report["usage"][name], usage["agents"][name]
+        assert graded["calls"] == reported["calls"] >= 1
+        assert graded["completionTokens"] == reported["completionTokens"]
+        assert graded["costUsd"] == reported["costUsd"] == 0.0
+    assert report["total"]["calls"] == usage["total"]["calls"]
+    assert set(report["stopped"]) == {"ada", "ben", "cy"}
