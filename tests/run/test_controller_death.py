@@ -102,8 +102,13 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
         [sys.executable, "-c", "import time; time.sleep(120)", run_id], start_new_session=True
     )
     process.run_id = run_id  # type: ignore[attr-defined]
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    # Until the child has exec'd, its command line is still the parent's and names no run.
     wait_until(
-        lambda: ProcessRecord.of(process.pid, "agent", "probe") is not None, 5, "the sleeper"
+        lambda: run_id.encode() in cmdline.read_bytes()
+        and ProcessRecord.of(process.pid, "agent", "probe") is not None,
+        10,
+        "the sleeper",
     )
     yield process
     if process.poll() is None:
