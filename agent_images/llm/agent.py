@@ -113,6 +113,8 @@ class LLMAgent:
         self._consecutive_failures = 0
         self.stopped: Stop | None = None
         self._stop = anyio.Event()
+        self._active = anyio.Event()
+        """Set by the first message or instruction: the wall-time budget counts from there."""
         send, receive = anyio.create_memory_object_stream[Incoming](1024)
         self._inbox_send: MemoryObjectSendStream[Incoming] = send
         self._inbox: MemoryObjectReceiveStream[Incoming] = receive
@@ -218,14 +220,16 @@ class LLMAgent:
 
     async def _wall_clock(self) -> None:
         limit = self.settings.budget.max_wall_s
-        await anyio.sleep(max(0.0, limit - (time.monotonic() - self.started)))
-        self.stop("wall-time-budget", f"ran {limit:g} s, its wall-time budget")
+        await self._active.wait()
+        await anyio.sleep(limit)
+        self.stop("wall-time-budget", f"active for {limit:g} s, its wall-time budget")
 
     async def _act(self, session: Any) -> None:
         pause = self.settings.reply.pause_s
         async for first in self._inbox:
             if pause:
                 await anyio.sleep(pause)
+            self._active.set()
             batch = [first, *self._drain()]
             due: dict[str, ConversationContext] = {}
             for item in batch:

@@ -42,7 +42,7 @@ class Budget(_Model):
     max_tokens: int = Field(default=6000, ge=1)
     """Prompt + completion tokens, as the gateway measured them; the gateway enforces it too."""
     max_wall_s: float = Field(default=600.0, gt=0)
-    """Seconds from the agent's start."""
+    """Seconds from the first message or instruction the agent received."""
 
 
 class ContextPolicy(_Model):

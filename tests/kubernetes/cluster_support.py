@@ -42,10 +42,10 @@ def make_cluster_queue(plane: ControlPlane, *, cpu: str, memory: str = "16Gi") -
     group, version = KUEUE
     suffix = uuid.uuid4().hex[:8]
     flavor, queue = f"flavor-{suffix}", f"cq-{suffix}"
+    flavor_object = {"apiVersion": f"{group}/{version}", "kind": "ResourceFlavor"}
     custom.create_cluster_custom_object(
-        group, version, "resourceflavors",
-        {"apiVersion": f"{group}/{version}", "kind": "ResourceFlavor", "metadata": {"name": flavor}},
-    )  # fmt: skip
+        group, version, "resourceflavors", {**flavor_object, "metadata": {"name": flavor}}
+    )
     custom.create_cluster_custom_object(
         group,
         version,

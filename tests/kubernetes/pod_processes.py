@@ -120,7 +120,7 @@ class PodProcesses:
             data = await self._secret(secret_name)
             target_dir = home / mount["mountPath"].lstrip("/")
             if mount["mountPath"].startswith(objects.WORKDIR):
-                target_dir = work / os.path.relpath(mount["mountPath"], objects.WORKDIR)
+                target_dir = work / Path(mount["mountPath"]).relative_to(objects.WORKDIR)
             if "subPath" in mount:
                 target_dir.parent.mkdir(parents=True, exist_ok=True)
                 target_dir.write_bytes(data[mount["subPath"]])
@@ -169,9 +169,8 @@ class PodProcesses:
             await self._report_exit(entry)
 
     async def _secret(self, name: str) -> dict[str, bytes]:
-        with anyio.fail_after(30):
-            while (secret := await self.kube.get("Secret", name, self.run_id)) is None:
-                await anyio.sleep(0.2)
+        secret = await self.kube.get("Secret", name, self.run_id)  # created before the Sandbox
+        assert secret is not None, name
         return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
 
     async def _report_exit(self, entry: PodProcess) -> None:

@@ -4,6 +4,7 @@ KWOK does not enforce NetworkPolicy (no CNI runs pods): the policies are checked
 API server accepts, not as traffic that is dropped.
 """
 
+# ruff: noqa: F811  (pytest fixtures imported from cluster_support are parameters here)
 from __future__ import annotations
 
 from pathlib import Path
@@ -69,9 +70,13 @@ async def test_the_controller_identity_runs_a_whole_run_and_can_do_nothing_more(
                 impersonate=subject,
                 prepare_namespace=False,
                 delete_namespace=False,
-            ) as (platform, kube, record, pods):
-                outcome = await Run.execute(spec_of(hear_everyone), platform=platform,
-                                            run_id=run_id, artifact_root=artifacts(tmp_path))  # fmt: skip
+            ) as (platform, _kube, _record, _pods):
+                outcome = await Run.execute(
+                    spec_of(hear_everyone),
+                    platform=platform,
+                    run_id=run_id,
+                    artifact_root=artifacts(tmp_path),
+                )
             assert isinstance(outcome, ProgramFinished), outcome
             assert isinstance(outcome.exit, Success), outcome.exit
 
@@ -86,7 +91,9 @@ async def test_the_controller_identity_runs_a_whole_run_and_can_do_nothing_more(
                 denied = {
                     "read a Secret": controller.get("Secret", objects.ROUTER_CA_SECRET, run_id),
                     "list Secrets": controller.list("Secret", run_id),
-                    "read another ConfigMap": controller.get("ConfigMap", "kube-root-ca.crt", run_id),
+                    "read another ConfigMap": controller.get(
+                        "ConfigMap", "kube-root-ca.crt", run_id
+                    ),
                     "create a Pod": controller.apply(pod),
                     "delete its namespace": controller.delete("Namespace", run_id),
                     "create a namespace": controller.apply(objects.namespace(new_run_id())),

@@ -5,6 +5,7 @@ runs as a local process (pod_processes, test-only) so the readiness gate's bridg
 session are real.
 """
 
+# ruff: noqa: F811  (pytest fixtures imported from cluster_support are parameters here)
 from __future__ import annotations
 
 import time
@@ -85,15 +86,17 @@ async def test_the_roster_is_admitted_whole_then_every_sandbox_becomes_ready_and
     control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     bigger = Resources(cpu=0.05, memory_mib=96, memory_limit_mib=1536)
-    spec = spec_of(
-        hear_everyone, alice=agent(), bob=agent(), carol=agent(resources=bigger)
-    )
+    spec = spec_of(hear_everyone, alice=agent(), bob=agent(), carol=agent(resources=bigger))
     run_id = new_run_id()
     async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform, kube, record, pods,
-    ):  # fmt: skip
-        outcome = await Run.execute(spec, platform=platform, run_id=run_id,
-                                    artifact_root=artifacts(tmp_path), seed=5)  # fmt: skip
+        platform,
+        kube,
+        record,
+        pods,
+    ):
+        outcome = await Run.execute(
+            spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path), seed=5
+        )
         left = await left_in_cluster(kube, run_id)
     assert isinstance(outcome, ProgramFinished), outcome
     assert isinstance(outcome.exit, Success), outcome.exit
@@ -124,8 +127,9 @@ async def test_with_quota_for_part_of_the_roster_nothing_starts_and_admission_ti
     async with on_cluster(
         control_plane, run_id, cluster_queue=small_queue, admission_timeout_s=4.0
     ) as (platform, kube, record, pods):
-        outcome = await Run.execute(spec, platform=platform, run_id=run_id,
-                                    artifact_root=artifacts(tmp_path))  # fmt: skip
+        outcome = await Run.execute(
+            spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
+        )
         left = await left_in_cluster(kube, run_id)
     assert isinstance(outcome, ClusterLost), outcome
     assert outcome.cause.reason == "admission-timeout"
@@ -156,11 +160,15 @@ async def test_eviction_of_the_workload_mid_run_ends_it_as_cluster_lost_with_a_c
 
     spec = spec_of(execute)
     async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform, kube, record, pods,
-    ):  # fmt: skip
+        platform,
+        kube,
+        _record,
+        _pods,
+    ):
         with anyio.fail_after(100):
-            outcome = await Run.execute(spec, platform=platform, run_id=run_id,
-                                        artifact_root=artifacts(tmp_path))  # fmt: skip
+            outcome = await Run.execute(
+                spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
+            )
         left = await left_in_cluster(kube, run_id)
     assert evicted.is_set()
     assert isinstance(outcome, ClusterLost), outcome
@@ -179,10 +187,14 @@ async def test_cleanup_deletes_the_namespace_after_a_failing_program(
     spec = spec_of(execute)
     run_id = new_run_id()
     async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform, kube, record, pods,
-    ):  # fmt: skip
-        outcome = await Run.execute(spec, platform=platform, run_id=run_id,
-                                    artifact_root=artifacts(tmp_path))  # fmt: skip
+        platform,
+        kube,
+        _record,
+        _pods,
+    ):
+        outcome = await Run.execute(
+            spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
+        )
         left = await left_in_cluster(kube, run_id)
     assert isinstance(outcome, ProgramFinished) and not outcome.succeeded
     verified(spec, outcome)
@@ -202,8 +214,11 @@ async def test_cleanup_deletes_the_namespace_after_cancellation(
     run_id = new_run_id()
     root = artifacts(tmp_path)
     async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform, kube, record, pods,
-    ):  # fmt: skip
+        platform,
+        kube,
+        _record,
+        _pods,
+    ):
         with anyio.fail_after(100):
             async with anyio.create_task_group() as tasks:
 
@@ -232,11 +247,15 @@ async def test_a_50_agent_roster_is_admitted_and_becomes_ready(
     spec = spec_of(execute, **roster)
     run_id = new_run_id()
     async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform, kube, record, pods,
-    ):  # fmt: skip
+        platform,
+        kube,
+        record,
+        _pods,
+    ):
         submitted = time.monotonic()
-        outcome = await Run.execute(spec, platform=platform, run_id=run_id,
-                                    artifact_root=artifacts(tmp_path))  # fmt: skip
+        outcome = await Run.execute(
+            spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
+        )
         left = await left_in_cluster(kube, run_id)
     assert isinstance(outcome, ProgramFinished) and outcome.exit == Success(50), outcome
     ledger = verified(spec, outcome)

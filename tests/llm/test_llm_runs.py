@@ -234,3 +234,25 @@ async def test_an_agent_that_reaches_its_token_budget_stops_and_says_why(
     assert completed.phase == "program"
     usage = RunResult.from_outcome(outcome).usage
     assert usage is not None and usage["agents"]["alice"]["endedBy"] == "token_budget"
+
+
+async def test_an_agent_stops_at_its_wall_time_budget_counted_from_its_first_message(
+    fake_provider: Any, artifact_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_NAME, "sk-acme-wall-test")
+
+    async def execute(ctx: RunContext) -> None:
+        alice = ctx.agents.alice
+        await anyio.sleep(1.5)  # idle time before its first message does not count
+        assert not alice.termination.done
+        async with ctx.network.endpoint("host") as host:
+            chat = await host.open(alice.agent)
+            await chat.send("ping")
+            with anyio.fail_after(15):
+                assert isinstance(await alice.termination, Completed)
+
+    spec = spec_of(execute, alice=keyed(fake_provider, budget=Budget(max_wall_s=1.0)))
+    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    [stopped] = verified(spec, outcome).events(LLMAgentStopped)
+    assert (stopped.reason, stopped.turns, stopped.failed) == ("wall-time-budget", 1, False)

@@ -101,9 +101,9 @@ class Kube:
 
         configuration = client.Configuration()
         if in_cluster:
-            config.load_incluster_config(client_configuration=configuration)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
-            await config.load_kube_config(
+            await config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig,
                 context=context,
                 client_configuration=configuration,
@@ -111,12 +111,12 @@ class Kube:
             )
         api = client.ApiClient(configuration)
         if impersonate:
-            api.set_default_header("Impersonate-User", impersonate)
+            api.set_default_header("Impersonate-User", impersonate)  # type: ignore[no-untyped-call]
         try:
             yield cls(api)
         finally:
             with anyio.CancelScope(shield=True):
-                await api.close()
+                await api.close()  # type: ignore[no-untyped-call]
 
     # ---- requests -------------------------------------------------------------------------
 
