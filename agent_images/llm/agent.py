@@ -46,8 +46,8 @@ from agent_images.llm.context import (
     clean_reply,
     system_prompt,
 )
-from agent_images.llm.gateway import OwnerGateway, OwnerHandlers
 from agent_images.llm.model import ModelCallError, ModelClient
+from agent_images.owner_api import OwnerGateway, OwnerHandlers
 from controller.network.client import connect_agent
 
 ROUTER_LOST_AFTER_S = 10.0

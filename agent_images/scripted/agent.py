@@ -18,7 +18,7 @@ from anyio.abc import SocketListener
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agent_images.boot import BootConfig, BootError, Secrets
-from agent_images.scripted.gateway import GatewayHandlers, GatewayServer
+from agent_images.owner_api import OwnerGateway, OwnerHandlers
 from agent_images.scripted.policy import (
     OWNER,
     POLICY_FILE,
@@ -166,16 +166,20 @@ async def run(config: BootConfig) -> int:
     policy = ScriptedPolicy.model_validate_json(_read_policy())
     agent = ScriptedAgent(config, secrets, policy)
     listener = await SocketListener.from_socket(config.bridge_socket())
-    gateway = GatewayServer(
+
+    async def instruct(text: str, peers: tuple[str, ...]) -> None:
+        await agent.instruct(text)  # a scripted agent's rules, not the owner, choose its peers
+
+    gateway = OwnerGateway(
         listener,
         secrets.bridge_token,
-        GatewayHandlers(state=agent.state, instruct=agent.instruct, stop=agent.stop),
+        OwnerHandlers(state=agent.state, instruct=instruct, stop=lambda reason: agent.stop()),
     )
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(gateway.serve)
         tasks.start_soon(_stop_on_sigterm, agent)
         result = await agent.live()
-        await gateway.announce(result.outcome, result.detail)
+        await gateway.announce({"outcome": result.outcome, "detail": result.detail})
         tasks.cancel_scope.cancel()
     if result.detail:
         print(json.dumps({"outcome": result.outcome, "detail": result.detail}), file=sys.stderr)

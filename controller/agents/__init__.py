@@ -1,5 +1,6 @@
 """Runtime descriptors and roster handles; the shipped ``scripted`` runtime's controller side."""
 
+from controller.agents.bridge import GatewayError
 from controller.agents.roster import AgentHandle, Roster
 from controller.agents.runtime import (
     Attachment,
@@ -10,7 +11,7 @@ from controller.agents.runtime import (
     SandboxAccess,
     SecretRef,
 )
-from controller.agents.scripted import GatewayError, ScriptedGateway, ScriptedRuntime, scripted
+from controller.agents.scripted import ScriptedGateway, ScriptedRuntime, scripted
 from controller.agents.termination import (
     Completed,
     Exited,

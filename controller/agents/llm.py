@@ -8,14 +8,10 @@ the local SmolLM2 server when an agent names no provider, and gives each agent i
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
-
-import anyio
-from anyio.abc import SocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from agent_images.llm.config import (
     CONFIG_FILE,
@@ -27,6 +23,7 @@ from agent_images.llm.config import (
     LLMConfig,
     ReplyPolicy,
 )
+from controller.agents.bridge import BridgeGateway, GatewayError, attach_bridge
 from controller.agents.runtime import (
     Attachment,
     Harvest,
@@ -36,9 +33,7 @@ from controller.agents.runtime import (
     SandboxAccess,
     SecretRef,
 )
-from controller.agents.scripted import GatewayError, ScriptedGateway
 from controller.agents.services import RunService
-from controller.agents.termination import Completed, Failed, Observation, ProcessExit, Termination
 from controller.modelgateway.config import ProviderConfig, named_provider
 from controller.modelgateway.events import model_gateway_catalog
 from controller.modelgateway.service import MODEL_SERVICE
@@ -49,8 +44,6 @@ LLM_IMAGE = "society/llm:dev"
 LLM_COMMAND = ("python", "-m", "agent_images.llm")
 LLM_RESOURCES = Resources(cpu=0.05, memory_mib=96, memory_limit_mib=1536)
 """The agent process only talks; the model's CPU is the run's model server's."""
-_MAX_LINE = 1024 * 1024
-_REPORT_GRACE_S = 1.0
 
 
 class LLMAgentConfigured(Event):
@@ -98,7 +91,7 @@ llm_events = EventCatalog.merge(
 """What an llm runtime contributes to a run's catalog: the gateway's events and its own."""
 
 
-class LLMGateway(ScriptedGateway):
+class LLMGateway(BridgeGateway):
     """The llm agent's owner-local API: ``instruct``, ``state`` (with usage so far), ``stop``."""
 
     async def instruct(self, text: str, *, peers: Sequence[str] = ()) -> None:
@@ -137,21 +130,21 @@ class LLMRuntime(RuntimeDescriptor):
     def model_token_budget(self) -> int | None:
         return self.config.budget.max_tokens
 
-    @asynccontextmanager
-    async def attach(self, access: SandboxAccess) -> AsyncIterator[Attachment[LLMGateway]]:
-        stream, reader = await _connect(access, self.ready_timeout_s)
-        async with stream, anyio.create_task_group() as tasks:
-            gateway = LLMGateway(access.agent, stream, reader)
-            tasks.start_soon(gateway._read)
-            await gateway._call("watch")
-            state = await gateway.state()  # answers only once the program is fully up
+    def attach(self, access: SandboxAccess) -> AbstractAsyncContextManager[Attachment[LLMGateway]]:
+        async def configured(state: dict[str, Any]) -> None:
             await _record(access, _configured(access.agent, state, self.config))
-            termination: Observation[Termination] = Observation()
-            tasks.start_soon(_observe, access, gateway, termination)
-            try:
-                yield Attachment(gateway=gateway, termination=termination)
-            finally:
-                tasks.cancel_scope.cancel()
+
+        async def stopped(report: Mapping[str, Any]) -> None:
+            await _record(access, _stopped(access.agent, report))
+
+        return attach_bridge(
+            access,
+            LLMGateway,
+            runtime="llm",
+            timeout_s=self.ready_timeout_s,
+            on_ready=configured,
+            on_report=stopped,
+        )
 
     async def stop(self, gateway: Any) -> None:
         try:
@@ -274,65 +267,3 @@ def _stopped(agent: str, report: Mapping[str, Any]) -> LLMAgentStopped:
 async def _record(access: SandboxAccess, event: Event) -> None:
     if access.record is not None:
         await access.record(event)
-
-
-async def _observe(
-    access: SandboxAccess, gateway: LLMGateway, termination: Observation[Termination]
-) -> None:
-    ended: ProcessExit = await access.exit
-    with anyio.move_on_after(_REPORT_GRACE_S):  # the report precedes the exit on the socket
-        await gateway.closed.wait()
-    report = gateway.report or {}
-    if report:
-        with anyio.CancelScope(shield=True):
-            await _record(access, _stopped(access.agent, report))
-    if report.get("outcome") == "completed" and ended.code == 0:
-        termination.set(Completed())
-    elif report.get("outcome") == "failed" and ended.signal is None:
-        termination.set(Failed(str(report.get("detail") or "failed"), ended.code))
-    else:
-        termination.set(ended.plain())
-
-
-async def _connect(
-    access: SandboxAccess, timeout_s: float
-) -> tuple[SocketStream, BufferedByteReceiveStream]:
-    """Connect and say hello, retrying until the agent listens, its process ends, or time is up."""
-    delay = 0.01
-    with anyio.move_on_after(timeout_s):
-        while not access.exit.done:
-            try:
-                stream = await anyio.connect_tcp(access.bridge_host, access.bridge_port)
-            except OSError:
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 0.25)
-                continue
-            reader = BufferedByteReceiveStream(stream)
-            try:
-                await stream.send(_line({"op": "hello", "token": access.bridge_token}))
-                hello = json.loads(await reader.receive_until(b"\n", _MAX_LINE))
-            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError, ValueError):
-                await stream.aclose()
-                await anyio.sleep(delay)
-                continue
-            if not hello.get("ok"):
-                await stream.aclose()
-                raise RuntimeDescriptorError(
-                    f"the llm gateway of {access.agent} refused the bridge token",
-                    reason="bridge-refused",
-                )
-            return stream, reader
-    if access.exit.done:
-        raise RuntimeDescriptorError(
-            f"agent {access.agent} exited before its gateway answered ({access.exit.peek()}); "
-            f"its output.log says why",
-            reason="exited-before-ready",
-        )
-    raise RuntimeDescriptorError(
-        f"the llm gateway of {access.agent} did not answer within {timeout_s:g} s",
-        reason="bridge-timeout",
-    )
-
-
-def _line(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode() + b"\n"

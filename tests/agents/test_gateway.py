@@ -9,7 +9,7 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from agent_images.scripted.gateway import GatewayHandlers, GatewayServer
+from agent_images.owner_api import OwnerGateway, OwnerHandlers
 
 pytestmark = pytest.mark.anyio
 
@@ -31,15 +31,15 @@ async def test_the_gateway_refuses_a_wrong_token_and_serves_the_right_one() -> N
     instructions: list[str] = []
     stopped: list[bool] = []
 
-    async def instruct(text: str) -> None:
+    async def instruct(text: str, peers: tuple[str, ...]) -> None:
         instructions.append(text)
 
-    handlers = GatewayHandlers(
-        state=lambda: {"sent": 3}, instruct=instruct, stop=lambda: stopped.append(True)
+    handlers = OwnerHandlers(
+        state=lambda: {"sent": 3}, instruct=instruct, stop=lambda reason: stopped.append(True)
     )
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    server = GatewayServer(listener, "right-token", handlers)
+    server = OwnerGateway(listener, "right-token", handlers)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(server.serve)
         refused = await ask(port, {"op": "hello", "token": "wrong"}, {"id": 1, "op": "state"})

@@ -1,11 +1,12 @@
-"""The scripted agent's gateway: its owner-local API (instruct, state, stop) on the bridge port.
+"""The owner-local API every shipped agent program serves on its bridge port.
 
 Wire: one JSON object per line, over TCP. The first line must be
 ``{"op": "hello", "token": <bridge token>}``; after that each request
 ``{"id": n, "op": "state" | "instruct" | "stop" | "watch", ...}`` gets
 ``{"id": n, "ok": true, "result": ...}`` or ``{"id": n, "ok": false, "error": "..."}``.
+``instruct`` carries ``text`` and may name ``peers``; ``stop`` may give a ``reason``.
 A connection that sent ``watch`` is told ``{"event": "terminating", "outcome": "completed" |
-"failed", "detail": ...}`` just before the agent exits.
+"failed", "detail": ..., ...}`` just before the agent exits.
 """
 
 from __future__ import annotations
@@ -24,18 +25,18 @@ MAX_LINE = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
-class GatewayHandlers:
+class OwnerHandlers:
     """What the agent does for each owner request."""
 
     state: Callable[[], dict[str, Any]]
-    instruct: Callable[[str], Awaitable[None]]
-    stop: Callable[[], None]
+    instruct: Callable[[str, tuple[str, ...]], Awaitable[None]]
+    stop: Callable[[str], None]
 
 
-class GatewayServer:
+class OwnerGateway:
     """Serves the owner API on ``listener`` until cancelled; ``announce`` tells every watcher."""
 
-    def __init__(self, listener: SocketListener, token: str, handlers: GatewayHandlers) -> None:
+    def __init__(self, listener: SocketListener, token: str, handlers: OwnerHandlers) -> None:
         self._listener = listener
         self._token = token.encode()
         self._handlers = handlers
@@ -45,12 +46,12 @@ class GatewayServer:
         async with self._listener:
             await self._listener.serve(self._connection)
 
-    async def announce(self, outcome: str, detail: str | None = None) -> None:
-        frame = _line({"event": "terminating", "outcome": outcome, "detail": detail})
+    async def announce(self, frame: dict[str, Any]) -> None:
+        line = _line({"event": "terminating", **frame})
         for stream in list(self._watchers):
             with anyio.move_on_after(1.0):
                 try:
-                    await stream.send(frame)
+                    await stream.send(line)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                     pass
 
@@ -83,13 +84,16 @@ class GatewayServer:
         if op == "state":
             return {**reply, "ok": True, "result": self._handlers.state()}
         if op == "instruct":
-            text = request.get("text")
-            if not isinstance(text, str):
-                return {**reply, "ok": False, "error": "instruct needs a string 'text'"}
-            await self._handlers.instruct(text)
+            text, peers = request.get("text"), request.get("peers") or []
+            if not isinstance(text, str) or not text.strip():
+                return {**reply, "ok": False, "error": "instruct needs a non-empty string 'text'"}
+            if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
+                return {**reply, "ok": False, "error": "'peers' is a list of participant names"}
+            await self._handlers.instruct(text, tuple(peers))
             return {**reply, "ok": True, "result": {"accepted": True}}
         if op == "stop":
-            self._handlers.stop()
+            reason = request.get("reason") or "owner"
+            self._handlers.stop(str(reason))
             return {**reply, "ok": True, "result": {"stopping": True}}
         if op == "watch":
             self._watchers.append(stream)

@@ -1,0 +1,217 @@
+"""The owner-API bridge the shipped runtimes speak: newline-delimited JSON on the bridge port.
+
+The agent program serves it (``agent_images/owner_api.py``); the controller side connects with
+the per-run bridge token, calls ``watch`` so the program reports how it ends, and turns that
+report plus the process exit into the agent's ``Termination``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import SocketStream, TaskGroup
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from controller.agents.runtime import Attachment, RuntimeDescriptorError, SandboxAccess
+from controller.agents.termination import (
+    Completed,
+    Failed,
+    Observation,
+    ProcessExit,
+    Termination,
+)
+
+MAX_LINE = 1024 * 1024
+REPORT_GRACE_S = 1.0
+"""How long to wait for the program's own report once its process ended."""
+
+GatewayT = TypeVar("GatewayT", bound="BridgeGateway")
+
+
+class GatewayError(Exception):
+    """A runtime's gateway refused a request or went away; ``reason`` is machine-readable."""
+
+    def __init__(self, detail: str, *, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class BridgeGateway:
+    """A connected owner API: request/answer calls plus the program's final report."""
+
+    def __init__(self, agent: str, stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
+        self.agent = agent
+        self._stream = stream
+        self._reader = reader
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, Observation[dict[str, Any]]] = {}
+        self._lock = anyio.Lock()
+        self.report: dict[str, Any] | None = None
+        self.closed = anyio.Event()
+
+    async def state(self) -> dict[str, Any]:
+        """The program's own account of itself (what it sent, received, decided, spent)."""
+        result: dict[str, Any] = await self._call("state")
+        return result
+
+    async def _call(self, op: str, **fields: Any) -> Any:
+        if self.closed.is_set():
+            raise GatewayError(f"the gateway of {self.agent} is closed", reason="gateway-closed")
+        request_id = next(self._ids)
+        answer: Observation[dict[str, Any]] = Observation()
+        self._waiting[request_id] = answer
+        try:
+            async with self._lock:
+                await self._stream.send(_line({"id": request_id, "op": op, **fields}))
+            with anyio.fail_after(30):
+                reply = await _first(answer, self.closed)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError):
+            raise GatewayError(
+                f"the gateway of {self.agent} did not answer {op!r}", reason="gateway-lost"
+            ) from None
+        finally:
+            self._waiting.pop(request_id, None)
+        if reply is None:
+            raise GatewayError(f"the gateway of {self.agent} closed", reason="gateway-closed")
+        if not reply.get("ok"):
+            raise GatewayError(str(reply.get("error")), reason="gateway-refused")
+        return reply.get("result")
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                frame = json.loads(await self._reader.receive_until(b"\n", MAX_LINE))
+                if frame.get("event") == "terminating":
+                    self.report = frame
+                elif (waiting := self._waiting.get(frame.get("id"))) is not None:
+                    waiting.set(frame)
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError):
+            pass
+        except (anyio.ClosedResourceError, anyio.DelimiterNotFound, ValueError):
+            pass
+        finally:
+            self.closed.set()
+
+
+@asynccontextmanager
+async def attach_bridge(
+    access: SandboxAccess,
+    gateway_class: type[GatewayT],
+    *,
+    runtime: str,
+    timeout_s: float,
+    on_ready: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    on_report: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,
+) -> AsyncIterator[Attachment[GatewayT]]:
+    """Connect, wait until the program is fully up, and observe how it ends.
+
+    ``on_ready`` gets the program's first state; ``on_report`` its final report, if it sent one.
+    """
+    stream, reader = await _connect(access, timeout_s, runtime)
+    async with stream, anyio.create_task_group() as tasks:
+        gateway = gateway_class(access.agent, stream, reader)
+        tasks.start_soon(gateway._read)
+        await gateway._call("watch")
+        state = await gateway.state()  # answers only once the program is fully up
+        if on_ready is not None:
+            await on_ready(state)
+        termination: Observation[Termination] = Observation()
+        tasks.start_soon(_observe, access.exit, gateway, termination, on_report)
+        try:
+            yield Attachment(gateway=gateway, termination=termination)
+        finally:
+            tasks.cancel_scope.cancel()
+
+
+def termination_of(report: Mapping[str, Any], ended: ProcessExit) -> Termination:
+    """The program's own report decides between Completed and Failed; otherwise the exit does."""
+    if report.get("outcome") == "completed" and ended.code == 0:
+        return Completed()
+    if report.get("outcome") == "failed" and ended.signal is None:
+        return Failed(str(report.get("detail") or "failed"), ended.code)
+    return ended.plain()
+
+
+async def _observe(
+    exit: Observation[ProcessExit],
+    gateway: BridgeGateway,
+    termination: Observation[Termination],
+    on_report: Callable[[Mapping[str, Any]], Awaitable[None]] | None,
+) -> None:
+    ended = await exit
+    with anyio.move_on_after(REPORT_GRACE_S):  # the report precedes the exit on the socket
+        await gateway.closed.wait()
+    report = gateway.report or {}
+    if report and on_report is not None:
+        with anyio.CancelScope(shield=True):
+            await on_report(report)
+    termination.set(termination_of(report, ended))
+
+
+async def _connect(
+    access: SandboxAccess, timeout_s: float, runtime: str
+) -> tuple[SocketStream, BufferedByteReceiveStream]:
+    """Connect and say hello, retrying until the agent listens, its process ends, or time is up."""
+    delay = 0.01
+    with anyio.move_on_after(timeout_s):
+        while not access.exit.done:
+            try:
+                stream = await anyio.connect_tcp(access.bridge_host, access.bridge_port)
+            except OSError:
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.25)
+                continue
+            reader = BufferedByteReceiveStream(stream)
+            try:
+                await stream.send(_line({"op": "hello", "token": access.bridge_token}))
+                hello = json.loads(await reader.receive_until(b"\n", MAX_LINE))
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError, ValueError):
+                await stream.aclose()
+                await anyio.sleep(delay)
+                continue
+            if not hello.get("ok"):
+                await stream.aclose()
+                raise RuntimeDescriptorError(
+                    f"the {runtime} gateway of {access.agent} refused the bridge token",
+                    reason="bridge-refused",
+                )
+            return stream, reader
+    if access.exit.done:
+        raise RuntimeDescriptorError(
+            f"agent {access.agent} exited before its gateway answered ({access.exit.peek()}); "
+            f"its output.log says why",
+            reason="exited-before-ready",
+        )
+    raise RuntimeDescriptorError(
+        f"the {runtime} gateway of {access.agent} did not answer within {timeout_s:g} s",
+        reason="bridge-timeout",
+    )
+
+
+async def _first(answer: Observation[dict[str, Any]], closed: anyio.Event) -> dict[str, Any] | None:
+    result: list[dict[str, Any] | None] = []
+
+    async def wait_answer(tasks: TaskGroup) -> None:
+        result.append(await answer)
+        tasks.cancel_scope.cancel()
+
+    async def wait_closed(tasks: TaskGroup) -> None:
+        await closed.wait()
+        await anyio.lowlevel.checkpoint()  # let an answer read just before the close win
+        result.append(answer.peek())
+        tasks.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(wait_answer, tasks)
+        tasks.start_soon(wait_closed, tasks)
+    return result[0]
+
+
+def _line(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
