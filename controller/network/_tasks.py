@@ -46,6 +46,8 @@ class WorkPool:
         self._workers = 0
         self._jobs: deque[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]] = deque()
         self._idle: deque[anyio.Event] = deque()
+        self._running = 0
+        self._drained: anyio.Event | None = None
 
     def submit(self, job: Callable[..., Awaitable[None]], *args: Any) -> None:
         self._jobs.append((job, args))
@@ -55,12 +57,26 @@ class WorkPool:
             self._workers += 1
             self._tasks.start_soon(self._work)
 
+    async def drained(self) -> None:
+        """Return once every job submitted so far has finished."""
+        while self._jobs or self._running:
+            if self._drained is None:
+                self._drained = anyio.Event()
+            await self._drained.wait()
+
     async def _work(self) -> None:
         while True:
             if self._jobs:
                 job, args = self._jobs.popleft()
-                await job(*args)
+                self._running += 1
+                try:
+                    await job(*args)
+                finally:
+                    self._running -= 1
                 continue
+            if self._drained is not None:
+                self._drained.set()
+                self._drained = None
             wake = anyio.Event()
             self._idle.append(wake)
             await wake.wait()

@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from controller.events.network import RouterMessageDelivered
 from controller.network._tasks import WorkPool
 from controller.network.errors import CLOSE_CODES, ErrorCode, NetworkError
 from controller.network.protocol import (
@@ -25,9 +24,9 @@ from controller.network.protocol import (
     ErrorFrame,
     Heartbeat,
     OpenConversation,
-    SendAckFrame,
     SendMessage,
     encode,
+    encode_ack,
     parse_client_frame,
 )
 
@@ -166,12 +165,26 @@ class _Connection:
                 await self._reply(ErrorFrame(code="malformed-frame", message=_summary(exc)))
                 continue
             if isinstance(frame, SendMessage):
-                await self._admit()
+                if self._in_flight >= MAX_IN_FLIGHT:
+                    await self._admit()
+                self._in_flight += 1
                 requests.submit(self._send, frame)
             elif isinstance(frame, DeliveryAck):
-                await self._acknowledge(frame)
+                outcome = self.inbox.acknowledge(frame.message_id)
+                if outcome == "acknowledged":
+                    self.router.fabric.record_delivered(frame.message_id, self.participant.id)
+                elif outcome == "unknown":
+                    await self._reply(
+                        ErrorFrame(
+                            code="unknown-delivery",
+                            message=f"{frame.message_id} was not delivered to "
+                            f"{self.participant.id}",
+                        )
+                    )
             elif isinstance(frame, OpenConversation):
-                await self._admit()
+                if self._in_flight >= MAX_IN_FLIGHT:
+                    await self._admit()
+                self._in_flight += 1
                 requests.submit(self._open, frame)
             elif isinstance(frame, Authenticate):
                 await self._reply(
@@ -183,7 +196,6 @@ class _Connection:
         while self._in_flight >= MAX_IN_FLIGHT:
             self._slot_freed = anyio.Event()
             await self._slot_freed.wait()
-        self._in_flight += 1
 
     def _release(self) -> None:
         self._in_flight -= 1
@@ -197,14 +209,9 @@ class _Connection:
                 frame.parts,
                 client_message_id=frame.client_message_id,
             )
-            reply: SendAckFrame | ErrorFrame = SendAckFrame(
-                request_id=frame.request_id,
-                client_message_id=frame.client_message_id,
-                message_id=ack.message_id,
-                router_sequence=ack.router_sequence,
-            )
+            reply = encode_ack(frame.request_id, frame.client_message_id, ack)
         except NetworkError as exc:
-            reply = _error(exc, frame.request_id)
+            reply = encode(_error(exc, frame.request_id))
         try:
             await self._reply(reply)
         finally:
@@ -226,20 +233,6 @@ class _Connection:
             await self._reply(reply)
         finally:
             self._release()
-
-    async def _acknowledge(self, frame: DeliveryAck) -> None:
-        outcome = self.inbox.acknowledge(frame.message_id)
-        if outcome == "acknowledged":
-            self.router.fabric.record(
-                RouterMessageDelivered(message_id=frame.message_id, receiver_id=self.participant.id)
-            )
-        elif outcome == "unknown":
-            await self._reply(
-                ErrorFrame(
-                    code="unknown-delivery",
-                    message=f"{frame.message_id} was not delivered to {self.participant.id}",
-                )
-            )
 
     async def _write_deliveries(self) -> None:
         while True:
@@ -264,9 +257,9 @@ class _Connection:
                 return
             await self.websocket.send(_HEARTBEAT)
 
-    async def _reply(self, frame: ErrorFrame | SendAckFrame | ConversationOpenedFrame) -> None:
+    async def _reply(self, frame: ErrorFrame | ConversationOpenedFrame | str) -> None:
         try:
-            await self.websocket.send(encode(frame))
+            await self.websocket.send(frame if isinstance(frame, str) else encode(frame))
         except ConnectionClosed:
             pass  # the reader sees the close and ends the connection
 

@@ -17,7 +17,12 @@ from typing import Literal
 import anyio
 from anyio.abc import TaskGroup
 
-from controller.events.network import LinkMessageDelayed, LinkMessageDropped, LinkMessageHeld
+from controller.events.network import (
+    LinkMessageDelayed,
+    LinkMessageDropped,
+    LinkMessageHeld,
+    RouterMessageDelivered,
+)
 from controller.network._tasks import WorkPool
 from controller.network.links import (
     Delay,
@@ -28,7 +33,7 @@ from controller.network.links import (
     LinkDelivery,
     Verdict,
 )
-from controller.network.protocol import Delivery, DeliveryFrame, Participant, encode
+from controller.network.protocol import Delivery, Participant, encode_delivery
 from ledger.errors import LedgerError
 from ledger.events import Event
 from ledger.writer import LedgerWriter
@@ -36,6 +41,8 @@ from ledger.writer import LedgerWriter
 RECEIVER_OVERFLOW = "receiver-overflow"
 RECORDERS = 64
 """Delivery-stage records (delivered, dropped, delayed, held) awaiting their commit at once."""
+DELIVERED_LINGER_SECONDS = 0.05
+"""How long a ``RouterMessageDelivered`` may wait to share the next message's commit."""
 DEFAULT_RECEIVER_CAPACITY = 1024
 
 
@@ -71,17 +78,7 @@ class Message:
 
     def wire(self) -> str:
         if self._wire is None:
-            d = self.delivery
-            self._wire = encode(
-                DeliveryFrame(
-                    message_id=d.message_id,
-                    conversation_id=d.conversation_id,
-                    sender=d.sender,
-                    participants=list(d.participants),
-                    parts=list(d.parts),
-                    router_sequence=d.router_sequence,
-                )
-            )
+            self._wire = encode_delivery(self.delivery)
         return self._wire
 
 
@@ -268,6 +265,9 @@ class Fabric:
         self._ledger = ledger
         self._recorders = WorkPool(tasks, RECORDERS)
         self._inboxes: dict[str, Inbox] = {}
+        self._delivered: list[RouterMessageDelivered] = []
+        self._delivered_waiting = Signal()
+        self._lingering = False
 
     def inbox(self, receiver: Participant) -> Inbox:
         inbox = self._inboxes.get(receiver.id)
@@ -279,6 +279,40 @@ class Fabric:
         for receiver in receivers:
             if receiver.id != message.delivery.sender.id:
                 self.inbox(receiver).offer(message)
+
+    def record_delivered(self, message_id: str, receiver_id: str) -> None:
+        """Record ``RouterMessageDelivered``: it rides with the next commit, or lingers briefly.
+
+        Nothing waits for it, so it need not cost a group commit (an fsync) of its own: the
+        router flushes these records as it commits the next message, and a timer flushes them
+        within ``DELIVERED_LINGER_SECONDS`` when no message comes.
+        """
+        self._delivered.append(
+            RouterMessageDelivered(message_id=message_id, receiver_id=receiver_id)
+        )
+        if not self._lingering:
+            self._lingering = True
+            self.tasks.start_soon(self._linger)
+        self._delivered_waiting.notify()
+
+    def flush_delivered(self) -> None:
+        """Hand the waiting ``RouterMessageDelivered`` records to the ledger now."""
+        if self._delivered:
+            waiting, self._delivered = self._delivered, []
+            for event in waiting:
+                self.record(event)
+
+    async def settle(self) -> None:
+        """Flush, then return once every record handed over so far has been appended."""
+        self.flush_delivered()
+        await self._recorders.drained()
+
+    async def _linger(self) -> None:
+        while True:
+            if not self._delivered:
+                await self._delivered_waiting.wait()
+            await anyio.sleep(DELIVERED_LINGER_SECONDS)
+            self.flush_delivered()
 
     def record(self, event: Event, done: anyio.Event | None = None) -> None:
         """Append ``event`` without making the caller wait; ``done`` is set once it is durable."""

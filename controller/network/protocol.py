@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
@@ -200,6 +201,36 @@ def parse_router_frame(raw: str | bytes) -> RouterFrame:
 
 def encode(frame: _Frame) -> str:
     return frame.model_dump_json()
+
+
+# The two frames every message produces are spelled out: the same bytes ``encode`` gives for
+# ``SendAckFrame`` and ``DeliveryFrame`` (a test holds them equal) without building a model.
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+@lru_cache(maxsize=4096)
+def _participant_json(participant: Participant) -> str:
+    return participant.model_dump_json()
+
+
+def encode_ack(request_id: str, client_message_id: str, ack: SendAck) -> str:
+    """``encode(SendAckFrame(...))`` for a committed send."""
+    return (
+        f'{{"type":"ack","requestId":{_json(request_id)},'
+        f'"clientMessageId":{_json(client_message_id)},"messageId":{_json(ack.message_id)},'
+        f'"routerSequence":{ack.router_sequence}}}'
+    )
+
+
+def encode_delivery(delivery: Delivery) -> str:
+    """``encode(DeliveryFrame(...))`` for one committed message."""
+    participants = ",".join(map(_participant_json, delivery.participants))
+    return (
+        f'{{"type":"delivery","messageId":{_json(delivery.message_id)},'
+        f'"conversationId":{_json(delivery.conversation_id)},'
+        f'"sender":{_participant_json(delivery.sender)},"participants":[{participants}],'
+        f'"parts":{_json(delivery.parts)},"routerSequence":{delivery.router_sequence}}}'
+    )
 
 
 def protocol_json_schema() -> dict[str, Any]:

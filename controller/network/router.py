@@ -92,6 +92,12 @@ class _Once:
         self._result: Any = None
         self._error: NetworkError | None = None
 
+    @classmethod
+    def settled(cls, fingerprint: object, result: Any) -> _Once:
+        once = cls(fingerprint)
+        once.settle(result)
+        return once
+
     def settle(self, result: Any = None, error: NetworkError | None = None) -> None:
         self._result, self._error, self._settled = result, error, True
         if self._waiters is not None:
@@ -129,7 +135,9 @@ class Router:
         self._registrations: dict[str, _Registration] = {}  # by name
         self._by_id: dict[str, _Registration] = {}
         self._conversations: dict[str, _Conversation] = {}
-        self._once: dict[tuple[str, str, str], _Once] = {}
+        # a request in progress, or a settled send as (fingerprint, message id, sequence): plain
+        # tuples of strings and ints, which the garbage collector stops tracking
+        self._once: dict[tuple[str, str, str], _Once | tuple[object, str, int]] = {}
         self._sequence = 0
         self._released = 0
         self._committed: dict[int, Message | None] = {}
@@ -233,6 +241,8 @@ class Router:
         for registration in self._by_id.values():
             if registration.kind == "endpoint" and registration.connection is not None:
                 registration.connection.close_for("router-stopping")
+        with anyio.move_on_after(STOP_TIMEOUT_SECONDS):
+            await self.fabric.settle()  # delivery records before RouterStopped
         try:
             if failure is not None:
                 await self.ledger.append(
@@ -429,6 +439,7 @@ class Router:
             router_sequence=sequence,
             parts=list(parts),
         )
+        self.fabric.flush_delivered()  # waiting delivery records share this commit
         try:
             await self._append(event)
         except NetworkError as exc:
@@ -441,6 +452,12 @@ class Router:
         self._release(sequence, Message(delivery))
         ack = SendAck(message_id, sequence)
         once.settle(ack)
+        if client_message_id is not None:
+            self._once[("send", sender.id, client_message_id)] = (
+                once.fingerprint,
+                message_id,
+                sequence,
+            )
         return ack
 
     def _claim(
@@ -452,8 +469,11 @@ class Router:
         key = (kind, participant_id, request_id)
         existing = self._once.get(key)
         if existing is None:
-            existing = self._once[key] = _Once(fingerprint)
-            return existing, True
+            once = self._once[key] = _Once(fingerprint)
+            return once, True
+        if isinstance(existing, tuple):
+            settled, message_id, sequence = existing
+            existing = _Once.settled(settled, SendAck(message_id, sequence))
         if existing.fingerprint != fingerprint:
             raise NetworkError(
                 f"request id {request_id!r} was used before for a different request",
