@@ -18,6 +18,7 @@ latency (scheduled send to the receiver's hand-over) at a fixed offered load.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import resource
 import statistics
@@ -192,6 +193,7 @@ async def bare_relay(clients: int) -> AsyncIterator[tuple[str, list[str], list[s
 
 
 async def run_variant(variant: str, clients: int, args: argparse.Namespace) -> Result:
+    gc.collect()  # each server starts from the same heap, not the garbage of the one before
     server = bare_relay(clients) if variant == "bare" else router_server(clients, variant)
     async with server as (url, tokens, conversations):
         processes = min(args.client_processes, clients // 2)

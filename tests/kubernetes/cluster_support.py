@@ -26,7 +26,16 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 PINNED = "registry.invalid/society/scripted@sha256:" + "0" * 63 + "1"
 """A digest-pinned reference for the scripted runtime: KWOK pulls nothing, the digest is a
 stand-in for an image built from agent_images/scripted/Dockerfile."""
-RUN_KINDS = ("Sandbox", "Workload", "LocalQueue", "Secret", "Service", "ConfigMap", "Pod")
+RUN_KINDS = (
+    "Sandbox",
+    "Workload",
+    "LocalQueue",
+    "Secret",
+    "Service",
+    "ConfigMap",
+    "Pod",
+    "RoleBinding",
+)
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@ KWOK pods run nothing. To exercise the readiness gate end to end (bridge include
 the run's pods; for each pod KWOK marks Running it reads back what the pod would be handed (its
 command, its environment, the files and secrets Secrets it mounts, the router's CA), starts the
 command locally in a scratch working directory, and serves as the platform's ``bridge_address``
-hook so the controller's bridge reaches that process. The router URL's host (the run's Service
-name) is rewritten to 127.0.0.1, the router's certificate names loopback too. When the local
-process exits the pod's status is patched to terminated with its exit code (what a kubelet
-would report); when the pod goes away the process is killed.
+hook so the controller's bridge reaches that process. URLs on the run's Service name (the router,
+the model gateway) are rewritten to 127.0.0.1; the router's certificate names loopback too.
+When the local process exits the pod's status is patched to terminated with its exit code
+(what a kubelet would report); when the pod goes away the process is killed.
 
 Nothing here is imported by ``controller``.
 """
@@ -56,6 +56,8 @@ class PodProcesses:
     tasks: TaskGroup
     started: dict[str, PodProcess] = field(default_factory=dict)
     _ready: dict[str, anyio.Event] = field(default_factory=dict)
+    environments: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Each started agent's environment, as the pod's spec gave it (service hosts local)."""
     kill_on_delete: bool = True
 
     @classmethod
@@ -133,9 +135,13 @@ class PodProcesses:
         def local(path: str) -> str:
             return str(home / path.lstrip("/"))
 
-        url = urlsplit(env["SOCIETY_ROUTER_URL"])
+        service_host = objects.router_host(self.run_id)  # the router and the model gateway
+        for name, value in list(env.items()):
+            url = urlsplit(value)
+            if url.hostname == service_host:
+                env[name] = urlunsplit(url._replace(netloc=f"127.0.0.1:{url.port}"))
+        self.environments[entry.agent] = dict(env)
         env |= {
-            "SOCIETY_ROUTER_URL": urlunsplit(url._replace(netloc=f"127.0.0.1:{url.port}")),
             "SOCIETY_SECRETS_FILE": local(env["SOCIETY_SECRETS_FILE"]),
             "SOCIETY_ROUTER_CA_FILE": local(env["SOCIETY_ROUTER_CA_FILE"]),
             "SOCIETY_BRIDGE_PORT": str(entry.port),

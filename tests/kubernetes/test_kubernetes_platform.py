@@ -8,6 +8,7 @@ session are real.
 # ruff: noqa: F811  (pytest fixtures imported from cluster_support are parameters here)
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -30,14 +31,16 @@ from controller import Run, RunSpec
 from controller.agents import Resources, scripted
 from controller.events.run import (
     AgentRuntimeReady,
+    AgentWorkspaceFileHarvested,
     PlatformFailed,
     ProgramInterrupted,
+    ReadinessGateFailed,
     ReadinessGatePassed,
     RosterAdmitted,
     RosterRefused,
 )
 from controller.platform.kubernetes import objects
-from controller.platform.kubernetes.kube import KINDS
+from controller.platform.kubernetes.kube import KINDS, Informer
 from controller.run import ClusterLost, ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
 from ledger import LedgerArtifacts, open_ledger_artifacts
@@ -117,6 +120,14 @@ async def test_the_roster_is_admitted_whole_then_every_sandbox_becomes_ready_and
     assert first_admitted <= min(sandboxes)
     assert sorted(pods.started) == ["alice", "bob", "carol"]
     assert left == []  # the session deleted the namespace and waited until it was gone
+    # KWOK serves no exec (nor logs): each declared file is unreadable, and says why
+    harvested = {e.agent: e for e in ledger.events(AgentWorkspaceFileHarvested)}
+    assert sorted(harvested) == ["alice", "bob", "carol"]
+    for event in harvested.values():
+        assert (event.path, event.outcome) == ("policy.json", "unreadable")
+        assert event.detail is not None and "exec API" in event.detail
+        assert f"container {objects.KEEPER_CONTAINER}" in event.detail
+    print("\nworkspace harvest on KWOK:", harvested["alice"].detail)
 
 
 async def test_with_quota_for_part_of_the_roster_nothing_starts_and_admission_times_out(
@@ -265,4 +276,50 @@ async def test_a_50_agent_roster_is_admitted_and_becomes_ready(
     first_admitted = record.first("admitted")
     assert first_admitted is not None and first_admitted <= min(record.all("sandbox"))
     print(f"\n50 agents: submit -> gate {gate_at[0] - submitted:.2f} s")
+    assert left == []
+
+
+@pytest.mark.parametrize("how", ["its program exits", "its Sandbox is deleted"])
+async def test_a_sandbox_that_finishes_before_dispatch_fails_the_gate_and_execute_never_runs(
+    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path, how: str
+) -> None:
+    ran: list[str] = []
+
+    async def execute(ctx: RunContext) -> None:
+        ran.append("execute")
+
+    quitter = agent()
+    if how == "its program exits":
+        quitter = dataclasses.replace(quitter, command=("python", "-c", "raise SystemExit(3)"))
+    spec = spec_of(execute, alice=agent(), bob=agent(), quitter=quitter)
+    run_id = new_run_id()
+    async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
+        platform,
+        kube,
+        _record,
+        _pods,
+    ):
+
+        async def delete_on_sight() -> None:  # what an administrator's `kubectl delete` does
+            await sandboxes.until(lambda seen: seen.objects.get("quitter"))
+            await kube.delete("Sandbox", "quitter", run_id)
+
+        sandboxes = Informer(kube, "Sandbox", run_id)
+        async with anyio.create_task_group() as tasks:
+            if how == "its Sandbox is deleted":
+                tasks.start_soon(sandboxes.run)
+                tasks.start_soon(delete_on_sight)
+            with anyio.fail_after(100):
+                outcome = await Run.execute(
+                    spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
+                )
+            tasks.cancel_scope.cancel()
+        left = await left_in_cluster(kube, run_id)
+    assert ran == []
+    assert isinstance(outcome, ClusterLost), outcome
+    assert outcome.cause.reason == "readiness-gate-failed", outcome.cause
+    ledger = verified(spec, outcome)
+    failed = next(iter(ledger.events(ReadinessGateFailed)))
+    assert failed.failed[0] == "quitter" and "quitter" not in failed.ready
+    assert list(ledger.events(ReadinessGatePassed)) == []
     assert left == []

@@ -23,7 +23,15 @@ from controller.network.errors import CLOSE_CODES, ERROR_CODES
 from controller.network.protocol import (
     MAX_FRAME_BYTES,
     MAX_PART_BYTES,
+    Delivery,
+    DeliveryFrame,
+    Participant,
+    SendAck,
+    SendAckFrame,
     SendMessage,
+    encode,
+    encode_ack,
+    encode_delivery,
     parse_client_frame,
     protocol_json_schema,
 )
@@ -69,6 +77,45 @@ def _send(parts: list[str]) -> str:
             "clientMessageId": "x",
             "parts": parts,
         }
+    )
+
+
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+_ID = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,20}\Z")
+_REQUEST_ID = st.from_regex(r"\A[\x21-\x7e]{1,20}\Z")
+
+
+@given(
+    parts=st.lists(_TEXT, min_size=1, max_size=10),
+    ids=st.tuples(_ID, _ID),
+    request_ids=st.tuples(_REQUEST_ID, _REQUEST_ID),
+    sequence=st.integers(1, 2**53),
+)
+def test_the_spelled_out_ack_and_delivery_frames_equal_the_models(
+    parts: list[str], ids: tuple[str, str], request_ids: tuple[str, str], sequence: int
+) -> None:
+    alice = Participant(id="agent:alice", name="alice")
+    bob = Participant(id="endpoint:b.o-b_1", name="b.o-b_1")
+    message_id, conversation_id = ids
+    delivery = Delivery(message_id, conversation_id, alice, (alice, bob), tuple(parts), sequence)
+    assert encode_delivery(delivery) == encode(
+        DeliveryFrame(
+            message_id=message_id,
+            conversation_id=conversation_id,
+            sender=alice,
+            participants=[alice, bob],
+            parts=parts,
+            router_sequence=sequence,
+        )
+    )
+    request_id, client_message_id = request_ids
+    assert encode_ack(request_id, client_message_id, SendAck(message_id, sequence)) == encode(
+        SendAckFrame(
+            request_id=request_id,
+            client_message_id=client_message_id,
+            message_id=message_id,
+            router_sequence=sequence,
+        )
     )
 
 

@@ -27,6 +27,8 @@ CONTROLLER_JOB = "society-controller"
 SYSTEM_NAMESPACE = "society-system"
 WORKER_ACCOUNT = "society-run-worker"
 WORKER_CLUSTER_ROLE = "society-run-worker"
+CREDENTIALS_READER = "society-credentials-reader"
+"""The Role, in the credentials namespace, that lets a run's controller read Secrets by name."""
 
 
 def _rule(group: str, resources: list[str], verbs: list[str], **extra: Any) -> dict[str, Any]:
@@ -39,6 +41,7 @@ CONTROLLER_RULES: list[dict[str, Any]] = [
     _rule("", ["services"], ["get", "create", "patch", "delete"]),
     _rule("", ["pods"], ["get", "list", "watch"]),
     _rule("", ["pods/log"], ["get"]),
+    _rule("", ["pods/exec"], ["get", "create"]),  # harvest reads files in the keeper container
     _rule("networking.k8s.io", ["networkpolicies"], ["get", "create", "patch"]),
     _rule(KUEUE, ["localqueues"], ["get", "create", "patch"]),
     _rule(KUEUE, ["workloads"], ["get", "list", "watch", "create", "patch", "delete"]),
@@ -79,6 +82,47 @@ def controller_binding(run_id: str) -> Obj:
         },
         subjects=[{"kind": "ServiceAccount", "name": CONTROLLER_ACCOUNT, "namespace": run_id}],
     )
+
+
+def credentials_reader_role(namespace: str) -> Obj:
+    """Installed once (Helm chart) in the credentials namespace: get Secrets by name, no list."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {
+            "name": CREDENTIALS_READER,
+            "namespace": namespace,
+            "labels": dict(MANAGED_BY),
+        },
+        "rules": [_rule("", ["secrets"], ["get"])],
+    }
+
+
+def credentials_binding_name(run_id: str) -> str:
+    return f"{CREDENTIALS_READER}-{run_id}"
+
+
+def credentials_binding(run_id: str, namespace: str) -> Obj:
+    """Per run, in the credentials namespace: the run's controller may read Secrets there.
+
+    It lives outside the run's namespace (an ownerReference cannot cross namespaces), so
+    ``delete_run_namespace`` deletes it explicitly.
+    """
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {
+            "name": credentials_binding_name(run_id),
+            "namespace": namespace,
+            "labels": {**MANAGED_BY, "society.run/id": run_id},
+        },
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": CREDENTIALS_READER,
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_ACCOUNT, "namespace": run_id}],
+    }
 
 
 def runspec_configmap(run_id: str, module_name: str, source: bytes) -> Obj:
@@ -162,7 +206,10 @@ WORKER_RULES: list[dict[str, Any]] = [
     _rule("", ["namespaces"], ["get", "list", "watch", "create", "patch", "delete"]),
     _rule("", ["serviceaccounts"], ["get", "create", "patch"]),
     _rule("", ["configmaps"], ["get", "create", "patch"]),
-    _rule("rbac.authorization.k8s.io", ["roles", "rolebindings"], ["get", "create", "patch"]),
+    _rule("rbac.authorization.k8s.io", ["roles"], ["get", "create", "patch"]),
+    _rule("rbac.authorization.k8s.io", ["rolebindings"], ["get", "create", "patch", "delete"]),
+    # binds the credentials reader per run without holding Secret reads itself
+    _rule("rbac.authorization.k8s.io", ["roles"], ["bind"], resourceNames=[CREDENTIALS_READER]),
     _rule("batch", ["jobs"], ["get", "list", "watch", "create", "patch"]),
     *CONTROLLER_RULES[1:],  # held so that it may grant them (RBAC escalation check)
 ]

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import anyio
 
@@ -221,6 +221,58 @@ class Kube:
             response.response.release()
         return data
 
+    async def exec(
+        self,
+        pod: str,
+        namespace: str,
+        *,
+        container: str,
+        command: list[str],
+        limit_bytes: int,
+        timeout_s: float = 30.0,
+    ) -> ExecResult:
+        """Run ``command`` in a running container (the exec subresource, websocket channel
+        protocol v4); stdout is kept up to ``limit_bytes + 1``. Raises ``KubeError`` when the
+        API server or the kubelet refuses the exec (no running container, no exec support)."""
+        from aiohttp import WSMsgType, WSServerHandshakeError
+        from kubernetes.aio.stream import WsApiClient
+
+        query = [("container", container), ("stdout", "true"), ("stderr", "true")]
+        query += [("command", part) for part in command]
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/exec?{urlencode(query)}"
+        ws_api = WsApiClient(configuration=self.api.configuration)
+        ws_api.default_headers.update(self.api.default_headers)
+        stdout, stderr, status = bytearray(), bytearray(), b""
+        try:
+            method, url, headers, _, _ = await ws_api.param_serialize(
+                "GET", path, header_params={}, auth_settings=["BearerToken"]
+            )
+            with anyio.fail_after(timeout_s):
+                response = await ws_api.call_api(method, url, headers, _preload_content=False)
+                async with response.response as ws:
+                    async for message in ws:
+                        if message.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
+                            continue
+                        data = (
+                            message.data
+                            if isinstance(message.data, bytes)
+                            else (message.data.encode())
+                        )
+                        channel, body = data[:1], data[1:]
+                        if channel == b"\x01" and len(stdout) <= limit_bytes:
+                            stdout += body[: limit_bytes + 1 - len(stdout)]
+                        elif channel == b"\x02":
+                            stderr += body[:4096]
+                        elif channel == b"\x03":
+                            status += body
+        except WSServerHandshakeError as exc:
+            raise KubeError(
+                f"exec in {namespace}/{pod}: {exc.status} {exc.message}", status=exc.status
+            ) from None
+        finally:
+            await ws_api.close()  # type: ignore[no-untyped-call]
+        return ExecResult(bytes(stdout), bytes(stderr), _exit_code(status))
+
     async def watch(
         self,
         kind: str,
@@ -259,6 +311,26 @@ class Kube:
                 yield event["type"], event["object"]
         finally:
             response.response.release()
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    stdout: bytes
+    stderr: bytes
+    exit_code: int | None
+    """``None`` when the API server sent no status (the stream broke)."""
+
+
+def _exit_code(status: bytes) -> int | None:
+    if not status:
+        return None
+    body = json.loads(status)
+    if body.get("status") == "Success":
+        return 0
+    for cause in (body.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            return int(cause.get("message") or 1)
+    return None
 
 
 def _error(method: str, path: str, status: int, data: bytes) -> KubeError:

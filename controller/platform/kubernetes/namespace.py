@@ -13,9 +13,15 @@ from controller.platform.kubernetes.kube import Kube, KubeError, Obj
 from controller.run.platform import PlatformError
 
 
-async def prepare_run_namespace(kube: Kube, run_id: str) -> Obj:
+async def prepare_run_namespace(
+    kube: Kube, run_id: str, *, credentials_namespace: str | None = None
+) -> Obj:
     """The namespace, its owner object and the controller's ServiceAccount, Role and binding;
-    idempotent (server-side apply). Returns the live owner."""
+    idempotent (server-side apply). Returns the live owner.
+
+    When ``credentials_namespace`` exists, the controller is also bound there to the
+    credentials reader Role (``SecretRef(secret=..., key=...)`` are read by name from it).
+    """
     await kube.apply(objects.namespace(run_id))
     owner = await kube.apply(objects.owner(run_id))
     for obj in (
@@ -24,15 +30,25 @@ async def prepare_run_namespace(kube: Kube, run_id: str) -> Obj:
         access.controller_binding(run_id),
     ):
         await kube.apply(objects.owned(obj, owner))
+    if credentials_namespace and await kube.get("Namespace", credentials_namespace) is not None:
+        await kube.apply(access.credentials_binding(run_id, credentials_namespace))
     return owner
 
 
-async def delete_run_namespace(kube: Kube, run_id: str, *, timeout_s: float = 300.0) -> bool:
+async def delete_run_namespace(
+    kube: Kube, run_id: str, *, timeout_s: float = 300.0, credentials_namespace: str | None = None
+) -> bool:
     """Delete the run's namespace and wait until it is gone; ``False`` if it never existed.
+
+    The run's binding in ``credentials_namespace`` (outside the namespace, so not collected with
+    it) is deleted first.
 
     Only a namespace labelled as this run's is deleted. Raises ``PlatformError`` when it is
     still there after ``timeout_s`` (a stuck finalizer: the message names it).
     """
+    if credentials_namespace:
+        binding = access.credentials_binding_name(run_id)
+        await kube.delete("RoleBinding", binding, credentials_namespace)
     existing = await kube.get("Namespace", run_id)
     if existing is None:
         return False

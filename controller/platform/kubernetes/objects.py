@@ -31,6 +31,12 @@ ROUTER_CA_SECRET = "router-ca"
 CONTROLLER_ACCOUNT = "society-controller"
 
 AGENT_CONTAINER = "agent"
+KEEPER_CONTAINER = "keeper"
+"""Shares the working directory and outlives the agent's program, so that harvest can read the
+declared files through the exec API after the program exited (a container that has ended
+cannot be exec'd into). It runs the agent's own image, idle, and dies with the pod."""
+KEEPER_COMMAND = ("python", "-c", "import signal; signal.pause()")
+KEEPER_RESOURCES = Resources(cpu=0.001, memory_mib=16, memory_limit_mib=48)
 WORKDIR = "/home/agent/work"
 SECRETS_DIR = "/var/run/society/secrets"
 SECRETS_FILE = f"{SECRETS_DIR}/secrets.json"
@@ -143,7 +149,12 @@ def workload(run_id: str, sets: Sequence[PodSet]) -> Obj:
                                     "name": AGENT_CONTAINER,
                                     "image": pod_set.image,
                                     "resources": _resources(pod_set.resources),
-                                }
+                                },
+                                {
+                                    "name": KEEPER_CONTAINER,
+                                    "image": pod_set.image,
+                                    "resources": _resources(KEEPER_RESOURCES),
+                                },
                             ],
                         }
                     },
@@ -241,6 +252,9 @@ def sandbox(
             for path, key in keys.items()
         ),
     ]
+    workspace = [
+        {**mount, "readOnly": True} for mount in mounts if mount["mountPath"].startswith(WORKDIR)
+    ]
     volumes: list[dict[str, Any]] = [
         {"name": "work", "emptyDir": {}},
         {
@@ -287,7 +301,21 @@ def sandbox(
                         "capabilities": {"drop": ["ALL"]},
                     },
                     "volumeMounts": mounts,
-                }
+                },
+                {
+                    "name": KEEPER_CONTAINER,
+                    "image": descriptor.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": list(KEEPER_COMMAND),
+                    "workingDir": WORKDIR,
+                    "resources": _resources(KEEPER_RESOURCES),
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                        "readOnlyRootFilesystem": True,
+                    },
+                    "volumeMounts": workspace,  # what the program sees there, not its secrets
+                },
             ],
             "volumes": volumes,
         },
@@ -307,15 +335,18 @@ def sandbox(
 # ---- the router and the network -------------------------------------------------------------
 
 
-def router_service(run_id: str, port: int) -> Obj:
-    """The router as agents reach it: the controller's pod behind a per-run Service."""
+def router_service(run_id: str, port: int, service_ports: Sequence[int] = ()) -> Obj:
+    """The router as agents reach it: the controller's pod behind a per-run Service; the run
+    services' ports (the model gateway) are advertised on the same Service."""
+    ports = [{"name": "router", "port": port, "targetPort": port, "protocol": "TCP"}]
+    ports += [
+        {"name": f"service-{p}", "port": p, "targetPort": p, "protocol": "TCP"}
+        for p in sorted(set(service_ports) - {port})
+    ]
     return _object(
         "Service",
         _meta(run_id, ROUTER_SERVICE, **{ROLE_LABEL: "router"}),
-        spec={
-            "selector": {RUN_LABEL: run_id, ROLE_LABEL: "controller"},
-            "ports": [{"name": "router", "port": port, "targetPort": port, "protocol": "TCP"}],
-        },
+        spec={"selector": {RUN_LABEL: run_id, ROLE_LABEL: "controller"}, "ports": ports},
     )
 
 

@@ -123,7 +123,9 @@ class KubernetesPlatform(Platform):
         ) as kube:
             try:
                 if settings.prepares:
-                    owner = await prepare_run_namespace(kube, run_id)
+                    owner = await prepare_run_namespace(
+                        kube, run_id, credentials_namespace=settings.credentials_namespace
+                    )
                 else:
                     found = await kube.get("ConfigMap", objects.OWNER, run_id)
                     if found is None:
@@ -148,7 +150,9 @@ class KubernetesPlatform(Platform):
             finally:
                 if settings.deletes:
                     with anyio.CancelScope(shield=True):
-                        await delete_run_namespace(kube, run_id)
+                        await delete_run_namespace(
+                            kube, run_id, credentials_namespace=settings.credentials_namespace
+                        )
 
 
 class KindPlatform(KubernetesPlatform):

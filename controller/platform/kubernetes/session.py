@@ -7,6 +7,7 @@ view of the namespace; every wait below is level-triggered on that view, never a
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
 import hashlib
@@ -16,15 +17,16 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from anyio.abc import TaskGroup
 
-from controller.agents.runtime import Harvest, SandboxAccess
+from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.events.run import PodSetAdmission, QueueAdmission
-from controller.platform.kubernetes import objects
-from controller.platform.kubernetes.kube import Informer, Kube, Obj, condition, is_true
+from controller.platform.kubernetes import access, objects
+from controller.platform.kubernetes.kube import Informer, Kube, KubeError, Obj, condition, is_true
 from controller.run.platform import (
     Admission,
     AdmissionRefused,
@@ -49,6 +51,33 @@ applications as local processes replace it (test-only)."""
 
 _DELETE_WAIT_S = 30.0
 _LOG_TIMEOUT_S = 5.0
+_EXEC_TIMEOUT_S = 30.0
+_ABSENT, _OVERSIZE, _REFUSED = 66, 65, 67
+_READ_FILE = f"""
+import os, stat, sys
+root = os.path.realpath(sys.argv[1])
+path = os.path.realpath(os.path.join(root, sys.argv[2]))
+limit = int(sys.argv[3])
+if os.path.commonpath([root, path]) != root:
+    sys.stderr.write("the path leads outside the working directory")
+    sys.exit({_REFUSED})
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+except FileNotFoundError:
+    sys.exit({_ABSENT})
+info = os.fstat(fd)
+if not stat.S_ISREG(info.st_mode):
+    sys.stderr.write("not a regular file")
+    sys.exit({_REFUSED})
+if info.st_size > limit:
+    print(info.st_size)
+    sys.exit({_OVERSIZE})
+with os.fdopen(fd, "rb") as handle:
+    sys.stdout.buffer.write(handle.read(limit + 1))
+"""
+"""Runs in the keeper container (the agent's image has Python): one declared file to stdout;
+exit 66 absent, 65 oversize (its size on stdout), 67 refused (outside the working directory or
+not a regular file)."""
 
 
 class KubernetesSandbox(Sandbox):
@@ -84,6 +113,11 @@ class KubernetesSession(PlatformSession):
             for kind in ("Sandbox", "Pod", "Workload")
         )
         self._sandboxes: list[KubernetesSandbox] = []
+        self._service_ports: set[int] = set()
+        """Ports of run services in the controller (the model gateway) agents may reach."""
+        self._network_lock = anyio.Lock()
+        self._secrets_read: dict[str, Obj] = {}
+        """Credential Secrets read by name, once per run (an absent one as ``{}``)."""
         self._shutdown_at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(
             seconds=platform.settings.run_deadline_s
         )
@@ -107,21 +141,58 @@ class KubernetesSession(PlatformSession):
 
     async def open(self) -> None:
         """The router's Service, its CA, the network policies; then start watching."""
-        port = _port(self.placement.router_url)
         tls = self.platform.tls_for(self.run_id)
-        bridge_ports = sorted({d.bridge_port for d in self.platform.roster.values()})
-        manifests = [
-            objects.router_service(self.run_id, port),
-            *objects.network_policies(
-                self.run_id, controller_ports=[port], bridge_ports=bridge_ports
-            ),
-        ]
+        await self._apply_network()
         if tls is not None:
-            manifests.append(objects.router_ca(self.run_id, tls.ca_pem))
-        for manifest in manifests:
-            await self.kube.apply(objects.owned(manifest, self.owner))
+            await self.kube.apply(
+                objects.owned(objects.router_ca(self.run_id, tls.ca_pem), self.owner)
+            )
         for informer in (self.sandboxes, self.pods, self.workloads):
             self._tasks.start_soon(informer.run)
+
+    async def _apply_network(self) -> None:
+        """The router's Service and the policies, for the router and every run service's port."""
+        port = _port(self.placement.router_url)
+        bridge_ports = sorted({d.bridge_port for d in self.platform.roster.values()})
+        manifests = [
+            objects.router_service(self.run_id, port, sorted(self._service_ports)),
+            *objects.network_policies(
+                self.run_id,
+                controller_ports=[port, *self._service_ports],
+                bridge_ports=bridge_ports,
+            ),
+        ]
+        for manifest in manifests:
+            await self.kube.apply(objects.owned(manifest, self.owner))
+
+    async def _advertise_services(self, launch: AgentLaunch) -> RuntimeDescriptor:
+        """``launch``'s descriptor with run services' URLs pointing at the router's Service.
+
+        A variable a run service granted (absent from the roster's descriptor) whose URL's host
+        is where the controller listens names a service in the controller (the model gateway):
+        agents reach it through the per-run Service, and the policies let them, on its port.
+        """
+        descriptor = launch.descriptor
+        declared = self.platform.roster[launch.name].environment
+        environment = dict(descriptor.environment)
+        ports: set[int] = set()
+        for name, value in descriptor.environment.items():
+            if declared.get(name) == value:
+                continue
+            url = urlsplit(value)
+            if (
+                url.scheme in ("http", "https", "ws", "wss")
+                and url.hostname == self.platform.router_host
+                and url.port is not None
+            ):
+                host = objects.router_host(self.run_id)
+                environment[name] = urlunsplit(url._replace(netloc=f"{host}:{url.port}"))
+                ports.add(url.port)
+        async with self._network_lock:
+            if not ports <= self._service_ports:
+                self._service_ports |= ports
+                await self._apply_network()
+        return dataclasses.replace(descriptor, environment=environment)
 
     # ---- admission ---------------------------------------------------------------------------
 
@@ -207,9 +278,10 @@ class KubernetesSession(PlatformSession):
     # ---- sandboxes ---------------------------------------------------------------------------
 
     async def start(self, launch: AgentLaunch) -> Sandbox:
-        agent, descriptor = launch.name, launch.descriptor
+        agent = launch.name
         settings = self.platform.settings
-        credentials = _resolve_credentials(launch)
+        credentials = await self._credentials(launch)
+        descriptor = await self._advertise_services(launch)
         manifests = [
             objects.agent_secrets(self.run_id, agent, launch.secrets(credentials).to_json())
         ]
@@ -257,6 +329,51 @@ class KubernetesSession(PlatformSession):
         self._tasks.start_soon(self._observe_exit, handle)
         return handle
 
+    async def _credentials(self, launch: AgentLaunch) -> dict[str, str]:
+        """The values of the agent's credential references: the controller's environment, or a
+        Secret in the credentials namespace read by name (never listed)."""
+        values: dict[str, str] = {}
+        missing: list[str] = []
+        namespace = self.platform.settings.credentials_namespace
+        for name, ref in launch.descriptor.credentials.items():
+            if ref.secret:
+                value, why = await self._secret_value(namespace, ref.secret, ref.key or name)
+            else:
+                value = os.environ.get(ref.env) if ref.env else None
+                why = f"the controller's environment has no {ref.env}"
+            if value is None:
+                missing.append(f"{name}: {why}")
+            else:
+                values[name] = value
+        if missing:
+            raise SandboxStartError(
+                f"credentials for {launch.name} are not available to the controller: "
+                f"{'; '.join(missing)}",
+                reason="credential-missing",
+            )
+        return values
+
+    async def _secret_value(self, namespace: str, secret: str, key: str) -> tuple[str | None, str]:
+        found = self._secrets_read.get(secret)
+        if found is None:
+            try:
+                found = await self.kube.get("Secret", secret, namespace) or {}
+            except KubeError as exc:
+                if exc.status != 403:
+                    raise
+                return None, (
+                    f"the controller may not read Secret {namespace}/{secret} (is the run's "
+                    f"RoleBinding {access.credentials_binding_name(self.run_id)} there? the Role "
+                    f"{access.CREDENTIALS_READER} must exist in {namespace})"
+                )
+            self._secrets_read[secret] = found
+        if not found:
+            return None, f"Secret {namespace}/{secret} does not exist"
+        data = found.get("data") or {}
+        if key not in data:
+            return None, f"Secret {namespace}/{secret} has no key {key!r}"
+        return base64.b64decode(data[key]).decode("utf-8"), ""
+
     @property
     def agent_router_url(self) -> str:
         scheme = "wss" if self.platform.tls_for(self.run_id) is not None else "ws"
@@ -285,6 +402,7 @@ class KubernetesSession(PlatformSession):
         for pod in self.pods.objects.values():
             if pod["metadata"].get("labels", {}).get(objects.AGENT_LABEL) == agent and (
                 pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+                or _terminated(pod) is not None  # the keeper container keeps the pod Running
             ):
                 return ("exited", sandbox, pod)
         ready = condition(sandbox, "Ready")
@@ -363,21 +481,65 @@ class KubernetesSession(PlatformSession):
     async def harvest(self, sandbox: Sandbox, declared: Harvest) -> list[HarvestedItem]:
         assert isinstance(sandbox, KubernetesSandbox)
         limit = declared.max_bytes
-        items = [
-            HarvestedItem(
-                kind="workspace",
-                name=path,
-                outcome="unreadable",
-                limit_bytes=limit,
-                detail="copying workspace files out of a pod is not implemented on the "
-                "kubernetes profile yet",
-            )
-            for path in declared.files
-        ]
+        items = []
+        for path in declared.files:
+            items.append(await self._harvest_file(sandbox, path, limit))
         if declared.logs:
             await self._capture_log(sandbox)
             items.append(await anyio.to_thread.run_sync(self._write_log, sandbox, limit))
         return items
+
+    async def _harvest_file(
+        self, sandbox: KubernetesSandbox, path: str, limit: int
+    ) -> HarvestedItem:
+        """Read one declared file through the exec API, in the pod's keeper container."""
+
+        def item(outcome: str, **fields: Any) -> HarvestedItem:
+            return HarvestedItem(
+                kind="workspace", name=path, outcome=outcome, limit_bytes=limit, **fields
+            )
+
+        try:
+            with anyio.fail_after(_EXEC_TIMEOUT_S):
+                result = await self.kube.exec(
+                    sandbox.pod,
+                    self.run_id,
+                    container=objects.KEEPER_CONTAINER,
+                    command=["python", "-c", _READ_FILE, objects.WORKDIR, path, str(limit)],
+                    limit_bytes=limit,
+                )
+        except (KubeError, TimeoutError, OSError) as exc:
+            return item(
+                "unreadable",
+                detail=f"the Kubernetes exec API could not read it from pod {sandbox.pod} "
+                f"(container {objects.KEEPER_CONTAINER}): {type(exc).__name__}: {exc}",
+            )
+        code = result.exit_code
+        if code == _ABSENT:
+            return item("absent")
+        if code == _OVERSIZE:
+            return item("oversize", size=int(result.stdout.strip() or 0))
+        if code != 0 or len(result.stdout) > limit:
+            why = result.stderr.decode(errors="replace").strip()[-300:] or "no message"
+            return item("unreadable", detail=f"the reader in the pod exited {code}: {why}")
+        return await anyio.to_thread.run_sync(self._write_file, sandbox, path, result.stdout, limit)
+
+    def _write_file(
+        self, sandbox: KubernetesSandbox, path: str, data: bytes, limit: int
+    ) -> HarvestedItem:
+        relative = Path("artifacts") / sandbox.name / "workspace" / path
+        target = self.placement.run_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        return HarvestedItem(
+            kind="workspace",
+            name=path,
+            outcome="harvested",
+            limit_bytes=limit,
+            sha256=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            artifact=str(relative),
+        )
 
     def _write_log(self, sandbox: KubernetesSandbox, limit: int) -> HarvestedItem:
         name = "output.log"
@@ -413,8 +575,6 @@ class KubernetesSession(PlatformSession):
 
 
 def _port(url: str) -> int:
-    from urllib.parse import urlsplit
-
     port = urlsplit(url).port
     assert port is not None, url
     return port
@@ -444,24 +604,3 @@ def _terminated(pod: Obj) -> ProcessExit | None:
             return ProcessExit(signal=code - 128)  # the container runtime's 128 + n
         return ProcessExit(code=code)
     return None
-
-
-def _resolve_credentials(launch: AgentLaunch) -> dict[str, str]:
-    values: dict[str, str] = {}
-    missing: list[str] = []
-    for name, ref in launch.descriptor.credentials.items():
-        value = os.environ.get(ref.env) if ref.env else None
-        if value is None:
-            missing.append(
-                f"{name} (env {ref.env})" if ref.env else f"{name} (Secret {ref.secret}: not read)"
-            )
-        else:
-            values[name] = value
-    if missing:
-        raise SandboxStartError(
-            f"credentials for {launch.name} are not available to the controller: "
-            f"{', '.join(missing)}; set them in the controller's environment (Secret references "
-            f"are not resolved by the kubernetes profile yet)",
-            reason="credential-missing",
-        )
-    return values

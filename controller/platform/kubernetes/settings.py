@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 DEFAULT_CLUSTER_QUEUE = "society-agents"
+DEFAULT_CREDENTIALS_NAMESPACE = "society-credentials"
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +23,8 @@ class KubernetesSettings:
     | ``SOCIETY_ADMISSION_TIMEOUT_S`` | ``admission_timeout_s`` | 3600 |
     | ``SOCIETY_STARTUP_TIMEOUT_S`` | ``startup_timeout_s`` | 600 |
     | ``SOCIETY_RUN_DEADLINE_S`` | ``run_deadline_s`` | 86400 |
+    | ``SOCIETY_CREDENTIALS_NAMESPACE`` | ``credentials_namespace`` | ``society-credentials`` |
+    | ``SOCIETY_KUBE_WORKER_NAMESPACES=1`` | ``prepare_namespace``/``delete_namespace`` off | off |
     """
 
     kubeconfig: str | None = None
@@ -42,6 +45,9 @@ class KubernetesSettings:
     run worker's cleanup does)."""
     impersonate: str | None = None
     """Act as this user (tests: the controller's ServiceAccount)."""
+    credentials_namespace: str = DEFAULT_CREDENTIALS_NAMESPACE
+    """Where ``SecretRef(secret=..., key=...)`` Secrets live; the controller reads them by name
+    through a per-run RoleBinding that ``prepare_run_namespace`` creates there."""
 
     @property
     def prepares(self) -> bool:
@@ -54,6 +60,8 @@ class KubernetesSettings:
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> KubernetesSettings:
         env = os.environ if environ is None else environ
+        # The run worker's prepare and cleanup activities own the namespace (set by the worker).
+        by_worker = env.get("SOCIETY_KUBE_WORKER_NAMESPACES") == "1"
         return cls(
             kubeconfig=env.get("SOCIETY_KUBECONFIG") or None,
             context=env.get("SOCIETY_KUBE_CONTEXT") or None,
@@ -62,4 +70,8 @@ class KubernetesSettings:
             admission_timeout_s=float(env.get("SOCIETY_ADMISSION_TIMEOUT_S") or 3600),
             startup_timeout_s=float(env.get("SOCIETY_STARTUP_TIMEOUT_S") or 600),
             run_deadline_s=float(env.get("SOCIETY_RUN_DEADLINE_S") or 86400),
+            prepare_namespace=False if by_worker else None,
+            delete_namespace=False if by_worker else None,
+            credentials_namespace=env.get("SOCIETY_CREDENTIALS_NAMESPACE")
+            or DEFAULT_CREDENTIALS_NAMESPACE,
         )

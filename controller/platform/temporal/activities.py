@@ -125,7 +125,9 @@ async def prepare_namespace(run_id: str) -> None:
     async with Kube.connect(
         kubeconfig=settings.kubeconfig, context=settings.context, in_cluster=settings.in_cluster
     ) as kube:
-        await prepare_run_namespace(kube, run_id)
+        await prepare_run_namespace(
+            kube, run_id, credentials_namespace=settings.credentials_namespace
+        )
 
 
 async def delete_namespace(namespace: str) -> None:
@@ -136,7 +138,9 @@ async def delete_namespace(namespace: str) -> None:
     async with Kube.connect(
         kubeconfig=settings.kubeconfig, context=settings.context, in_cluster=settings.in_cluster
     ) as kube:
-        await delete_run_namespace(kube, namespace, timeout_s=100)  # inside the 2 min attempt
+        await delete_run_namespace(  # inside the 2 min attempt
+            kube, namespace, timeout_s=100, credentials_namespace=settings.credentials_namespace
+        )
 
 
 async def _heartbeat(progress: _ReportingProgress) -> None:

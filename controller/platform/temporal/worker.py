@@ -1,0 +1,114 @@
+"""The run worker: polls one task queue and runs ``SocietyRun`` workflows and their activities.
+
+``python -m controller.platform.temporal.worker --task-queue society-runs`` against the Temporal
+at ``TEMPORAL_ADDRESS`` (``TEMPORAL_NAMESPACE``, default ``default``). The worker Deployment runs
+it (``access.worker_deployment``); anyone can run it beside a dev server. It prints one JSON line
+once it polls, and on SIGTERM or SIGINT stops polling, lets running activities finish within
+the grace period (then cancels them: a cancelled ``execute`` finalizes its ledger) and exits 0.
+
+The worker owns run namespaces (its prepare and cleanup activities), so it sets
+``SOCIETY_KUBE_WORKER_NAMESPACES=1`` for the controllers it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from datetime import timedelta
+
+from temporalio.worker import Worker
+
+from controller.platform.temporal.activities import LifecycleActivities
+from controller.platform.temporal.server import (
+    ADDRESS_ENV,
+    TemporalUnavailable,
+    configured_endpoint,
+    connect,
+)
+from controller.platform.temporal.workflow import SocietyRun
+
+DEFAULT_TASK_QUEUE = "society-runs"
+EXIT_UNAVAILABLE = 2
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m controller.platform.temporal.worker",
+        description="Run SocietyRun workflows from one Temporal task queue.",
+    )
+    parser.add_argument(
+        "--task-queue",
+        default=os.environ.get("SOCIETY_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
+        help="the task queue to poll (default: $SOCIETY_TASK_QUEUE, else %(default)s)",
+    )
+    parser.add_argument(
+        "--max-concurrent-runs",
+        type=int,
+        default=4,
+        help="runs (execute activities) this worker holds at once (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--grace-s",
+        type=float,
+        default=60.0,
+        help="on SIGTERM, how long running activities may take before they are cancelled",
+    )
+    return parser.parse_args(argv)
+
+
+async def serve(task_queue: str, *, max_concurrent_runs: int, grace_s: float) -> int:
+    """Poll ``task_queue`` until SIGTERM or SIGINT; 2 when no Temporal answers."""
+    endpoint = configured_endpoint()
+    if endpoint is None:
+        print(
+            f"society worker: error: {ADDRESS_ENV} is not set\n  next step: set it to the "
+            f"Temporal frontend (host:port) the runs are submitted to",
+            file=sys.stderr,
+        )
+        return EXIT_UNAVAILABLE
+    try:
+        client = await connect(endpoint)
+    except TemporalUnavailable as error:
+        print(f"society worker: error: {error}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    activities = LifecycleActivities()
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[SocietyRun],
+        activities=[activities.prepare, activities.execute, activities.cleanup],
+        # one run's prepare or cleanup may overlap another run's execute
+        max_concurrent_activities=2 * max_concurrent_runs,
+        # Cancellation reaches an activity with a heartbeat; send one at least every second.
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
+        graceful_shutdown_timeout=timedelta(seconds=grace_s),
+    ):
+        line = {"worker": "polling", "taskQueue": task_queue, "address": endpoint.address}
+        print(json.dumps(line), flush=True)
+        await stop.wait()
+        print(json.dumps({"worker": "stopping", "taskQueue": task_queue}), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = _arguments(argv)
+    os.environ["SOCIETY_KUBE_WORKER_NAMESPACES"] = "1"  # prepare and cleanup own namespaces
+    return asyncio.run(
+        serve(
+            arguments.task_queue,
+            max_concurrent_runs=arguments.max_concurrent_runs,
+            grace_s=arguments.grace_s,
+        )
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
