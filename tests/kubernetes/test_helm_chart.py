@@ -12,7 +12,11 @@ from typing import Any
 import yaml
 from controlplane import read_versions
 
-from controller.platform.kubernetes.access import WORKER_RULES, credentials_reader_role
+from controller.platform.kubernetes.access import (
+    WORKER_RULES,
+    credentials_reader_role,
+    worker_deployment,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "society-runner"
@@ -77,7 +81,10 @@ def test_the_chart_grants_exactly_what_the_code_grants() -> None:
     assert by_kind["Role"]["rules"] == reader["rules"]
     assert by_kind["Role"]["metadata"]["name"] == reader["metadata"]["name"]
     worker = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-    assert worker["command"][:3] == ["python", "-m", "controller.platform.temporal.worker"]
+    coded = worker_deployment(image="unused", temporal_address="unused")["spec"]["template"][
+        "spec"]["containers"][0]  # fmt: skip
+    assert worker["command"][:5] == coded["command"]
+    assert {e["name"] for e in coded["env"]} <= {e["name"] for e in worker["env"]}
 
 
 def test_the_chart_and_the_kind_config_record_the_pinned_versions() -> None:

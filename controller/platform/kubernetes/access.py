@@ -252,7 +252,14 @@ def worker_account() -> Obj:
     }
 
 
-def worker_deployment(*, image: str, temporal_address: str, replicas: int = 1) -> Obj:
+def worker_deployment(
+    *,
+    image: str,
+    temporal_address: str,
+    replicas: int = 1,
+    task_queue: str = "society-runs",
+    credentials_namespace: str = "society-credentials",
+) -> Obj:
     """The Temporal worker that runs ``SocietyRun`` workflows: prepare, execute, cleanup."""
     labels = {**MANAGED_BY, "app.kubernetes.io/name": "society-run-worker"}
     return {
@@ -275,8 +282,21 @@ def worker_deployment(*, image: str, temporal_address: str, replicas: int = 1) -
                         {
                             "name": "worker",
                             "image": image,
-                            "command": ["python", "-m", "controller.platform.temporal.worker"],
-                            "env": [{"name": "TEMPORAL_ADDRESS", "value": temporal_address}],
+                            "command": [
+                                "python",
+                                "-m",
+                                "controller.platform.temporal.worker",
+                                "--task-queue",
+                                task_queue,
+                            ],
+                            "env": [
+                                {"name": "TEMPORAL_ADDRESS", "value": temporal_address},
+                                {"name": "SOCIETY_KUBE_IN_CLUSTER", "value": "1"},
+                                {
+                                    "name": "SOCIETY_CREDENTIALS_NAMESPACE",
+                                    "value": credentials_namespace,
+                                },
+                            ],
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "capabilities": {"drop": ["ALL"]},

@@ -8,7 +8,7 @@ Only the kinds a run uses are known (``KINDS``); paths are built from that table
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -227,7 +227,7 @@ class Kube:
         namespace: str,
         *,
         container: str,
-        command: list[str],
+        command: Sequence[str],
         limit_bytes: int,
         timeout_s: float = 30.0,
     ) -> ExecResult:
@@ -240,7 +240,7 @@ class Kube:
         query = [("container", container), ("stdout", "true"), ("stderr", "true")]
         query += [("command", part) for part in command]
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/exec?{urlencode(query)}"
-        ws_api = WsApiClient(configuration=self.api.configuration)
+        ws_api = WsApiClient(configuration=self.api.configuration)  # type: ignore[no-untyped-call]
         ws_api.default_headers.update(self.api.default_headers)
         stdout, stderr, status = bytearray(), bytearray(), b""
         try:
@@ -248,7 +248,9 @@ class Kube:
                 "GET", path, header_params={}, auth_settings=["BearerToken"]
             )
             with anyio.fail_after(timeout_s):
-                response = await ws_api.call_api(method, url, headers, _preload_content=False)
+                response = await ws_api.call_api(  # type: ignore[no-untyped-call]
+                    method, url, headers, _preload_content=False
+                )
                 async with response.response as ws:
                     async for message in ws:
                         if message.type not in (WSMsgType.BINARY, WSMsgType.TEXT):

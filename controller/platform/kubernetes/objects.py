@@ -243,7 +243,7 @@ def sandbox(
         *({"name": k, "value": v} for k, v in sorted(descriptor.environment.items())),
     ]
     keys = file_keys(descriptor.files)
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": "work", "mountPath": WORKDIR},
         {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
         {"name": "router-ca", "mountPath": CA_DIR, "readOnly": True},

@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup
 
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
-from controller.events.run import PodSetAdmission, QueueAdmission
+from controller.events.run import HarvestOutcome, PodSetAdmission, QueueAdmission
 from controller.platform.kubernetes import access, objects
 from controller.platform.kubernetes.kube import Informer, Kube, KubeError, Obj, condition, is_true
 from controller.run.platform import (
@@ -494,7 +494,7 @@ class KubernetesSession(PlatformSession):
     ) -> HarvestedItem:
         """Read one declared file through the exec API, in the pod's keeper container."""
 
-        def item(outcome: str, **fields: Any) -> HarvestedItem:
+        def item(outcome: HarvestOutcome, **fields: Any) -> HarvestedItem:
             return HarvestedItem(
                 kind="workspace", name=path, outcome=outcome, limit_bytes=limit, **fields
             )
