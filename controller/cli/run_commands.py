@@ -52,7 +52,16 @@ def add_commands(subparsers: Any) -> None:
         ),
     )
     run.add_argument("module", metavar="MODULE.py", type=Path, help="a module defining run_spec")
-    run.add_argument("--profile", choices=["local"], default="local", help="default: local")
+    run.add_argument(
+        "--profile",
+        choices=["local", "kind", "gke", "kubernetes"],
+        default="local",
+        help=(
+            "local (default): one child process per agent. kind/gke/kubernetes: one Agent "
+            "Sandbox per agent in a per-run namespace, admitted by Kueue, on the cluster named by "
+            "SOCIETY_KUBECONFIG / SOCIETY_KUBE_CONTEXT (queue: SOCIETY_CLUSTER_QUEUE)"
+        ),
+    )
     _add_artifacts(run)
     run.add_argument("--seed", type=int, default=None, help="seed passed to the run")
     run.add_argument("--run-id", type=_run_id, default=None, help="sr- + 32 lowercase hex digits")
@@ -147,6 +156,8 @@ async def _run_async(args: argparse.Namespace) -> int:
     module = args.module.resolve()
     if not module.is_file():
         raise SetupError("module-missing", f"{args.module} is not a file (pass MODULE.py)")
+    if args.profile != "local":
+        await _check_cluster()
     run_id = args.run_id or new_run_id()
     if (root / run_id).exists():
         raise SetupError("run-id-taken", f"{root / run_id} exists; omit --run-id for a fresh id")
@@ -273,6 +284,16 @@ async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
         "records": ledger.records,
         "publicKey": ledger.public_key,
     }
+
+
+async def _check_cluster() -> None:
+    from controller.platform.kubernetes.preflight import ClusterUnavailable, check_cluster
+    from controller.platform.kubernetes.settings import KubernetesSettings
+
+    try:
+        await check_cluster(KubernetesSettings.from_environment())
+    except ClusterUnavailable as error:
+        raise SetupError(error.reason, str(error)) from None
 
 
 def _cancel(args: argparse.Namespace) -> int:

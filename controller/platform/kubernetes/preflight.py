@@ -1,0 +1,37 @@
+"""Before a cluster run is submitted: is the cluster reachable, and does its ClusterQueue exist?"""
+
+from __future__ import annotations
+
+from controller.platform.kubernetes.kube import Kube
+from controller.platform.kubernetes.settings import KubernetesSettings
+
+
+class ClusterUnavailable(Exception):
+    """The cluster cannot take a run; ``reason`` is machine-readable, the message says what next."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+async def check_cluster(settings: KubernetesSettings) -> None:
+    """Raise ``ClusterUnavailable`` unless the cluster answers and holds the profile's queue."""
+    where = "in-cluster" if settings.in_cluster else settings.kubeconfig or "the default kubeconfig"
+    try:
+        async with Kube.connect(
+            kubeconfig=settings.kubeconfig, context=settings.context, in_cluster=settings.in_cluster
+        ) as kube:
+            queue = await kube.get("ClusterQueue", settings.cluster_queue)
+    except Exception as exc:  # the client raises many unrelated types for one meaning
+        raise ClusterUnavailable(
+            "cluster-unreachable",
+            f"cannot use the cluster from {where}: {exc}. Point SOCIETY_KUBECONFIG (and "
+            f"SOCIETY_KUBE_CONTEXT) at a cluster with Kueue and Agent Sandbox installed "
+            f"(helm/society-runner, kind/README.md), or run with --profile local",
+        ) from exc
+    if queue is None:
+        raise ClusterUnavailable(
+            "cluster-queue-missing",
+            f"the cluster from {where} has no Kueue ClusterQueue {settings.cluster_queue!r}; "
+            f"install helm/society-runner or set SOCIETY_CLUSTER_QUEUE to an existing one",
+        )
