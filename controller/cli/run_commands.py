@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -145,6 +146,10 @@ async def _run_async(args: argparse.Namespace) -> int:
     from controller.platform.temporal.run_files import write_result
     from controller.run import RunRequest, new_run_id
 
+    if not os.environ.get("SOCIETY_DEBUG"):
+        # The run reports every activity failure itself, as one error line with the next step;
+        # the SDK would print the same failure again as a traceback. SOCIETY_DEBUG=1 keeps it.
+        logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
     interrupts = Interrupts()
     loop = asyncio.get_running_loop()
     for signum in STOP_SIGNALS:

@@ -4,7 +4,9 @@ dev server (one per session, reached through ``TEMPORAL_ADDRESS``) with real age
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,3 +63,16 @@ def society(tmp_path: Path, temporal_address: str) -> Iterator[SocietyCommand]:
         if started.process.poll() is None:
             started.process.kill()
             started.process.wait()
+    _stop_dev_server_under(command.artifacts)
+
+
+def _stop_dev_server_under(artifacts: Path) -> None:
+    """A test that killed its `society` leaves the dev server it started; end that one only."""
+    state = artifacts / ".temporal" / "server.json"
+    try:
+        pid = int(json.loads(state.read_text())["pid"])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, KeyError):
+        return
+    if str(artifacts).encode() in cmdline:  # never a reused pid: it names this test's root
+        os.kill(pid, signal.SIGKILL)
