@@ -4,6 +4,7 @@ Uses the official ``kubernetes`` package's asyncio client (``kubernetes.aio``) f
 asyncio backend. See ``docs/kubernetes.md``.
 """
 
+from controller.platform.kubernetes.controller_job import run_controller_job
 from controller.platform.kubernetes.kube import Kube, KubeError
 from controller.platform.kubernetes.namespace import delete_run_namespace, prepare_run_namespace
 from controller.platform.kubernetes.platform import GkePlatform, KindPlatform, KubernetesPlatform
@@ -21,4 +22,5 @@ __all__ = [
     "KubernetesSettings",
     "delete_run_namespace",
     "prepare_run_namespace",
+    "run_controller_job",
 ]

@@ -9,6 +9,7 @@ lets it grant the controller's Role only because it holds the same rules itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from controller.platform.kubernetes.kube import KUEUE, SANDBOX_GROUP, Obj
@@ -24,6 +25,10 @@ from controller.platform.kubernetes.objects import (
 RUNSPEC_CONFIGMAP = "society-runspec"
 RUNSPEC_DIR = "/etc/society/runspec"
 CONTROLLER_JOB = "society-controller"
+ARTIFACT_ROOT = "/var/lib/society/artifacts"
+RESULT_PATH = "/dev/termination-log"
+"""The controller writes its ``RunResult`` here; the kubelet hands it back as the container's
+termination message (at most 4096 bytes), which the run worker reads."""
 SYSTEM_NAMESPACE = "society-system"
 WORKER_ACCOUNT = "society-run-worker"
 WORKER_CLUSTER_ROLE = "society-run-worker"
@@ -140,22 +145,35 @@ def controller_job(
     *,
     image: str,
     module_name: str,
-    seed: int,
+    seed: int | None,
     profile: str,
     cluster_queue: str,
     active_deadline_s: int,
+    ledger_claim: str | None = None,
+    environment: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | None = None,
 ) -> Obj:
-    """The controller, in-cluster: one pod, never retried (a run executes at most once)."""
+    """The controller, in-cluster: one pod, never retried (a run executes at most once).
+
+    The ledger goes to ``ledger_claim`` (a PersistentVolumeClaim in the run's namespace) when
+    given, else to an ``emptyDir``; the result goes to the termination message
+    (``RESULT_PATH``). ``environment`` adds settings (timeouts, credentials namespace).
+    """
     labels = {**MANAGED_BY, "society.run/id": run_id, ROLE_LABEL: "controller"}
     env = [
         {"name": "SOCIETY_RUN_ID", "value": run_id},
         {"name": "SOCIETY_RUN_MODULE", "value": f"{RUNSPEC_DIR}/{module_name}"},
-        {"name": "SOCIETY_RUN_SEED", "value": str(seed)},
+        *([{"name": "SOCIETY_RUN_SEED", "value": str(seed)}] if seed is not None else []),
         {"name": "SOCIETY_PROFILE", "value": profile},
         {"name": "SOCIETY_KUBE_IN_CLUSTER", "value": "1"},
         {"name": "SOCIETY_CLUSTER_QUEUE", "value": cluster_queue},
-        {"name": "SOCIETY_ARTIFACT_ROOT", "value": "/var/lib/society/artifacts"},
+        {"name": "SOCIETY_ARTIFACT_ROOT", "value": ARTIFACT_ROOT},
+        {"name": "SOCIETY_RESULT_PATH", "value": RESULT_PATH},
+        *({"name": k, "value": v} for k, v in sorted((environment or {}).items())),
     ]
+    artifacts: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": ledger_claim}} if ledger_claim else {"emptyDir": {}}
+    )
     return _object(
         "Job",
         _meta(run_id, CONTROLLER_JOB, **{ROLE_LABEL: "controller"}),
@@ -169,9 +187,11 @@ def controller_job(
                     "automountServiceAccountToken": True,
                     "restartPolicy": "Never",
                     "enableServiceLinks": False,
+                    **({"nodeSelector": dict(node_selector)} if node_selector else {}),
                     "securityContext": {
                         "runAsNonRoot": True,
                         "runAsUser": 65532,
+                        "fsGroup": 65532,  # the ledger volume is writable by the controller
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "containers": [
@@ -180,24 +200,39 @@ def controller_job(
                             "image": image,
                             "command": ["python", "-m", "controller.platform.kubernetes.incluster"],
                             "env": env,
+                            "terminationMessagePath": RESULT_PATH,
+                            "terminationMessagePolicy": "File",
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "capabilities": {"drop": ["ALL"]},
                             },
                             "volumeMounts": [
                                 {"name": "runspec", "mountPath": RUNSPEC_DIR, "readOnly": True},
-                                {"name": "artifacts", "mountPath": "/var/lib/society/artifacts"},
+                                {"name": "artifacts", "mountPath": ARTIFACT_ROOT},
                             ],
                         }
                     ],
                     "volumes": [
                         {"name": "runspec", "configMap": {"name": RUNSPEC_CONFIGMAP}},
-                        {"name": "artifacts", "emptyDir": {}},
+                        {"name": "artifacts", **artifacts},
                     ],
                 },
             },
         },
     )
+
+
+def ledger_claim(run_id: str, name: str, *, storage_class: str | None, size: str) -> Obj:
+    """The controller's ledger volume. Not owned by the run's owner: use a StorageClass with
+    ``reclaimPolicy: Retain`` so the volume outlives the namespace."""
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": size}},
+    }
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    metadata = _meta(run_id, name, **{ROLE_LABEL: "ledger"})
+    return _object("PersistentVolumeClaim", metadata, spec=spec)
 
 
 # ---- the run worker (system namespace) ------------------------------------------------------
@@ -210,7 +245,9 @@ WORKER_RULES: list[dict[str, Any]] = [
     _rule("rbac.authorization.k8s.io", ["rolebindings"], ["get", "create", "patch", "delete"]),
     # binds the credentials reader per run without holding Secret reads itself
     _rule("rbac.authorization.k8s.io", ["roles"], ["bind"], resourceNames=[CREDENTIALS_READER]),
-    _rule("batch", ["jobs"], ["get", "list", "watch", "create", "patch"]),
+    # execute runs the controller as a Job; deleting it (foreground) relays cancellation
+    _rule("batch", ["jobs"], ["get", "list", "watch", "create", "patch", "delete"]),
+    _rule("", ["persistentvolumeclaims"], ["get", "create", "patch"]),  # the ledger volume
     *CONTROLLER_RULES[1:],  # held so that it may grant them (RBAC escalation check)
 ]
 

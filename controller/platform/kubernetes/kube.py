@@ -62,6 +62,7 @@ KINDS: dict[str, Kind] = {
         "rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False
     ),
     "Job": Kind("batch", "v1", "jobs"),
+    "PersistentVolumeClaim": Kind("", "v1", "persistentvolumeclaims"),
     "Deployment": Kind("apps", "v1", "deployments"),
     "LocalQueue": Kind(KUEUE, KUEUE_VERSION, "localqueues"),
     "Workload": Kind(KUEUE, KUEUE_VERSION, "workloads"),

@@ -25,6 +25,12 @@ class KubernetesSettings:
     | ``SOCIETY_RUN_DEADLINE_S`` | ``run_deadline_s`` | 86400 |
     | ``SOCIETY_CREDENTIALS_NAMESPACE`` | ``credentials_namespace`` | ``society-credentials`` |
     | ``SOCIETY_KUBE_WORKER_NAMESPACES=1`` | ``prepare_namespace``/``delete_namespace`` off | off |
+    | ``SOCIETY_CONTROLLER_JOB=1`` / ``=0`` | ``controller_job`` | on in-cluster |
+    | ``SOCIETY_CONTROLLER_IMAGE`` | ``controller_image`` | none (required for the Job) |
+    | ``SOCIETY_CONTROLLER_NODE_SELECTOR`` | ``controller_node_selector`` | none (``k=v,k=v``) |
+    | ``SOCIETY_LEDGER_PVC`` | ``ledger_claim`` | none: an ``emptyDir`` |
+    | ``SOCIETY_LEDGER_STORAGE_CLASS`` | ``ledger_storage_class`` | the cluster's default |
+    | ``SOCIETY_LEDGER_SIZE`` | ``ledger_size`` | ``1Gi`` |
     """
 
     kubeconfig: str | None = None
@@ -48,6 +54,23 @@ class KubernetesSettings:
     credentials_namespace: str = DEFAULT_CREDENTIALS_NAMESPACE
     """Where ``SecretRef(secret=..., key=...)`` Secrets live; the controller reads them by name
     through a per-run RoleBinding that ``prepare_run_namespace`` creates there."""
+
+    controller_job: bool | None = None
+    """The run worker's ``execute`` runs the controller as a Job in the run's namespace
+    (default: in-cluster) instead of in its own process; see ``controller_job.py``."""
+    controller_image: str | None = None
+    """The controller Job's image, pinned by digest."""
+    controller_node_selector: dict[str, str] | None = None
+    """Where the controller Job's pod may run (e.g. a system node pool), as node labels."""
+    ledger_claim: str | None = None
+    """The PersistentVolumeClaim (created in the run's namespace) the Job mounts at the artifact
+    root; without it the ledger lives on an ``emptyDir`` and goes with the pod."""
+    ledger_storage_class: str | None = None
+    ledger_size: str = "1Gi"
+
+    @property
+    def runs_controller_job(self) -> bool:
+        return self.in_cluster if self.controller_job is None else self.controller_job
 
     @property
     def prepares(self) -> bool:
@@ -74,4 +97,16 @@ class KubernetesSettings:
             delete_namespace=False if by_worker else None,
             credentials_namespace=env.get("SOCIETY_CREDENTIALS_NAMESPACE")
             or DEFAULT_CREDENTIALS_NAMESPACE,
+            controller_job={"1": True, "0": False}.get(env.get("SOCIETY_CONTROLLER_JOB", "")),
+            controller_image=env.get("SOCIETY_CONTROLLER_IMAGE") or None,
+            controller_node_selector=_labels(env.get("SOCIETY_CONTROLLER_NODE_SELECTOR") or ""),
+            ledger_claim=env.get("SOCIETY_LEDGER_PVC") or None,
+            ledger_storage_class=env.get("SOCIETY_LEDGER_STORAGE_CLASS") or None,
+            ledger_size=env.get("SOCIETY_LEDGER_SIZE") or "1Gi",
         )
+
+
+def _labels(text: str) -> dict[str, str] | None:
+    """``k=v,k2=v2`` as a dict; ``None`` when empty."""
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    return {key.strip(): value.strip() for key, value in pairs} or None

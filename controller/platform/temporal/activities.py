@@ -2,6 +2,9 @@
 
 They run in the worker's process; on the local profile that is the ``society run`` process, so
 ``execute`` reports progress straight to the terminal and cancelling it reaches the kernel.
+A run worker in-cluster (``SOCIETY_KUBE_IN_CLUSTER=1``, or ``SOCIETY_CONTROLLER_JOB=1``) runs a
+cluster profile's controller as a Job in the run's namespace and observes it instead
+(``controller.platform.kubernetes.controller_job``).
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ class LifecycleActivities:
             async with anyio.create_task_group() as heartbeats:
                 heartbeats.start_soon(_heartbeat, progress)
                 try:
-                    result = await execute_run(request, progress=progress)
+                    result = await _execute(request, progress)
                 except Exception as error:  # raised below, not wrapped in an exception group
                     failure = error
                 heartbeats.cancel_scope.cancel()
@@ -108,6 +111,21 @@ class LifecycleActivities:
     def _phase(self, text: str) -> None:
         if self._progress is not None:
             self._progress.phase(text)
+
+
+async def _execute(request: RunRequest, progress: Progress) -> RunResult:
+    """The controller: in this process, or in-cluster as the run's controller Job.
+
+    In-cluster the worker's pod is in ``society-system``, where the run's Service and network
+    policies cannot reach it; there the controller runs as a Job in the run's namespace.
+    """
+    if request.profile in CLUSTER_PROFILES:
+        from controller.platform.kubernetes import KubernetesSettings, run_controller_job
+
+        settings = KubernetesSettings.from_environment()
+        if settings.runs_controller_job:
+            return await run_controller_job(request, settings, progress=progress)
+    return await execute_run(request, progress=progress)
 
 
 async def reap(run_id: str, artifact_root: Path) -> None:

@@ -7,7 +7,9 @@ once it polls, and on SIGTERM or SIGINT stops polling, lets running activities f
 the grace period (then cancels them: a cancelled ``execute`` finalizes its ledger) and exits 0.
 
 The worker owns run namespaces (its prepare and cleanup activities), so it sets
-``SOCIETY_KUBE_WORKER_NAMESPACES=1`` for the controllers it runs.
+``SOCIETY_KUBE_WORKER_NAMESPACES=1`` for the controllers it runs. In-cluster
+(``SOCIETY_KUBE_IN_CLUSTER=1``) its ``execute`` runs a cluster run's controller as the run's
+controller Job and observes it (docs/kubernetes.md, "In-cluster execution").
 """
 
 from __future__ import annotations
