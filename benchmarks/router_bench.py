@@ -80,6 +80,36 @@ class Result:
     """Server process CPU time (all threads) per message in the throughput phase."""
     client_cpu_us: float
     """Client processes' CPU time per message in the throughput phase."""
+    gc_pauses: GCPauses
+    """The server process's garbage collections during the latency phase."""
+
+
+class GCPauses:
+    """Times the garbage collector's pauses (each one stops the event loop) while in use."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        self._started = 0.0
+
+    def __enter__(self) -> GCPauses:
+        gc.callbacks.append(self._observe)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+
+    def summary(self) -> str:
+        """Per generation: collections and the longest pause, e.g. ``41/1.0 4/2.1 0/-``."""
+        return " ".join(
+            f"{len(ms)}/{max(ms):.1f}" if ms else "0/-"
+            for ms in ([s * 1000 for g, s in self.pauses if g == gen] for gen in range(3))
+        )
 
 
 # ---- servers ---------------------------------------------------------------------------------
@@ -221,7 +251,8 @@ async def run_variant(variant: str, clients: int, args: argparse.Namespace) -> R
         clients_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - clients_cpu_before
         total = sum(r["messages"] for r in counted)
         elapsed = max(r["finished"] for r in counted) - min(r["started"] for r in counted)
-        timed = await run_clients(plans("latency"))
+        with GCPauses() as gc_pauses:
+            timed = await run_clients(plans("latency"))
     latencies = sorted(x for r in timed for x in r["latencies"])
     return Result(
         variant,
@@ -231,6 +262,7 @@ async def run_variant(variant: str, clients: int, args: argparse.Namespace) -> R
         p99_ms=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         server_cpu_us=cpu / total * 1e6,
         client_cpu_us=clients_cpu / total * 1e6,
+        gc_pauses=gc_pauses,
     )
 
 
@@ -347,12 +379,13 @@ async def client_side(plan: Plan) -> dict[str, Any]:
 def report(results: list[Result]) -> None:
     print(
         f"{'clients':>7} {'server':>8} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'server CPU us/msg':>17} {'client CPU us/msg':>17}"
+        f"{'server CPU us/msg':>17} {'client CPU us/msg':>17} {'GC gen0 gen1 gen2':>23}"
     )
     for r in results:
         print(
             f"{r.clients:>7} {r.variant:>8} {r.throughput:>9.0f} {r.p50_ms:>8.2f} "
-            f"{r.p99_ms:>8.2f} {r.server_cpu_us:>17.0f} {r.client_cpu_us:>17.0f}"
+            f"{r.p99_ms:>8.2f} {r.server_cpu_us:>17.0f} {r.client_cpu_us:>17.0f} "
+            f"{r.gc_pauses.summary():>23}"
         )
     print()
     for clients in sorted({r.clients for r in results}):
@@ -394,7 +427,8 @@ def main() -> None:
                 f"  {variant:>8} x {clients:>3}: {result.throughput:.0f} msgs/s, "
                 f"p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms, "
                 f"CPU/msg: server {result.server_cpu_us:.0f} us, "
-                f"clients {result.client_cpu_us:.0f} us",
+                f"clients {result.client_cpu_us:.0f} us; GC (count/longest ms per generation) "
+                f"{result.gc_pauses.summary()}",
                 file=sys.stderr,
             )
             results.append(result)

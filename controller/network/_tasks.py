@@ -32,28 +32,29 @@ async def owned_task_group() -> AsyncIterator[TaskGroup]:
 
 
 class WorkPool:
-    """Runs jobs on up to ``limit`` long-lived tasks of ``tasks``, grown as the load needs them.
+    """Runs jobs on up to ``limit`` tasks of ``tasks``, started as the load needs them.
 
     Spawning a task per message costs more than handling the message; a pool keeps the
-    concurrency (each job may wait for a ledger commit) without the spawn. Jobs start in
-    submission order, and each runs to its first suspension before the next one starts. A job
-    handles its own errors, as a task would.
+    concurrency (each job may wait for a ledger commit) without the spawn while jobs keep
+    coming. A worker ends as soon as it finds no job, rather than idling until the connection
+    closes: idle workers are long-lived objects that every full garbage collection walks, and
+    cancelling them at the close leaves cycles (task, frame, traceback) only a full collection
+    frees. Jobs start in submission order, and each runs to its first suspension before the
+    next one starts. A job handles its own errors, as a task would.
     """
 
     def __init__(self, tasks: TaskGroup, limit: int) -> None:
         self._tasks = tasks
         self._limit = limit
         self._workers = 0
-        self._jobs: deque[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]] = deque()
-        self._idle: deque[anyio.Event] = deque()
         self._running = 0
+        self._jobs: deque[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]] = deque()
         self._drained: anyio.Event | None = None
 
     def submit(self, job: Callable[..., Awaitable[None]], *args: Any) -> None:
         self._jobs.append((job, args))
-        if self._idle:
-            self._idle.popleft().set()
-        elif self._workers < self._limit:
+        # a worker started but not yet running takes a queued job; start one only if none is
+        if self._workers < self._limit and self._workers - self._running < len(self._jobs):
             self._workers += 1
             self._tasks.start_soon(self._work)
 
@@ -65,18 +66,17 @@ class WorkPool:
             await self._drained.wait()
 
     async def _work(self) -> None:
-        while True:
-            if self._jobs:
+        try:
+            while self._jobs:
                 job, args = self._jobs.popleft()
                 self._running += 1
                 try:
                     await job(*args)
                 finally:
                     self._running -= 1
-                continue
-            if self._drained is not None:
+                    del job, args  # the job's arguments are not kept alive by this frame
+        finally:
+            self._workers -= 1
+            if self._drained is not None and not self._jobs and not self._running:
                 self._drained.set()
                 self._drained = None
-            wake = anyio.Event()
-            self._idle.append(wake)
-            await wake.wait()

@@ -8,6 +8,7 @@ queues it for each receiver.
 
 from __future__ import annotations
 
+import gc
 import hmac
 import re
 import secrets
@@ -50,6 +51,22 @@ from ledger.writer import LedgerWriter
 ParticipantKind = Literal["agent", "endpoint"]
 _NAME = re.compile(NAME_PATTERN)
 STOP_TIMEOUT_SECONDS = 5.0
+_startup_heap_frozen = False
+
+
+def _freeze_startup_heap() -> None:
+    """Move what the process holds when its first router starts out of the collector's sight.
+
+    Modules, classes and functions (≈ 48,000 objects here) are never garbage, yet every full
+    collection walks them: on the benchmark machine that was 30-50 ms of stopped event loop,
+    which set the router's p99 latency. Done once per process; whatever is garbage now is
+    collected first, so nothing dead is kept.
+    """
+    global _startup_heap_frozen
+    if not _startup_heap_frozen:
+        _startup_heap_frozen = True
+        gc.collect()
+        gc.freeze()
 
 
 class Consumer(Protocol):
@@ -169,6 +186,7 @@ class Router:
         """
         from controller.network.connection import serve_connection
 
+        _freeze_startup_heap()
         async with owned_task_group() as tasks:
             router = cls(
                 ledger,
