@@ -31,7 +31,8 @@ from controller.network.protocol import (
 )
 
 if TYPE_CHECKING:
-    from controller.network.router import Router, _Registration
+    from controller.network.identities import Registration
+    from controller.network.router import Router
 
 MAX_IN_FLIGHT = 256
 """Requests one connection may have in progress; past it the router stops reading its frames."""
@@ -47,7 +48,7 @@ async def serve_connection(router: Router, websocket: ServerConnection) -> None:
         await _Connection(router, websocket, registration).run()
 
 
-async def _handshake(router: Router, websocket: ServerConnection) -> _Registration | None:
+async def _handshake(router: Router, websocket: ServerConnection) -> Registration | None:
     try:
         with anyio.fail_after(router.heartbeat_timeout):
             raw = await websocket.recv()
@@ -99,7 +100,7 @@ class _Connection:
     """An authenticated participant's connection; it is that participant's delivery consumer."""
 
     def __init__(
-        self, router: Router, websocket: ServerConnection, registration: _Registration
+        self, router: Router, websocket: ServerConnection, registration: Registration
     ) -> None:
         self.router = router
         self.websocket = websocket

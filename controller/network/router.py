@@ -1,21 +1,18 @@
-"""The run's router: identities and credentials, conversations, and commit-then-deliver.
+"""The run's router: its lifetime, conversations, and commit-then-deliver.
 
 Every message between agents and experiment endpoints passes through one router per run. It
 commits each accepted message to the ledger (``RouterMessageCommitted``) before it acknowledges
 or delivers it, whatever the link policies say; the delivery stage (``fabric``) then shapes and
-queues it for each receiver.
+queues it for each receiver. Who may connect is the participant registry's (``identities``);
+each agent's connection is ``connection``'s.
 """
 
 from __future__ import annotations
 
 import gc
-import hmac
-import re
-import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskGroup
@@ -31,12 +28,19 @@ from controller.events.network import (
 )
 from controller.network._tasks import owned_task_group
 from controller.network.errors import NetworkError
-from controller.network.fabric import DEFAULT_RECEIVER_CAPACITY, Fabric, Message, Signal
+from controller.network.fabric import DEFAULT_RECEIVER_CAPACITY, Fabric, Message
+from controller.network.idempotency import Once, OnceKey, SettledSend, claim
+from controller.network.identities import (
+    Consumer,
+    ParticipantKind,
+    ParticipantRegistry,
+    Registration,
+    RouterCredential,
+)
 from controller.network.links import LinkController
 from controller.network.protocol import (
     MAX_CONVERSATION_PARTICIPANTS,
     MAX_FRAME_BYTES,
-    NAME_PATTERN,
     PROTOCOL_VERSION,
     ConversationRef,
     Delivery,
@@ -48,8 +52,8 @@ from controller.network.tls import RouterTLS
 from ledger.errors import LedgerError
 from ledger.writer import LedgerWriter
 
-ParticipantKind = Literal["agent", "endpoint"]
-_NAME = re.compile(NAME_PATTERN)
+__all__ = ["STOP_TIMEOUT_SECONDS", "Consumer", "ParticipantKind", "Router", "RouterCredential"]
+
 STOP_TIMEOUT_SECONDS = 5.0
 _startup_heap_frozen = False
 
@@ -69,65 +73,10 @@ def _freeze_startup_heap() -> None:
         gc.freeze()
 
 
-class Consumer(Protocol):
-    """A participant's live attachment: a WebSocket connection or an in-process endpoint."""
-
-    def close_for(self, reason: str) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class RouterCredential:
-    """A participant's identity and its secret token (never logged, never in the ledger)."""
-
-    participant: Participant
-    token: str = field(repr=False)
-
-
-@dataclass(eq=False, slots=True)
-class _Registration:
-    participant: Participant
-    kind: ParticipantKind
-    secret: bytes | None  # None once revoked
-    connection: Consumer | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class _Conversation:
     ref: ConversationRef
     member_ids: frozenset[str]
-
-
-class _Once:
-    """The single outcome of an idempotent request; retries with the same key share it."""
-
-    __slots__ = ("_error", "_result", "_settled", "_waiters", "fingerprint")
-
-    def __init__(self, fingerprint: object) -> None:
-        self.fingerprint = fingerprint
-        self._settled = False
-        self._waiters: anyio.Event | None = None  # made only when a retry overtakes the first
-        self._result: Any = None
-        self._error: NetworkError | None = None
-
-    @classmethod
-    def settled(cls, fingerprint: object, result: Any) -> _Once:
-        once = cls(fingerprint)
-        once.settle(result)
-        return once
-
-    def settle(self, result: Any = None, error: NetworkError | None = None) -> None:
-        self._result, self._error, self._settled = result, error, True
-        if self._waiters is not None:
-            self._waiters.set()
-
-    async def outcome(self) -> Any:
-        if not self._settled:
-            if self._waiters is None:
-                self._waiters = anyio.Event()
-            await self._waiters.wait()
-        if self._error is not None:
-            raise self._error
-        return self._result
 
 
 class Router:
@@ -149,19 +98,15 @@ class Router:
         self.tasks = tasks
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
-        self._registrations: dict[str, _Registration] = {}  # by name
-        self._by_id: dict[str, _Registration] = {}
+        self.participants = ParticipantRegistry()
         self._conversations: dict[str, _Conversation] = {}
-        # a request in progress, or a settled send as (fingerprint, message id, sequence): plain
-        # tuples of strings and ints, which the garbage collector stops tracking
-        self._once: dict[tuple[str, str, str], _Once | tuple[object, str, int]] = {}
+        self._once: dict[OnceKey, Once | SettledSend] = {}  # a request in progress, or a send
         self._sequence = 0
         self._released = 0
         self._committed: dict[int, Message | None] = {}
         self._dispatched = False
         self._stopping = False
-        self._auth_changed = Signal()
-        self.links = LinkController(ledger, self.participant)
+        self.links = LinkController(ledger, self.participants.participant)
         self.fabric = Fabric(ledger, self.links, tasks, receiver_capacity)
         self.network = Network(self)
 
@@ -256,7 +201,7 @@ class Router:
                 failure = f"{type(exc).__name__}: {exc}"
         if waited.cancelled_caught:
             failure = f"connections did not close within {STOP_TIMEOUT_SECONDS}s"
-        for registration in self._by_id.values():
+        for registration in self.participants:
             if registration.kind == "endpoint" and registration.connection is not None:
                 registration.connection.close_for("router-stopping")
         with anyio.move_on_after(STOP_TIMEOUT_SECONDS):
@@ -272,98 +217,42 @@ class Router:
         except LedgerError:
             pass  # the ledger is already completed or failed; it keeps what it has
 
-    # ---- identities ------------------------------------------------------------------------
+    # ---- identities (the registry's; ``connection`` and ``endpoint`` attach consumers) -------
 
     def register(self, name: str, *, kind: ParticipantKind = "agent") -> RouterCredential:
-        """Issue an identity and a fresh 256-bit credential for ``name``.
-
-        A name is unique in a run; registering a revoked name again issues a new credential for
-        the same participant.
-        """
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise NetworkError(
-                f"{name!r} is not a participant name (letters, digits, '_', '.', '-'; 1-64)",
-                reason="invalid-name",
-            )
-        token = secrets.token_urlsafe(32)
-        existing = self._registrations.get(name)
-        if existing is not None:
-            if existing.secret is not None or existing.kind != kind:
-                raise NetworkError(
-                    f"{name!r} is already registered as {existing.participant.id}",
-                    reason="participant-exists",
-                )
-            existing.secret = token.encode()
-            return RouterCredential(existing.participant, token)
-        participant = Participant(id=f"{kind}:{name}", name=name)
-        registration = _Registration(participant, kind, token.encode())
-        self._registrations[name] = registration
-        self._by_id[participant.id] = registration
-        return RouterCredential(participant, token)
+        """Issue an identity and a fresh 256-bit credential for ``name`` (see the registry)."""
+        return self.participants.register(name, kind=kind)
 
     def revoke(self, participant_id: str) -> None:
         """Refuse the participant's credential from now on and close its live connection."""
-        registration = self._by_id.get(participant_id)
-        if registration is None:
-            raise NetworkError(
-                f"no participant {participant_id!r} in this run", reason="unknown-participant"
-            )
-        registration.secret = None
-        if registration.connection is not None:
-            registration.connection.close_for("revoked")
+        self.participants.revoke(participant_id)
 
-    def authenticate(self, token: str) -> _Registration | None:
+    def authenticate(self, token: str) -> Registration | None:
         """The registration holding ``token`` (constant-time comparison with every credential)."""
-        presented = token.encode()
-        found: _Registration | None = None
-        for registration in self._by_id.values():
-            secret = registration.secret
-            if secret is not None and hmac.compare_digest(secret, presented):
-                found = registration
-        return found
+        return self.participants.authenticate(token)
 
     def participant(self, who: ParticipantRef) -> Participant:
         """Resolve a name, identity or endpoint against this run's participants."""
-        if not isinstance(who, str | Participant):
-            who = who.participant
-        name = who.name if isinstance(who, Participant) else who
-        registration = self._registrations.get(name) if isinstance(name, str) else None
-        if registration is None or (
-            isinstance(who, Participant) and registration.participant != who
-        ):
-            raise NetworkError(
-                f"{who!r} is not a participant of this run (known: "
-                f"{', '.join(sorted(self._registrations)) or 'none'})",
-                reason="unknown-participant",
-            )
-        return registration.participant
+        return self.participants.participant(who)
 
     def is_authenticated(self, name: str) -> bool:
         """Whether ``name`` is connected and authenticated right now."""
-        return self._registration(name).connection is not None
+        return self.participants.is_authenticated(name)
 
     async def wait_authenticated(self, name: str) -> None:
-        registration = self._registration(name)
-        while registration.connection is None:
-            await self._auth_changed.wait()
+        await self.participants.wait_authenticated(name)
 
-    def attach(self, registration: _Registration, consumer: Consumer) -> None:
+    def attach(self, registration: Registration, consumer: Consumer) -> None:
         """``consumer`` is now the participant's live connection (superseding an older one)."""
-        previous = registration.connection
-        registration.connection = consumer
-        if previous is not None and previous is not consumer:
-            previous.close_for("superseded")
+        self.participants.attach(registration, consumer)
         self.fabric.inbox(registration.participant).attach(consumer)
-        self._auth_changed.notify()
 
-    def detach(self, registration: _Registration, consumer: Consumer) -> None:
-        if registration.connection is consumer:
-            registration.connection = None
-            self._auth_changed.notify()
+    def detach(self, registration: Registration, consumer: Consumer) -> None:
+        self.participants.detach(registration, consumer)
         self.fabric.inbox(registration.participant).detach(consumer)
 
-    def _registration(self, name: str) -> _Registration:
-        return self._by_id[self.participant(name).id]
+    def _registration(self, name: str) -> Registration:
+        return self.participants.registration(name)
 
     # ---- dispatch, conversations and messages ----------------------------------------------
 
@@ -385,7 +274,7 @@ class Router:
         """Open a conversation of ``opener`` and ``others`` and record ``ConversationOpened``."""
         members = [opener]
         for who in others:
-            participant = self.participant(who)
+            participant = self.participants.participant(who)
             if participant not in members:
                 members.append(participant)
         if len(members) < 2:
@@ -399,7 +288,7 @@ class Router:
                 reason="malformed-frame",
             )
         fingerprint = tuple(p.id for p in members)
-        once, fresh = self._claim("open", opener.id, request_id, fingerprint)
+        once, fresh = claim(self._once, "open", opener.id, request_id, fingerprint)
         if not fresh:
             return await once.outcome()  # type: ignore[no-any-return]
         conversation_id = f"c-{len(self._conversations) + 1}"
@@ -444,7 +333,9 @@ class Router:
                 reason="not-a-participant",
             )
         parts = tuple(parts)
-        once, fresh = self._claim("send", sender.id, client_message_id, (conversation_id, parts))
+        once, fresh = claim(
+            self._once, "send", sender.id, client_message_id, (conversation_id, parts)
+        )
         if not fresh:
             return await once.outcome()  # type: ignore[no-any-return]
         self._sequence += 1
@@ -477,27 +368,6 @@ class Router:
                 sequence,
             )
         return ack
-
-    def _claim(
-        self, kind: str, participant_id: str, request_id: str | None, fingerprint: object
-    ) -> tuple[_Once, bool]:
-        """The outcome slot of a request and whether this call is the first to claim it."""
-        if request_id is None:
-            return _Once(fingerprint), True
-        key = (kind, participant_id, request_id)
-        existing = self._once.get(key)
-        if existing is None:
-            once = self._once[key] = _Once(fingerprint)
-            return once, True
-        if isinstance(existing, tuple):
-            settled, message_id, sequence = existing
-            existing = _Once.settled(settled, SendAck(message_id, sequence))
-        if existing.fingerprint != fingerprint:
-            raise NetworkError(
-                f"request id {request_id!r} was used before for a different request",
-                reason="client-message-id-conflict",
-            )
-        return existing, False
 
     async def _append(self, event: RouterMessageCommitted | ConversationOpened) -> None:
         # shielded: once queued the record commits, and the router must finish what follows

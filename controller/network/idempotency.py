@@ -1,0 +1,75 @@
+"""Idempotent requests: a retry with the same request id shares the first attempt's outcome."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from controller.network.errors import NetworkError
+from controller.network.protocol import SendAck
+
+OnceKey = tuple[str, str, str]
+"""(request kind, participant id, request id)."""
+SettledSend = tuple[object, str, int]
+"""A settled send as (fingerprint, message id, sequence): plain tuples of strings and ints,
+which the garbage collector stops tracking."""
+
+
+class Once:
+    """The single outcome of an idempotent request; retries with the same key share it."""
+
+    __slots__ = ("_error", "_result", "_settled", "_waiters", "fingerprint")
+
+    def __init__(self, fingerprint: object) -> None:
+        self.fingerprint = fingerprint
+        self._settled = False
+        self._waiters: anyio.Event | None = None  # made only when a retry overtakes the first
+        self._result: Any = None
+        self._error: NetworkError | None = None
+
+    @classmethod
+    def settled(cls, fingerprint: object, result: Any) -> Once:
+        once = cls(fingerprint)
+        once.settle(result)
+        return once
+
+    def settle(self, result: Any = None, error: NetworkError | None = None) -> None:
+        self._result, self._error, self._settled = result, error, True
+        if self._waiters is not None:
+            self._waiters.set()
+
+    async def outcome(self) -> Any:
+        if not self._settled:
+            if self._waiters is None:
+                self._waiters = anyio.Event()
+            await self._waiters.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def claim(
+    requests: dict[OnceKey, Once | SettledSend],
+    kind: str,
+    participant_id: str,
+    request_id: str | None,
+    fingerprint: object,
+) -> tuple[Once, bool]:
+    """The outcome slot of a request and whether this call is the first to claim it."""
+    if request_id is None:
+        return Once(fingerprint), True
+    key = (kind, participant_id, request_id)
+    existing = requests.get(key)
+    if existing is None:
+        once = requests[key] = Once(fingerprint)
+        return once, True
+    if isinstance(existing, tuple):
+        settled, message_id, sequence = existing
+        existing = Once.settled(settled, SendAck(message_id, sequence))
+    if existing.fingerprint != fingerprint:
+        raise NetworkError(
+            f"request id {request_id!r} was used before for a different request",
+            reason="client-message-id-conflict",
+        )
+    return existing, False
