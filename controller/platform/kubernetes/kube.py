@@ -2,82 +2,47 @@
 
 Writes are server-side apply (one field manager, forced), reads are gets and list-then-watch.
 Only the kinds a run uses are known (``KINDS``); paths are built from that table, so one
-``apply`` serves every manifest ``objects`` builds.
+``apply`` serves every manifest ``objects`` builds. The kinds, ``KubeError`` and conditions
+live in ``api``, the informer in ``informer``; both are importable from here too.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import anyio
 
-from controller.run.platform import PlatformError
+from controller.platform.kubernetes.api import (
+    KINDS,
+    KUEUE,
+    SANDBOX_GROUP,
+    KubeError,
+    Obj,
+    condition,
+    is_true,
+)
+from controller.platform.kubernetes.informer import Informer
+
+__all__ = [
+    "FIELD_MANAGER",
+    "KINDS",
+    "KUEUE",
+    "SANDBOX_GROUP",
+    "ExecResult",
+    "Informer",
+    "Kube",
+    "KubeError",
+    "Obj",
+    "condition",
+    "is_true",
+]
 
 FIELD_MANAGER = "society-runner"
-T = TypeVar("T")
-Obj = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    group: str
-    version: str
-    plural: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace is not None:
-            base += f"/namespaces/{quote(namespace)}"
-        base += f"/{self.plural}"
-        return base + (f"/{quote(name)}" if name else "")
-
-
-KUEUE = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta2"
-SANDBOX_GROUP = "agents.x-k8s.io"
-SANDBOX_VERSION = "v1beta1"  # what Agent Sandbox v0.5.0 serves and stores
-
-KINDS: dict[str, Kind] = {
-    "Namespace": Kind("", "v1", "namespaces", namespaced=False),
-    "ConfigMap": Kind("", "v1", "configmaps"),
-    "Secret": Kind("", "v1", "secrets"),
-    "Service": Kind("", "v1", "services"),
-    "ServiceAccount": Kind("", "v1", "serviceaccounts"),
-    "Pod": Kind("", "v1", "pods"),
-    "NetworkPolicy": Kind("networking.k8s.io", "v1", "networkpolicies"),
-    "Role": Kind("rbac.authorization.k8s.io", "v1", "roles"),
-    "RoleBinding": Kind("rbac.authorization.k8s.io", "v1", "rolebindings"),
-    "ClusterRole": Kind("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False),
-    "ClusterRoleBinding": Kind(
-        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False
-    ),
-    "Job": Kind("batch", "v1", "jobs"),
-    "PersistentVolumeClaim": Kind("", "v1", "persistentvolumeclaims"),
-    "Deployment": Kind("apps", "v1", "deployments"),
-    "LocalQueue": Kind(KUEUE, KUEUE_VERSION, "localqueues"),
-    "Workload": Kind(KUEUE, KUEUE_VERSION, "workloads"),
-    "ClusterQueue": Kind(KUEUE, KUEUE_VERSION, "clusterqueues", namespaced=False),
-    "ResourceFlavor": Kind(KUEUE, KUEUE_VERSION, "resourceflavors", namespaced=False),
-    "Sandbox": Kind(SANDBOX_GROUP, SANDBOX_VERSION, "sandboxes"),
-}
-
-
-class KubeError(PlatformError):
-    """The API server refused or failed a request; ``status`` is its HTTP status."""
-
-    def __init__(self, detail: str, *, status: int, reason: str = "kubernetes-api") -> None:
-        super().__init__(detail, reason=reason)
-        self.status = status
 
 
 class Kube:
@@ -342,107 +307,3 @@ def _error(method: str, path: str, status: int, data: bytes) -> KubeError:
     except ValueError:
         message = data.decode(errors="replace")
     return KubeError(f"{method} {path}: {status} {message}", status=status)
-
-
-class Informer:
-    """The latest copy of each object of one kind in a namespace, kept by list-then-watch.
-
-    ``run()`` keeps it current (relisting after an expired watch); ``until(check)`` waits,
-    level-triggered, until ``check(objects)`` returns something other than ``None``.
-    """
-
-    def __init__(
-        self,
-        kube: Kube,
-        kind: str,
-        namespace: str,
-        *,
-        label_selector: str | None = None,
-        notify: Callable[[], None] | None = None,
-    ) -> None:
-        self.kube = kube
-        self.kind = kind
-        self.namespace = namespace
-        self.label_selector = label_selector
-        self.notify = notify
-        self.objects: dict[str, Obj] = {}
-        self.deleted: dict[str, Obj] = {}
-        """The last copy of objects seen deleted, by name."""
-        self.synced = anyio.Event()
-        self.error: BaseException | None = None
-        self._changed = anyio.Event()
-
-    async def run(self) -> None:
-        """Keep the cache current; API errors are retried (a watch is level-triggered)."""
-        while True:
-            try:
-                await self._sync()
-            except Exception as exc:  # the API server's refusal or a dropped connection
-                self.error = exc
-                await anyio.sleep(1.0)
-
-    async def _sync(self) -> None:
-        while True:
-            items, version = await self.kube.list(
-                self.kind, self.namespace, label_selector=self.label_selector
-            )
-            seen = {item["metadata"]["name"]: item for item in items}
-            for name in set(self.objects) - set(seen):
-                self.deleted[name] = self.objects[name]
-            self.objects = seen
-            self.synced.set()
-            self._notify()
-            try:
-                while True:
-                    async for kind, obj in self.kube.watch(
-                        self.kind,
-                        self.namespace,
-                        resource_version=version,
-                        label_selector=self.label_selector,
-                    ):
-                        version = obj.get("metadata", {}).get("resourceVersion") or version
-                        if kind == "BOOKMARK":
-                            continue
-                        name = obj["metadata"]["name"]
-                        if kind == "DELETED":
-                            self.objects.pop(name, None)
-                            self.deleted[name] = obj
-                        else:
-                            self.objects[name] = obj
-                            self.deleted.pop(name, None)
-                        self._notify()
-            except KubeError as exc:
-                if exc.status != 410:  # 410 Gone: the version expired; relist
-                    raise
-
-    def _notify(self) -> None:
-        self.error = None
-        self._changed.set()
-        self._changed = anyio.Event()
-        if self.notify is not None:
-            self.notify()
-
-    async def until(self, check: Callable[[Informer], T | None]) -> T:
-        """Wait until ``check(self)`` is not ``None``; re-evaluated after every change."""
-        await self.synced.wait()
-        while True:
-            changed = self._changed
-            result = check(self)
-            if result is not None:
-                return result
-            await changed.wait()
-
-
-def condition(obj: Obj | None, kind: str) -> Obj | None:
-    """The status condition of type ``kind``, if present."""
-    if obj is None:
-        return None
-    for item in obj.get("status", {}).get("conditions") or []:
-        if item.get("type") == kind:
-            return dict(item)
-    return None
-
-
-def is_true(obj: Obj | None, kind: str) -> bool:
-    found = condition(obj, kind)
-    return found is not None and found.get("status") == "True"

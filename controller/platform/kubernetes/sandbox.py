@@ -1,0 +1,127 @@
+"""One agent's Sandbox: its handle, and what the run's view (the Sandbox and Pod informers)
+says about its start, readiness and termination."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from controller.agents.runtime import SandboxAccess
+from controller.agents.termination import ProcessExit
+from controller.platform.kubernetes import objects
+from controller.platform.kubernetes.kube import Informer, Obj, condition, is_true
+from controller.run.platform import Sandbox
+
+
+class KubernetesSandbox(Sandbox):
+    def __init__(self, name: str, access: SandboxAccess, pod: str) -> None:
+        self.name = name
+        self.access = access
+        self.pod = pod
+        self.log: bytes | None = None
+        self.log_detail: str | None = None
+
+
+def started(sandboxes: Informer, pods: Informer, agent: str) -> tuple[str, Obj, Obj | None] | None:
+    """``("ready", sandbox, pod)`` once its one live pod runs, or how it ended before that
+    (``"vanished"``, ``"finished"``, ``"exited"``); ``None`` while still starting."""
+    sandbox = sandboxes.objects.get(agent)
+    if sandbox is None:
+        gone = sandboxes.deleted.get(agent)
+        return ("vanished", gone, None) if gone is not None else None
+    if is_true(sandbox, "Finished"):
+        return ("finished", sandbox, None)
+    for pod in pods.objects.values():
+        if pod["metadata"].get("labels", {}).get(objects.AGENT_LABEL) == agent and (
+            pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+            or terminated(pod) is not None  # the keeper container keeps the pod Running
+        ):
+            return ("exited", sandbox, pod)
+    ready = condition(sandbox, "Ready")
+    status = sandbox.get("status", {})
+    generation = sandbox["metadata"].get("generation")
+    if (
+        ready is None
+        or ready.get("status") != "True"
+        or ready.get("observedGeneration", generation) != generation
+        or not status.get("serviceFQDN")
+        or not status.get("selector")
+    ):
+        return None
+    live = _live_pods(pods, sandbox)
+    if len(live) != 1 or live[0].get("status", {}).get("phase") != "Running":
+        return None
+    return ("ready", sandbox, live[0])
+
+
+def describe(sandboxes: Informer, pods: Informer, agent: str) -> str:
+    """Why the Sandbox of ``agent`` is not ready yet, for a startup timeout's message."""
+    sandbox = sandboxes.objects.get(agent)
+    ready = condition(sandbox, "Ready") or {}
+    error = sandboxes.error or pods.error
+    return "; ".join(
+        part
+        for part in (
+            f"Ready={ready.get('status', 'unknown')} {ready.get('message') or ''}".strip(),
+            f"watch failing: {error}" if error else "",
+        )
+        if part
+    )
+
+
+def ended(sandboxes: Informer, pods: Informer, handle: KubernetesSandbox) -> ProcessExit | None:
+    """How the agent's process ended (its container, its pod, or the Sandbox gone)."""
+    pod = pods.objects.get(handle.pod)
+    if pod is not None:
+        found = terminated(pod)
+        if found is not None:
+            return found
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return ProcessExit(code=0 if pod["status"]["phase"] == "Succeeded" else 1)
+        return None
+    gone = pods.deleted.get(handle.pod)
+    if gone is not None:
+        return terminated(gone) or ProcessExit(signal=signal.SIGKILL)  # vanished
+    if handle.name not in sandboxes.objects:
+        return ProcessExit(signal=signal.SIGKILL)
+    return None
+
+
+def terminated(pod: Obj) -> ProcessExit | None:
+    """The agent container's exit, once it terminated."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        if status.get("name") != objects.AGENT_CONTAINER:
+            continue
+        state: dict[str, Any] = (status.get("state") or {}).get("terminated") or {}
+        if not state:
+            return None
+        if state.get("signal"):
+            return ProcessExit(signal=int(state["signal"]))
+        code = int(state.get("exitCode") or 0)
+        if code > 128 and code - 128 in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            return ProcessExit(signal=code - 128)  # the container runtime's 128 + n
+        return ProcessExit(code=code)
+    return None
+
+
+def _live_pods(pods: Informer, sandbox: Obj) -> list[Obj]:
+    selector = _parse_selector(sandbox.get("status", {}).get("selector") or "")
+    if not selector:
+        return []
+    return [
+        pod
+        for pod in pods.objects.values()
+        if _matches(pod, selector)
+        and not pod["metadata"].get("deletionTimestamp")
+        and pod.get("status", {}).get("phase") in ("Pending", "Running", None)
+    ]
+
+
+def _parse_selector(selector: str) -> dict[str, str]:
+    pairs = (part.split("=", 1) for part in selector.split(",") if "=" in part)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def _matches(obj: Obj, selector: dict[str, str]) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    return all(labels.get(key) == value for key, value in selector.items())
