@@ -6,8 +6,7 @@ process). Public names load lazily, so importing this package does not load http
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from controller._lazy import lazy_exports
 
 _EXPORTS = {
     "ModelGateway": "controller.modelgateway.gateway",
@@ -32,14 +31,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'controller.modelgateway' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -6,8 +6,7 @@ needs from here) never loads the router, the kernel, Temporal or Kubernetes.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from controller._lazy import lazy_exports
 
 _EXPORTS = {
     # agent side
@@ -43,14 +42,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'controller.network' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
