@@ -17,7 +17,6 @@ import signal
 import textwrap
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +32,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
 from controlplane import ControlPlane
 from pod_processes import PodProcesses
 from temporalio import activity
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
-from test_kubernetes_temporal import MODULE, temporal_address  # noqa: F401 (fixture)
+from test_kubernetes_temporal import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
 
 from controller.platform.kubernetes import (
     Kube,
@@ -49,7 +45,7 @@ from controller.platform.kubernetes import (
 from controller.platform.kubernetes.access import CONTROLLER_JOB
 from controller.platform.kubernetes.kube import Informer
 from controller.platform.temporal.activities import LifecycleActivities
-from controller.platform.temporal.workflow import EXECUTE, SocietyRun
+from controller.platform.temporal.workflow import EXECUTE
 from controller.run import RunRequest, RunResult
 from controller.run.runid import new_run_id
 from controller.run.spec import load_run_spec
@@ -150,22 +146,10 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
             seen["runspec"] = await kube.get("ConfigMap", "society-runspec", run_id)
             return result
 
-        client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
-        queue = f"k8s-incluster-{run_id}"
         request = RunRequest(
             module_path=str(module), run_id=run_id, profile="kubernetes", artifact_root=str(root)
         )
-        async with Worker(
-            client,
-            task_queue=queue,
-            workflows=[SocietyRun],
-            activities=[activities.prepare, execute, activities.cleanup],
-            max_heartbeat_throttle_interval=timedelta(seconds=1),
-        ):
-            with anyio.fail_after(150):
-                result = await client.execute_workflow(
-                    SocietyRun.run, request.model_dump(mode="json"), id=run_id, task_queue=queue
-                )
+        result = await run_society(temporal_address, request, activities, execute)
         left = await left_in_cluster(kube, run_id)
 
     outcome = RunResult.model_validate(result)

@@ -14,7 +14,7 @@ import asyncio
 import socket
 import subprocess
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -138,22 +138,10 @@ async def test_society_run_prepares_the_namespace_runs_the_controller_and_cleanu
             seen["namespace after execute"] = await kube.get("Namespace", run_id)
             return result
 
-        client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
-        queue = f"k8s-test-{run_id}"
         request = RunRequest(
             module_path=str(module), run_id=run_id, profile="kubernetes", artifact_root=str(root)
         )
-        async with Worker(
-            client,
-            task_queue=queue,
-            workflows=[SocietyRun],
-            activities=[activities.prepare, execute, activities.cleanup],
-            max_heartbeat_throttle_interval=timedelta(seconds=1),
-        ):
-            with anyio.fail_after(150):
-                result = await client.execute_workflow(
-                    SocietyRun.run, request.model_dump(mode="json"), id=run_id, task_queue=queue
-                )
+        result = await run_society(temporal_address, request, activities, execute)
         monkeypatch.setattr(controller.platform, "platform_for", real_platform_for)
         left = await left_in_cluster(kube, run_id)
 
@@ -168,3 +156,26 @@ async def test_society_run_prepares_the_namespace_runs_the_controller_and_cleanu
     assert left == []
     assert sorted(pods.started) == ["alice", "bob"]
     assert outcome.receipt.complete
+
+
+async def run_society(
+    temporal_address: str,
+    request: RunRequest,
+    activities: LifecycleActivities,
+    execute: Callable[[RunRequest], Awaitable[RunResult]],
+) -> dict[str, Any]:
+    """The real ``SocietyRun`` workflow on its own task queue, with ``execute`` as its activity."""
+    client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
+    queue = f"k8s-test-{request.run_id}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[SocietyRun],
+        activities=[activities.prepare, execute, activities.cleanup],
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
+    ):
+        with anyio.fail_after(150):
+            result: dict[str, Any] = await client.execute_workflow(
+                SocietyRun.run, request.model_dump(mode="json"), id=request.run_id, task_queue=queue
+            )
+    return result
