@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -245,10 +246,15 @@ async def reap_stale(root: Path, temporal: tuple[Client, TemporalEndpoint] | Non
 
 
 def _status(args: argparse.Namespace) -> int:
+    return _report("status", _status_async(args))
+
+
+def _report(command: str, work: Coroutine[Any, Any, dict[str, Any]]) -> int:
+    """Run ``work`` and print its one JSON line, or the error with its next step."""
     try:
-        document = asyncio.run(_status_async(args))
+        document = asyncio.run(work)
     except SetupError as error:
-        _error("status", str(error))
+        _error(command, str(error))
         return EXIT_FAILURE
     _print_line(document)
     return EXIT_SUCCESS
@@ -302,13 +308,7 @@ async def _check_cluster() -> None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    try:
-        document = asyncio.run(_cancel_async(args))
-    except SetupError as error:
-        _error("cancel", str(error))
-        return EXIT_FAILURE
-    _print_line(document)
-    return EXIT_SUCCESS
+    return _report("cancel", _cancel_async(args))
 
 
 async def _cancel_async(args: argparse.Namespace) -> dict[str, Any]:
