@@ -33,6 +33,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `society ledger show DIR | head`: the reader left; that is not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    if argv is None and "temporalio" in sys.modules:  # as the `society` program only
+        # The command's work is done and reported. The Temporal SDK's native runtime has been
+        # seen to crash (SIGSEGV) while the interpreter tears its threads down, which would turn
+        # a printed success into a failed exit; leave without running that teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
 
 
