@@ -34,6 +34,8 @@ PHASE_DEADLINE_S = 60.0
 CLOSING_DEADLINE_S = 90.0
 QUIET_S = 20.0
 """A phase also ends when no agent spoke for this long."""
+DRAIN_S = 1.0
+"""Once every agent has stopped, a phase waits only this long for messages still in flight."""
 FIGURE = re.compile(r"\$?\s?(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\s?(k|K|thousand)?")
 
 
@@ -86,14 +88,27 @@ async def negotiate(ctx: RunContext) -> dict[str, float | None]:
     async with ctx.network.endpoint("chair") as chair:
         conversation = await chair.open(ada, ben, cy)
         messages = chair.messages()
+        all_stopped = anyio.Event()
+        lulls: list[anyio.CancelScope] = []
+
+        async def watch_agents() -> None:
+            """Once every agent stopped, no lull is worth waiting out: shorten the current one."""
+            for name in AGENTS:
+                await ctx.agents[name].termination
+            all_stopped.set()
+            for lull in lulls:
+                lull.deadline = min(lull.deadline, anyio.current_time() + DRAIN_S)
 
         async def hear(count: int, deadline_s: float) -> int:
             """Note each agent's last figure until ``count`` messages, a deadline, or a lull."""
             heard = 0
             with anyio.move_on_after(deadline_s):
                 while heard < count:
-                    with anyio.move_on_after(QUIET_S) as lull:
+                    quiet_s = DRAIN_S if all_stopped.is_set() else QUIET_S
+                    with anyio.move_on_after(quiet_s) as lull:
+                        lulls[:] = [lull]
                         message = await anext(messages)
+                    lulls.clear()
                     if lull.cancelled_caught:
                         break
                     figure = _last_figure(message.text)
@@ -102,20 +117,25 @@ async def negotiate(ctx: RunContext) -> dict[str, float | None]:
                     heard += 1
             return heard
 
-        await conversation.send("Ada, Ben, Cy: what should next quarter's budget be? Ada first.")
-        await hear(OPENING_MESSAGES, PHASE_DEADLINE_S)
-        async with links.disable(cy, ada), links.disable(ada, cy):
-            async with links.disable(cy, ben), links.disable(ben, cy):
-                heard = await hear(PARTITIONED_MESSAGES, PHASE_DEADLINE_S)
-        await ctx.events.emit(
-            PartitionWindow(
-                isolated=cy.name,
-                links=[[cy.id, ada.id], [ada.id, cy.id], [cy.id, ben.id], [ben.id, cy.id]],
-                messages=heard,
+        async with anyio.create_task_group() as watchers:
+            watchers.start_soon(watch_agents)
+            await conversation.send(
+                "Ada, Ben, Cy: what should next quarter's budget be? Ada first."
             )
-        )
-        await conversation.send("Everyone can hear everyone again. Your final number, please?")
-        await hear(3 * TURNS, CLOSING_DEADLINE_S)  # until every turn is spent, or a lull
+            await hear(OPENING_MESSAGES, PHASE_DEADLINE_S)
+            async with links.disable(cy, ada), links.disable(ada, cy):
+                async with links.disable(cy, ben), links.disable(ben, cy):
+                    heard = await hear(PARTITIONED_MESSAGES, PHASE_DEADLINE_S)
+            await ctx.events.emit(
+                PartitionWindow(
+                    isolated=cy.name,
+                    links=[[cy.id, ada.id], [ada.id, cy.id], [cy.id, ben.id], [ben.id, cy.id]],
+                    messages=heard,
+                )
+            )
+            await conversation.send("Everyone can hear everyone again. Your final number, please?")
+            await hear(3 * TURNS, CLOSING_DEADLINE_S)  # until every turn is spent, or a lull
+            watchers.cancel_scope.cancel()
     figures = {value for value in last.values() if value is not None}
     await ctx.events.emit(
         BudgetPositions(positions=last, agreed=len(figures) == 1 and None not in last.values())

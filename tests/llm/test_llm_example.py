@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from llm_support import verified
 
+from controller.events.run import AgentRuntimeCompleted, AgentRuntimeFailed
 from controller.run import ProgramFinished, Run, RunResult, Success, load_run_spec
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +34,8 @@ async def test_the_llm_negotiation_example_runs_keyless_and_its_grader_reports_i
     outcome = await Run.execute(spec, artifact_root=artifact_root, seed=5)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     grading = grader()  # it decodes the ledger with its own catalog, as `society grade` does
-    report = grading.grade(verified(grading.run_spec, outcome))
+    ledger = verified(grading.run_spec, outcome)
+    report = grading.grade(ledger)
 
     assert all(report["spoke"][name] >= 1 for name in ("ada", "ben", "cy"))
     assert report["spoke"]["chair"] == 2
@@ -54,3 +56,17 @@ async def test_the_llm_negotiation_example_runs_keyless_and_its_grader_reports_i
         assert graded["costUsd"] == reported["costUsd"] == 0.0
     assert report["total"]["calls"] == usage["total"]["calls"]
     assert set(report["stopped"]) == {"ada", "ben", "cy"}
+    # once every agent has stopped, the program records the positions without waiting out its
+    # 20 s quiet timeout (it used to sit silent for that long)
+    assert seconds_between_last_agent_end_and_positions(ledger) < 10.0
+
+
+def seconds_between_last_agent_end_and_positions(ledger: Any) -> float:
+    """How long the program went on after the last agent process ended, by the ledger's clock."""
+    ended = [
+        record.envelope.elapsed_nanos
+        for record in ledger
+        if isinstance(record.event, (AgentRuntimeCompleted, AgentRuntimeFailed))
+    ]
+    (positions,) = (r for r in ledger if r.event.tag == "acme.budget-positions/v1")
+    return (positions.envelope.elapsed_nanos - max(ended)) / 1e9
