@@ -86,7 +86,7 @@ def parse_canonical(data: bytes) -> Any:
         if "recursion limit" in str(exc):
             raise NonCanonicalError("too-deep", _too_deep()) from None
         raise NonCanonicalError("not-json", f"is not JSON: {exc}") from None
-    if data.count(b"[") + data.count(b"{") > MAX_NESTING and nesting_depth(value) > MAX_NESTING:
+    if _may_nest_too_deep(data) and nesting_depth(value) > MAX_NESTING:
         raise NonCanonicalError("too-deep", _too_deep())
     try:
         same = canonical_json(value) == data
@@ -128,6 +128,11 @@ def nesting_depth(value: Any) -> int:
             return deepest
         pending.extend((child, depth) for child in children)
     return deepest
+
+
+def _may_nest_too_deep(data: bytes) -> bool:
+    """False when ``data`` is too short, or opens too few brackets, to nest past the limit."""
+    return len(data) > 2 * MAX_NESTING and data.count(b"[") + data.count(b"{") > MAX_NESTING
 
 
 def _too_deep() -> str:

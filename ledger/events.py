@@ -121,7 +121,8 @@ class EventCatalog:
         if not isinstance(tag, str):
             raise CatalogError("event object has no string 'tag'", reason="unknown-tag")
         event_class = self.class_for(tag)
-        body = {k: v for k, v in wire.items() if k != "tag"}
+        body = dict(wire)
+        del body["tag"]
         try:
             return event_class.model_validate(body, strict=False, by_alias=True, by_name=False)
         except ValidationError as exc:

@@ -317,7 +317,7 @@ class LedgerWriter:
             body = canonical_json(envelope)
         except (ValueError, TypeError) as exc:  # a lone surrogate, NaN, an over-long integer
             raise _unencodable(event, exc) from exc
-        if body.count(b"[") + body.count(b"{") > MAX_NESTING:
+        if len(body) > 2 * MAX_NESTING and body.count(b"[") + body.count(b"{") > MAX_NESTING:
             if nesting_depth(envelope) > MAX_NESTING:
                 too_deep = ValueError(f"it nests more than {MAX_NESTING} levels deep")
                 raise _unencodable(event, too_deep)
