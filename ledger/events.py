@@ -12,7 +12,7 @@ from pydantic.json_schema import models_json_schema
 
 from ledger.errors import CatalogError
 
-TAG_PATTERN = re.compile(r"^[a-z][a-z0-9-]*(\.[a-z][a-z0-9-]*)+/v[1-9][0-9]*$")
+TAG_PATTERN = re.compile(r"^[a-z][a-z0-9-]*(\.[a-z][a-z0-9-]*)+/v[1-9][0-9]*\Z")
 
 
 class Event(BaseModel):
