@@ -54,7 +54,7 @@ class RecordChain:
         id_prefix = f"{run_id}:"
         declared = frozenset(self.manifest.catalog_tags)
         classes = dict(self.catalog.items())
-        validate = RecordEnvelope.model_validate
+        validate = RecordEnvelope.__pydantic_validator__.validate_python
         observed_at = UTC_TIME.fullmatch
         sha256 = hashlib.sha256
         envelopes, events = self.envelopes, self.events
@@ -64,7 +64,7 @@ class RecordChain:
                 line = data[position:newline]
                 try:
                     wire = parse_canonical(line)
-                    envelope = validate(wire, strict=True)
+                    envelope: RecordEnvelope = validate(wire, strict=True)
                 except NonCanonicalError as exc:
                     reason = FORM_REASONS.get(exc.problem, "record-invalid")
                     raise _fail(reason, index, exc.detail) from None
