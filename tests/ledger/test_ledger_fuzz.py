@@ -133,10 +133,43 @@ def test_the_verify_command_always_prints_one_json_line(
         assert result["reason"] in verification_reasons()
 
 
-def _verify_args(directory: Path) -> Any:
+def _verify_args(directory: Path, command: str = "verify") -> Any:
     parser = argparse.ArgumentParser(prog="society")
     ledger_commands.add_commands(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(["ledger", "verify", str(directory), "--allow-incomplete"])
+    extra = ["--allow-incomplete"] if command == "verify" else ["--color", "never"]
+    return parser.parse_args(["ledger", command, str(directory), *extra])
+
+
+hostile_text = st.text(
+    st.characters(codec="utf-8", categories=("Cc", "Cf", "Zl", "Zp", "Lu")), max_size=12
+)
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), target=st.sampled_from([MANIFEST, RECORDS]))
+def test_show_survives_any_ledger_and_never_prints_a_control_character(
+    genuine: tuple[Path, SigningKey], data: st.DataObject, target: str
+) -> None:
+    directory, _ = genuine
+    with _copy(directory) as copy:
+        path = copy / target
+        lines = path.read_bytes().splitlines(keepends=True)
+        index = data.draw(st.integers(0, len(lines) - 1), label="line")
+        value = json.loads(lines[index])
+        key = data.draw(st.sampled_from(sorted(value)), label="field")
+        value[key] = data.draw(hostile_text | json_values | nested().map(bytes.decode), label="to")
+        lines[index] = canonical_json(value) + (b"\n" if target == RECORDS else b"")
+        path.write_bytes(b"".join(lines))
+        out = io.StringIO()
+        args = _verify_args(copy, "show")
+        with contextlib.redirect_stdout(out):
+            code = args.handler(args)
+    assert code in (0, 1)
+    own = out.getvalue()  # without colours, show prints no escape sequence of its own
+    controls = {c for c in own if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0}
+    bidi = {c for c in own if c in "\u061c\u200e\u200f\u2028\u2029" or 0x202A <= ord(c) <= 0x202E}
+    bidi |= {c for c in own if 0x2066 <= ord(c) <= 0x2069}
+    assert not controls and not bidi, sorted(f"U+{ord(c):04X}" for c in controls | bidi)
 
 
 @settings(max_examples=150)
