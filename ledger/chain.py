@@ -122,7 +122,7 @@ class RecordChain:
                 event: Event | None = None
                 if tag in classes:
                     try:
-                        event = self.catalog.decode(envelope.event)
+                        event = self.catalog.decode(envelope.event, strict=True)
                     except CatalogError as exc:
                         raise _fail("event-invalid", index, exc.detail) from None
                     if type(event) is LedgerCheckpoint:

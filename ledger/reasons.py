@@ -38,7 +38,7 @@ VERIFICATION_REASONS: Mapping[str, str] = MappingProxyType(
         "the SHA-256 of manifest.json",
         "chain-broken": "a record's prevDigest is not the SHA-256 of the line before it",
         "undeclared-tag": "a record's event tag is not in the manifest's catalogTags",
-        "event-invalid": "an event does not validate against its class",
+        "event-invalid": "an event does not validate strictly against its class (no coercion)",
         "checkpoint-producer-invalid": "a checkpoint record's producer is not `ledger`",
         "checkpoint-mismatch": "a checkpoint's recordCount or headDigest does not describe the "
         "records before it",

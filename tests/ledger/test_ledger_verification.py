@@ -401,3 +401,14 @@ def test_a_pinned_key_may_be_pem_or_a_key_file(ledger_dir: Path, key: SigningKey
     public_file = ledger_dir.parent / "signer.pub"
     public_file.write_text(key.public_key)
     assert open_ledger_artifacts(catalog, ledger_dir, trusted_key=public_file).signature == "pinned"
+
+
+@pytest.mark.parametrize("value", ["2", 2.0, True], ids=["string", "float", "bool"])
+def test_an_event_value_that_only_coercion_would_accept_is_invalid(
+    ledger_dir: Path, key: SigningKey, value: Any
+) -> None:
+    # Lax validation would read "2" as the integer 2: a grader and a JSON reader would disagree.
+    forge(ledger_dir, key, records=_set_event("n", value, 2))
+    with pytest.raises(LedgerVerificationError) as caught:
+        open_ledger_artifacts(catalog, ledger_dir, trusted_key=key.public_key)
+    assert caught.value.reason == "event-invalid" and caught.value.record == 2
