@@ -4,6 +4,7 @@ from ledger.artifacts import LedgerArtifacts, open_ledger_artifacts
 from ledger.errors import (
     CatalogError,
     LedgerCompletionConflict,
+    LedgerEncodingError,
     LedgerError,
     LedgerExistsError,
     LedgerVerificationError,
@@ -11,10 +12,11 @@ from ledger.errors import (
 )
 from ledger.events import Event, EventCatalog
 from ledger.format import LedgerCheckpoint, Provenance, RecordEnvelope, ledger_directory
+from ledger.reasons import VERIFICATION_REASONS, verification_reasons
 from ledger.records import LedgerReceipt, Record, ledger_catalog
 from ledger.signing import SigningKey
 from ledger.storage import DurableFiles
-from ledger.verification import VERIFICATION_REASONS, LedgerStop, verify_ledger
+from ledger.verification import LedgerStop, verify_ledger
 from ledger.writer import LedgerWriter, open_ledger_writer
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "LedgerArtifacts",
     "LedgerCheckpoint",
     "LedgerCompletionConflict",
+    "LedgerEncodingError",
     "LedgerError",
     "LedgerExistsError",
     "LedgerReceipt",
@@ -41,5 +44,6 @@ __all__ = [
     "ledger_directory",
     "open_ledger_artifacts",
     "open_ledger_writer",
+    "verification_reasons",
     "verify_ledger",
 ]

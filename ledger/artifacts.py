@@ -13,7 +13,7 @@ from ledger.events import Event, EventCatalog
 from ledger.format import Completion, Manifest
 from ledger.records import Record
 from ledger.signing import load_trusted_key
-from ledger.verification import LedgerStop, SignatureMode, verify_ledger
+from ledger.verification import LedgerStop, SignatureMode, SignedBy, verify_ledger
 
 E = TypeVar("E", bound=Event)
 
@@ -24,7 +24,8 @@ class LedgerArtifacts:
 
     ``complete`` is False only for a view opened with ``allow_incomplete=True`` on a ledger without
     completion.json; ``stop`` then says where and why its verified prefix ends, and
-    ``last_checkpoint`` how many records a signature covers.
+    ``signed_records`` how many records a signature covers (``records[signed_records:]`` only
+    chain to them: anyone could have appended those lines).
     """
 
     directory: Path
@@ -33,7 +34,11 @@ class LedgerArtifacts:
     records: tuple[Record, ...]
     signature: SignatureMode
     """"pinned": signed by the trusted key you passed (proves origin); "self": by the key the
-    manifest names (proves integrity only)."""
+    manifest names (proves integrity only); "unsigned": no signature covers any record (an
+    incomplete ledger without a checkpoint). Either way only ``records[:signed_records]``."""
+    signed_records: int
+    signed_by: SignedBy | None
+    """completion.json's signature (every record) or the last checkpoint's (a prefix)."""
     last_checkpoint: int | None
     stop: LedgerStop | None
     _by_class: Mapping[type[Event], tuple[Record, ...]] = field(repr=False)
@@ -41,6 +46,10 @@ class LedgerArtifacts:
     @property
     def complete(self) -> bool:
         return self.completion is not None
+
+    @property
+    def unsigned_records(self) -> int:
+        return len(self.records) - self.signed_records
 
     @property
     def run_id(self) -> str:
@@ -102,11 +111,11 @@ def open_ledger_artifacts(
 ) -> LedgerArtifacts:
     """Verify the ledger at ``ledger_dir`` and return its typed records.
 
-    Raises ``LedgerVerificationError`` (with a ``reason`` from ``REASONS``) on the first failed
-    check. ``trusted_key`` is the text of a public key (``ed25519:<base64>`` or PEM) or a path to a
-    file holding one; without it the signature is checked against the key the manifest names.
-    ``strict_catalog`` demands that the catalog holds exactly the tags the ledger declares (plus
-    the ledger's own), instead of at least them.
+    Raises ``LedgerVerificationError`` (with a ``reason`` from ``VERIFICATION_REASONS``) on the
+    first failed check. ``trusted_key`` is the text of a public key (``ed25519:<base64>`` or PEM)
+    or a path to a file holding one; without it the signature is checked against the key the
+    manifest names. ``strict_catalog`` demands that the catalog holds exactly the tags the ledger
+    declares (plus the ledger's own), instead of at least them.
     """
     if isinstance(trusted_key, Path):
         trusted_key = load_trusted_key(trusted_key)
@@ -131,6 +140,8 @@ def open_ledger_artifacts(
         completion=verified.completion,
         records=tuple(records),
         signature=verified.signature,
+        signed_records=verified.signed_records,
+        signed_by=verified.signed_by,
         last_checkpoint=verified.last_checkpoint,
         stop=verified.stop,
         _by_class=MappingProxyType({cls: tuple(group) for cls, group in by_class.items()}),

@@ -33,6 +33,13 @@ class LedgerWriteError(LedgerError):
     reason = "write-failed"
 
 
+class LedgerEncodingError(LedgerError):
+    """An event cannot become a ledger line (a lone surrogate, NaN, nesting deeper than the format
+    allows); only that append fails, the writer goes on."""
+
+    reason = "event-unencodable"
+
+
 class LedgerCompletionConflict(LedgerError):
     """completion.json already exists with different bytes."""
 

@@ -10,9 +10,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import models_json_schema
 
+from ledger.canonical import canonical_json
 from ledger.errors import CatalogError
 
-TAG_PATTERN = re.compile(r"^[a-z][a-z0-9-]*(\.[a-z][a-z0-9-]*)+/v[1-9][0-9]*$")
+TAG_PATTERN = re.compile(r"^[a-z][a-z0-9-]*(\.[a-z][a-z0-9-]*)+/v[1-9][0-9]*\Z")
 
 
 class Event(BaseModel):
@@ -115,14 +116,23 @@ class EventCatalog:
             )
         return event.to_wire()
 
-    def decode(self, wire: Mapping[str, Any]) -> Event:
-        """Validate a wire object against its class; unknown tags and fields are refused."""
+    def decode(self, wire: Mapping[str, Any], *, strict: bool = False) -> Event:
+        """Validate a wire object against its class; unknown tags and fields are refused.
+
+        ``strict`` validates the object as JSON in pydantic's strict mode, so no value is coerced
+        (``"5"`` is not an integer): what a grader reads is what the bytes say.
+        """
         tag = wire.get("tag")
         if not isinstance(tag, str):
             raise CatalogError("event object has no string 'tag'", reason="unknown-tag")
         event_class = self.class_for(tag)
-        body = {k: v for k, v in wire.items() if k != "tag"}
+        body = dict(wire)
+        del body["tag"]
         try:
+            if strict:
+                return event_class.model_validate_json(
+                    canonical_json(body), strict=True, by_alias=True, by_name=False
+                )
             return event_class.model_validate(body, strict=False, by_alias=True, by_name=False)
         except ValidationError as exc:
             raise CatalogError(

@@ -6,7 +6,7 @@ import base64
 from collections.abc import Callable
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -32,7 +32,7 @@ class SigningKey:
         """Load a PEM (PKCS#8) Ed25519 private key (``openssl genpkey -algorithm ed25519``)."""
         try:
             key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as exc:
             raise LedgerError(
                 f"cannot load signing key {path}: {exc}; pass a PEM PKCS#8 Ed25519 private key",
                 reason="signing-key-unreadable",
@@ -64,15 +64,47 @@ def encode_public_key(key: Ed25519PublicKey) -> str:
 def decode_public_key(text: str) -> Ed25519PublicKey:
     """Parse ``ed25519:<base64>`` or a PEM public key."""
     text = text.strip()
+    if text.startswith(_PREFIX):
+        return decode_ledger_key(text)
     try:
-        if text.startswith(_PREFIX):
-            return Ed25519PublicKey.from_public_bytes(base64.b64decode(text[len(_PREFIX) :]))
         key = serialization.load_pem_public_key(text.encode("ascii"))
-    except ValueError as exc:
-        raise LedgerError(f"not an Ed25519 public key: {exc}", reason="bad-public-key") from exc
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        raise LedgerError(
+            f"not an Ed25519 public key: {exc}; pass 'ed25519:<base64>' or a PEM Ed25519 key",
+            reason="bad-public-key",
+        ) from None
     if not isinstance(key, Ed25519PublicKey):
-        raise LedgerError("public key is not Ed25519", reason="bad-public-key")
+        raise LedgerError(
+            f"the public key is {type(key).__name__.lstrip('_')}, not Ed25519; pass the public "
+            f"half of the Ed25519 key the ledger was signed with",
+            reason="bad-public-key",
+        )
     return key
+
+
+def decode_ledger_key(text: str) -> Ed25519PublicKey:
+    """Parse the one spelling a manifest may use: ``ed25519:`` and the canonical standard base64
+    (RFC 4648 section 4, padded) of the 32-byte raw key."""
+    raw = _strict_base64(text[len(_PREFIX) :]) if text.startswith(_PREFIX) else None
+    try:
+        if raw is not None and len(raw) == 32:
+            return Ed25519PublicKey.from_public_bytes(raw)
+    except ValueError:
+        pass
+    raise LedgerError(
+        f"{text[:60]!r} is not 'ed25519:' followed by the padded standard base64 of a 32-byte "
+        f"Ed25519 public key",
+        reason="bad-public-key",
+    )
+
+
+def _strict_base64(text: str) -> bytes | None:
+    """The bytes ``text`` spells in canonical padded standard base64, or None for any other text."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        return None
+    return raw if base64.b64encode(raw).decode("ascii") == text else None
 
 
 def load_trusted_key(path: Path | str) -> str:
@@ -86,7 +118,10 @@ def load_trusted_key(path: Path | str) -> str:
             reason="trusted-key-unreadable",
         ) from exc
     if "PRIVATE KEY" in text:
-        return SigningKey.load(path).public_key
+        try:
+            return SigningKey.load(path).public_key
+        except LedgerError as exc:
+            raise LedgerError(exc.detail, reason="trusted-key-unreadable") from None
     return canonical_public_key(text)
 
 
@@ -107,9 +142,12 @@ def signature_checker(key: Ed25519PublicKey) -> Callable[[str, bytes], bool]:
     """A ``check(signature, data) -> bool`` bound to one decoded key (decoded once, used often)."""
 
     def check(signature: str, data: bytes) -> bool:
+        raw = _strict_base64(signature)
+        if raw is None or len(raw) != 64:
+            return False
         try:
-            key.verify(base64.b64decode(signature, validate=True), data)
-        except (InvalidSignature, ValueError):
+            key.verify(raw, data)
+        except InvalidSignature:
             return False
         return True
 

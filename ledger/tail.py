@@ -11,6 +11,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ledger.canonical import NonCanonicalError, parse_canonical
+from ledger.chain import FORM_REASONS, first_error
 from ledger.errors import LedgerVerificationError
 from ledger.format import COMPLETION, MANIFEST, RECORDS, RecordEnvelope
 
@@ -79,10 +81,16 @@ def _make_durable(fd: int) -> None:
 
 def _checked(line: bytes, sequence: int, head: str) -> RecordEnvelope:
     try:
-        envelope = RecordEnvelope.model_validate_json(line, strict=True)
+        envelope = RecordEnvelope.model_validate(parse_canonical(line), strict=True)
+    except NonCanonicalError as exc:
+        raise LedgerVerificationError(
+            f"record {sequence} {exc.detail}",
+            reason=FORM_REASONS.get(exc.problem, "record-invalid"),
+            record=sequence,
+        ) from None
     except ValidationError as exc:
         raise LedgerVerificationError(
-            f"record {sequence} breaks the envelope: {exc.errors(include_url=False)[0]['msg']}",
+            f"record {sequence} breaks the envelope: {first_error(exc)}",
             reason="record-invalid",
             record=sequence,
         ) from None

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ledger.terminal import terminal_safe
 from ledger.verification import LedgerStop, Verification
 
 _DIGEST = re.compile(r"^[0-9a-f]{40,}$")
@@ -37,8 +38,9 @@ def header_lines(
     verification: Verification | None = None,
     failure: tuple[str, str] | None = None,
 ) -> list[str]:
-    """Who, what and whether it verifies, above the timeline."""
-    provenance = manifest.get("provenance") or {}
+    """Who, what and whether it verifies, above the timeline (ledger text escaped for terminals)."""
+    provenance = manifest.get("provenance")
+    provenance = provenance if isinstance(provenance, Mapping) else {}
     commit = provenance.get("gitCommit")
     origin = " · ".join(
         part
@@ -50,35 +52,43 @@ def header_lines(
         )
         if part
     )
+    run, definition, created = (
+        _text(manifest.get(key, "?")) for key in ("runId", "definitionId", "createdAt")
+    )
     lines = [
-        f"{style.paint('run', BOLD)}         {manifest.get('runId', '?')}",
-        f"{style.paint('definition', BOLD)}  {manifest.get('definitionId', '?')}",
-        f"{style.paint('created', BOLD)}     {manifest.get('createdAt', '?')}   {origin}",
+        f"{style.paint('run', BOLD)}         {run}",
+        f"{style.paint('definition', BOLD)}  {definition}",
+        f"{style.paint('created', BOLD)}     {created}   {terminal_safe(origin)}",
     ]
     metadata = manifest.get("metadata")
     if isinstance(metadata, Mapping) and metadata:
         lines.append(f"{style.paint('metadata', BOLD)}    {_fields(metadata, style)}")
     if failure is not None:
-        reason, detail = failure
+        reason, detail = (terminal_safe(text) for text in failure)
         verdict = style.paint(f"DOES NOT VERIFY ({reason})", RED + ";" + BOLD)
         lines.append(f"{style.paint('status', BOLD)}      {verdict}: {detail}")
         lines.append(f"{'':12}the records below are shown as found, unverified")
     elif verification is not None:
         lines.append(f"{style.paint('status', BOLD)}      {_status(verification, records, style)}")
         if verification.stop is not None:
-            lines.append(f"{'':12}{_stop_text(verification.stop, verification.last_checkpoint)}")
+            lines.append(f"{'':12}{terminal_safe(_stop_text(verification.stop))}")
+        if verification.unsigned_records:
+            lines.append(f"{'':12}{_unsigned_text(verification, style)}")
         if verification.undecoded:
-            tags = ", ".join(sorted(verification.undecoded))
+            tags = terminal_safe(", ".join(sorted(verification.undecoded)))
             lines.append(f"{'':12}not decoded (no catalog for them): {tags}")
     return lines
 
 
+_SIGNATURES = {
+    "pinned": "signature pinned (proves origin)",
+    "self": "signature self (proves integrity, not origin)",
+    "unsigned": "UNSIGNED (no signature covers any record)",
+}
+
+
 def _status(verification: Verification, records: int, style: TimelineStyle) -> str:
-    signature = (
-        "signature pinned (proves origin)"
-        if verification.signature == "pinned"
-        else "signature self (proves integrity, not origin)"
-    )
+    signature = _SIGNATURES[verification.signature]
     if verification.completion is not None:
         state = style.paint("verified, complete", GREEN)
     else:
@@ -86,19 +96,25 @@ def _status(verification: Verification, records: int, style: TimelineStyle) -> s
     return f"{state} · {records:,} records · {signature}"
 
 
-def _stop_text(stop: LedgerStop, last_checkpoint: int | None) -> str:
-    signed = (
-        f"the last signed checkpoint covers {last_checkpoint:,} records"
-        if last_checkpoint is not None
-        else "no signed checkpoint: nothing in it is signed"
+def _stop_text(stop: LedgerStop) -> str:
+    return f"stops: {stop.reason} after {stop.record_count:,} records: {stop.detail}"
+
+
+def _unsigned_text(verification: Verification, style: TimelineStyle) -> str:
+    signed, unsigned = verification.signed_records, verification.unsigned_records
+    covered = (
+        f"the last signed checkpoint covers records #0-#{signed - 1}"
+        if signed
+        else "no signature covers any record"
     )
-    return f"stops: {stop.reason} after {stop.record_count:,} records: {stop.detail}; {signed}"
+    warning = style.paint(f"{unsigned:,} records after it are UNSIGNED", YELLOW)
+    return f"{covered}; {warning}: anyone could have appended them"
 
 
 def record_lines(records: Iterable[Mapping[str, Any]], style: TimelineStyle) -> Iterable[str]:
     """One line per record envelope (wire form, camelCase)."""
     rows = list(records)
-    producer_width = min(max((len(str(r.get("producer", ""))) for r in rows), default=6), 18)
+    producer_width = min(max((len(_text(r.get("producer", ""))) for r in rows), default=6), 18)
     tag_width = min(max((len(_tag(r)) for r in rows), default=10), 40)
     sequence_width = max(len(str(len(rows))), 3)
     for row in rows:
@@ -124,8 +140,8 @@ def record_line(
     event = row.get("event")
     body = {k: v for k, v in event.items() if k != "tag"} if isinstance(event, Mapping) else {}
     offset = _offset(row.get("elapsedNanos"))
-    sequence = f"#{row.get('logicalSequence', '?')}"
-    producer = str(row.get("producer", "?"))
+    sequence = f"#{_text(row.get('logicalSequence', '?'))}"
+    producer = _text(row.get("producer", "?"))
     prefix_plain = (
         f"{offset:>11}  {sequence:>{sequence_width + 1}}  {producer:<{producer_width}}  "
         f"{tag:<{tag_width}}  "
@@ -148,7 +164,11 @@ def tag_counts_line(counts: Mapping[str, int]) -> str:
 def _tag(row: Mapping[str, Any]) -> str:
     event = row.get("event")
     tag = event.get("tag") if isinstance(event, Mapping) else None
-    return tag if isinstance(tag, str) else "?"
+    return terminal_safe(tag) if isinstance(tag, str) else "?"
+
+
+def _text(value: object) -> str:
+    return terminal_safe(str(value))
 
 
 def _offset(nanos: object) -> str:
@@ -172,7 +192,7 @@ def _fields(
         for key in ("causationId", "correlationId"):
             if isinstance(row.get(key), str):
                 parts.append(f"{key}={_value(row[key], 24)}")
-    return " ".join(parts)
+    return terminal_safe(" ".join(parts))
 
 
 def _value(value: Any, width: int) -> str:

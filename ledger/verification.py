@@ -5,16 +5,18 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
-from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ledger.errors import CatalogError, LedgerError, LedgerVerificationError
+from ledger.canonical import NonCanonicalError, parse_canonical
+from ledger.chain import FORM_REASONS, UTC_TIME, RecordChain, first_error
+from ledger.errors import LedgerError, LedgerVerificationError
 from ledger.events import Event, EventCatalog, validate_tag
 from ledger.format import (
     COMPLETION,
@@ -22,46 +24,20 @@ from ledger.format import (
     MANIFEST,
     RECORDS,
     Completion,
-    LedgerCheckpoint,
     Manifest,
     RecordEnvelope,
 )
+from ledger.reasons import VERIFICATION_REASONS
 from ledger.records import ledger_catalog
-from ledger.signing import canonical_public_key, decode_public_key, signature_checker
+from ledger.signing import canonical_public_key, decode_ledger_key
 
-VERIFICATION_REASONS: Mapping[str, str] = {
-    "manifest-missing": "manifest.json does not exist or cannot be read",
-    "manifest-invalid": "manifest.json is not JSON or breaks its schema (unknown fields too)",
-    "format-unsupported": "a ledgerFormatVersion this reader does not understand",
-    "definition-mismatch": "the manifest's definitionId is not the expected one",
-    "catalog-mismatch": "the reader's catalog lacks a tag the manifest declares "
-    "(or, with strict_catalog, is not exactly the manifest's)",
-    "key-not-trusted": "the manifest names a public key other than the pinned trusted key",
-    "records-missing": "records.ndjson does not exist or cannot be read",
-    "incomplete": "completion.json is missing: the writer never finished (crash or still running)",
-    "completion-invalid": "completion.json is not JSON or breaks its schema",
-    "run-id-mismatch": "a record or completion.json carries a run id other than the manifest's",
-    "record-invalid": "a record line is not JSON or breaks the envelope schema",
-    "sequence-gap": "a record's logicalSequence is not its position: a record was deleted, "
-    "duplicated or moved",
-    "duplicate-event-id": "two records share an eventId",
-    "manifest-digest-mismatch": "record 0's prevDigest or completion's manifestSha256 is not the "
-    "SHA-256 of manifest.json",
-    "chain-broken": "a record's prevDigest is not the SHA-256 of the line before it",
-    "undeclared-tag": "a record's event tag is not in the manifest's catalogTags",
-    "event-invalid": "an event does not validate against its class",
-    "checkpoint-mismatch": "a checkpoint's recordCount or headDigest does not describe the "
-    "records before it",
-    "checkpoint-signature-invalid": "a checkpoint's signature does not verify",
-    "torn-tail": "the last line of records.ndjson is cut off (no trailing newline)",
-    "record-count-mismatch": "completion's recordCount is not the number of records",
-    "head-digest-mismatch": "completion's headDigest is not the SHA-256 of the last record line",
-    "records-digest-mismatch": "completion's recordsSha256 is not the SHA-256 of records.ndjson",
-    "signature-invalid": "completion.json's signature does not verify",
-}
-"""Every reason ``LedgerVerificationError`` can carry, with what it means (the README's table)."""
+__all__ = ["VERIFICATION_REASONS", "LedgerStop", "SignatureMode", "Verification", "verify_ledger"]
 
-SignatureMode = Literal["pinned", "self"]
+SignatureMode = Literal["pinned", "self", "unsigned"]
+"""Whose signature covers the signed records: the trusted key you pinned, the key the manifest
+names, or nobody's (an incomplete ledger with no verified checkpoint)."""
+
+SignedBy = Literal["completion", "checkpoint"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +62,21 @@ class Verification:
     envelopes: tuple[RecordEnvelope, ...]
     events: tuple[Event | None, ...]
     signature: SignatureMode
+    signed_records: int
+    """Records ``0 .. signed_records - 1`` (and the manifest) are covered by a verified signature;
+    the records after them verified only as a chain that anyone could have extended."""
+    signed_by: SignedBy | None
+    """The signature that covers them: completion.json's, or the last checkpoint's."""
     last_checkpoint: int | None
     """``recordCount`` of the last signed checkpoint: the records a signature covers so far."""
     stop: LedgerStop | None
     undecoded: Mapping[str, int]
     """Tags the reader's catalog lacks, with record counts (only with ``require_catalog=False``)."""
+
+    @property
+    def unsigned_records(self) -> int:
+        """Records after the last signature: only their chain was checked, not who wrote them."""
+        return len(self.envelopes) - self.signed_records
 
 
 def verify_ledger(
@@ -117,18 +103,16 @@ def verify_ledger(
             reason="definition-mismatch",
         )
     _check_catalog(manifest, reader, strict=strict_catalog, required=require_catalog)
-    signature: SignatureMode = "self"
-    if trusted_key is not None:
-        if canonical_public_key(trusted_key) != canonical_public_key(manifest.public_key):
-            raise LedgerVerificationError(
-                f"{directory / MANIFEST} names public key {manifest.public_key}, not the trusted "
-                f"key {trusted_key}; this ledger was not signed by the key you pinned",
-                reason="key-not-trusted",
-            )
-        signature = "pinned"
+    pinned = canonical_public_key(trusted_key) if trusted_key is not None else None
+    if pinned is not None and pinned != manifest.public_key:
+        raise LedgerVerificationError(
+            f"{directory / MANIFEST} names public key {manifest.public_key}, not the trusted "
+            f"key {pinned}; this ledger was not signed by the key you pinned",
+            reason="key-not-trusted",
+        )
     completion = _parse_completion(directory, manifest, allow_incomplete=allow_incomplete)
     data = _read(directory / RECORDS, "records-missing", "the ledger directory")
-    chain = _RecordChain(manifest, manifest_bytes, reader, require_catalog=require_catalog)
+    chain = RecordChain(manifest, manifest_bytes, reader)
     with _cyclic_gc_paused():
         end = chain.walk(data)
     stop: LedgerStop | None = None
@@ -150,8 +134,18 @@ def verify_ledger(
             f"records.ndjson ends cleanly after record {chain.count - 1} but completion.json "
             f"is missing: the writer stopped before completing",
         )
+    signed_by: SignedBy | None = None
+    signed_records = 0
     if completion is not None:
-        _check_completion(completion, chain, data, manifest_bytes, directory)
+        _check_completion(completion, chain, data, directory)
+        signed_by, signed_records = "completion", chain.count
+    elif chain.last_checkpoint is not None:
+        # A checkpoint signs the records before it, not its own line: a crash, or anyone who
+        # deleted completion.json, may have left unsigned lines after it.
+        signed_by, signed_records = "checkpoint", chain.last_checkpoint
+    signature: SignatureMode = "unsigned"
+    if signed_by is not None:
+        signature = "pinned" if pinned is not None else "self"
     return Verification(
         directory=directory,
         manifest=manifest,
@@ -159,129 +153,16 @@ def verify_ledger(
         envelopes=tuple(chain.envelopes),
         events=tuple(chain.events),
         signature=signature,
+        signed_records=signed_records,
+        signed_by=signed_by,
         last_checkpoint=chain.last_checkpoint,
         stop=stop,
         undecoded=dict(chain.undecoded),
     )
 
 
-class _RecordChain:
-    """Walks records.ndjson: envelope, run id, sequence, event ids, chain, event, checkpoints."""
-
-    def __init__(
-        self,
-        manifest: Manifest,
-        manifest_bytes: bytes,
-        catalog: EventCatalog,
-        *,
-        require_catalog: bool,
-    ) -> None:
-        self.manifest = manifest
-        self.manifest_sha = hashlib.sha256(manifest_bytes).hexdigest()
-        self.catalog = catalog
-        self.require_catalog = require_catalog
-        self.check_signature = signature_checker(decode_public_key(manifest.public_key))
-        self.count = 0
-        self.head = self.manifest_sha
-        self.envelopes: list[RecordEnvelope] = []
-        self.events: list[Event | None] = []
-        self.last_checkpoint: int | None = None
-        self.undecoded: Counter[str] = Counter()
-
-    def walk(self, data: bytes) -> int:
-        """Verify every newline-terminated line; return the offset where they end."""
-        run_id = self.manifest.run_id
-        declared = frozenset(self.manifest.catalog_tags)
-        classes = dict(self.catalog.items())
-        seen_ids: set[str] = set()
-        validate = RecordEnvelope.model_validate_json
-        sha256 = hashlib.sha256
-        envelopes, events = self.envelopes, self.events
-        index, head, position = 0, self.head, 0
-        try:
-            while (newline := data.find(b"\n", position)) >= 0:
-                line = data[position:newline]
-                try:
-                    envelope = validate(line, strict=True)
-                except ValidationError as exc:
-                    raise _fail(
-                        "record-invalid", index, f"breaks the envelope: {_first(exc)}"
-                    ) from None
-                if envelope.run_id != run_id:
-                    raise _fail(
-                        "run-id-mismatch", index, f"has run id {envelope.run_id!r}, not {run_id!r}"
-                    )
-                if envelope.logical_sequence != index:
-                    raise _fail(
-                        "sequence-gap",
-                        index,
-                        f"has logicalSequence {envelope.logical_sequence}: records were deleted, "
-                        f"duplicated or moved",
-                    )
-                if envelope.event_id in seen_ids:
-                    raise _fail("duplicate-event-id", index, f"repeats {envelope.event_id!r}")
-                seen_ids.add(envelope.event_id)
-                if envelope.prev_digest != head:
-                    if index == 0:
-                        raise _fail(
-                            "manifest-digest-mismatch",
-                            0,
-                            "does not chain to manifest.json: the manifest was changed",
-                        )
-                    raise _fail(
-                        "chain-broken",
-                        index,
-                        f"has prevDigest {envelope.prev_digest[:16]}…, but line {index - 1} "
-                        f"hashes to {head[:16]}…: a record before it was changed",
-                    )
-                tag = envelope.event.get("tag")
-                if not isinstance(tag, str) or tag not in declared:
-                    raise _fail(
-                        "undeclared-tag", index, f"has tag {tag!r}, not declared in the manifest"
-                    )
-                event: Event | None = None
-                if tag in classes:
-                    try:
-                        event = self.catalog.decode(envelope.event)
-                    except CatalogError as exc:
-                        raise _fail("event-invalid", index, exc.detail) from None
-                    if type(event) is LedgerCheckpoint:
-                        self._check_checkpoint(event, index, head)
-                else:
-                    self.undecoded[tag] += 1
-                envelopes.append(envelope)
-                events.append(event)
-                head = sha256(line).hexdigest()
-                index += 1
-                position = newline + 1
-        finally:
-            self.count, self.head = index, head
-        return position
-
-    def _check_checkpoint(self, checkpoint: LedgerCheckpoint, index: int, head: str) -> None:
-        if checkpoint.record_count != index or checkpoint.head_digest != head:
-            raise _fail(
-                "checkpoint-mismatch",
-                index,
-                f"claims {checkpoint.record_count} records ending in "
-                f"{checkpoint.head_digest[:16]}…, but {index} records end in {head[:16]}…",
-            )
-        signed = LedgerCheckpoint.signed_bytes(self.manifest.run_id, index, head)
-        if not self.check_signature(checkpoint.signature, signed):
-            raise _fail(
-                "checkpoint-signature-invalid",
-                index,
-                f"carries a signature that does not verify with {self.manifest.public_key}",
-            )
-        self.last_checkpoint = index
-
-
 def _check_completion(
-    completion: Completion,
-    chain: _RecordChain,
-    data: bytes,
-    manifest_bytes: bytes,
-    directory: Path,
+    completion: Completion, chain: RecordChain, data: bytes, directory: Path
 ) -> None:
     path = directory / COMPLETION
     if completion.record_count != chain.count:
@@ -326,34 +207,64 @@ def _read(path: Path, reason: str, where: str) -> bytes:
 
 def _parse_manifest(manifest_bytes: bytes, directory: Path) -> Manifest:
     path = directory / MANIFEST
-    try:
-        raw = json.loads(manifest_bytes)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LedgerVerificationError(
-            f"{path} is not JSON: {exc}", reason="manifest-invalid"
-        ) from None
-    if isinstance(raw, dict) and raw.get("ledgerFormatVersion") != LEDGER_FORMAT_VERSION:
-        raise LedgerVerificationError(
-            f"{path} has ledgerFormatVersion {raw.get('ledgerFormatVersion')!r}; this reader "
-            f"understands {LEDGER_FORMAT_VERSION}; use a matching society-runner version",
-            reason="format-unsupported",
-        )
+    raw = _parse_file(manifest_bytes, path, "manifest-invalid")
     try:
         manifest = Manifest.model_validate(raw, strict=True)
         for tag in manifest.catalog_tags:
             validate_tag(tag, "in the manifest")
-        decode_public_key(manifest.public_key)
+        decode_ledger_key(manifest.public_key)
     except ValidationError as exc:
         raise LedgerVerificationError(
-            f"{path} breaks the manifest schema: {_first(exc)}", reason="manifest-invalid"
+            f"{path} breaks the manifest schema: {first_error(exc)}", reason="manifest-invalid"
         ) from None
     except LedgerError as exc:
         raise LedgerVerificationError(f"{path}: {exc.detail}", reason="manifest-invalid") from None
-    if len(set(manifest.catalog_tags)) != len(manifest.catalog_tags):
+    tags = manifest.catalog_tags
+    if any(earlier >= later for earlier, later in pairwise(tags)):
         raise LedgerVerificationError(
-            f"{path} declares a catalog tag twice", reason="manifest-invalid"
+            f"{path} lists catalogTags out of order or twice; they are sorted and unique",
+            reason="manifest-invalid",
+        )
+    if UTC_TIME.fullmatch(manifest.created_at) is None:
+        raise LedgerVerificationError(
+            f"{path} has createdAt {manifest.created_at[:40]!r}, not a UTC time written "
+            f"2025-01-31T12:00:00.123456Z",
+            reason="manifest-invalid",
         )
     return manifest
+
+
+def _parse_file(data: bytes, path: Path, invalid: str) -> dict[str, Any]:
+    """The JSON object in manifest.json or completion.json, which must be canonical and of
+    format version 1 (a newer version is named as such, whatever else it breaks)."""
+    try:
+        raw = parse_canonical(data)
+        problem = None
+    except NonCanonicalError as exc:
+        raw, problem = _lenient(data), exc
+    version = raw.get("ledgerFormatVersion", LEDGER_FORMAT_VERSION) if isinstance(raw, dict) else 1
+    if version != LEDGER_FORMAT_VERSION:
+        raise LedgerVerificationError(
+            f"{path} has ledgerFormatVersion {str(version)[:20]}; this "
+            f"reader understands {LEDGER_FORMAT_VERSION}; use a matching society-runner version",
+            reason="format-unsupported",
+        )
+    if problem is not None:
+        reason = FORM_REASONS.get(problem.problem, invalid)
+        raise LedgerVerificationError(f"{path} {problem.detail}", reason=reason)
+    if not isinstance(raw, dict):
+        raise LedgerVerificationError(
+            f"{path} holds a JSON {type(raw).__name__}, not an object", reason=invalid
+        )
+    return raw
+
+
+def _lenient(data: bytes) -> Any:
+    """Whatever plain JSON parsing makes of bytes that are not canonical (None if it fails)."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _check_catalog(
@@ -395,18 +306,13 @@ def _parse_completion(
         raise LedgerVerificationError(
             f"cannot read {path}: {exc.strerror or exc}", reason="completion-invalid"
         ) from None
+    wire = _parse_file(raw, path, "completion-invalid")
     try:
-        completion = Completion.model_validate_json(raw, strict=True)
+        completion = Completion.model_validate(wire, strict=True)
     except ValidationError as exc:
         raise LedgerVerificationError(
-            f"{path} breaks the completion schema: {_first(exc)}", reason="completion-invalid"
+            f"{path} breaks the completion schema: {first_error(exc)}", reason="completion-invalid"
         ) from None
-    if completion.ledger_format_version != LEDGER_FORMAT_VERSION:
-        raise LedgerVerificationError(
-            f"{path} has ledgerFormatVersion {completion.ledger_format_version}; this reader "
-            f"understands {LEDGER_FORMAT_VERSION}",
-            reason="format-unsupported",
-        )
     if completion.run_id != manifest.run_id:
         raise LedgerVerificationError(
             f"{path} belongs to run {completion.run_id!r}, the manifest to {manifest.run_id!r}",
@@ -426,13 +332,3 @@ def _cyclic_gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def _fail(reason: str, index: int, what: str) -> LedgerVerificationError:
-    return LedgerVerificationError(f"record {index} {what}", reason=reason, record=index)
-
-
-def _first(exc: ValidationError) -> str:
-    error = exc.errors(include_url=False)[0]
-    location = ".".join(str(part) for part in error["loc"]) or "(top level)"
-    return f"{location}: {error['msg']}"

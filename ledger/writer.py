@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from ledger.canonical import canonical_json, sha256_hex
-from ledger.errors import LedgerError, LedgerWriteError
+from ledger.canonical import MAX_NESTING, canonical_json, nesting_depth, sha256_hex
+from ledger.errors import LedgerEncodingError, LedgerError, LedgerWriteError
 from ledger.events import Event, EventCatalog
 from ledger.format import (
     CHECKPOINT_EVERY_RECORDS,
@@ -269,7 +269,7 @@ class LedgerWriter:
                 lines.append(self._encode_checkpoint())
             try:
                 line, record = encode(event, producer, causation_id, correlation_id)
-            except (LedgerError, ValueError, TypeError) as exc:
+            except LedgerEncodingError as exc:
                 results.append(exc)
                 continue
             lines.append(line)
@@ -293,9 +293,12 @@ class LedgerWriter:
         causation_id: str | None,
         correlation_id: str | None,
     ) -> tuple[bytes, Record]:
-        wire = event.to_wire()  # append() admitted only the catalog's classes
         elapsed = max(time.monotonic_ns() - self._started_ns, self._last_elapsed)
         sequence = self._count
+        try:
+            wire = event.to_wire()  # append() admitted only the catalog's classes
+        except (ValueError, TypeError) as exc:
+            raise _unencodable(event, exc) from exc
         envelope: dict[str, Any] = {
             "runId": self.manifest.run_id,
             "eventId": f"{self.manifest.run_id}:{sequence}",
@@ -310,7 +313,14 @@ class LedgerWriter:
             envelope["causationId"] = causation_id
         if correlation_id is not None:
             envelope["correlationId"] = correlation_id
-        body = canonical_json(envelope)
+        try:
+            body = canonical_json(envelope)
+        except (ValueError, TypeError) as exc:  # a lone surrogate, NaN, an over-long integer
+            raise _unencodable(event, exc) from exc
+        if len(body) > 2 * MAX_NESTING and body.count(b"[") + body.count(b"{") > MAX_NESTING:
+            if nesting_depth(envelope) > MAX_NESTING:
+                too_deep = ValueError(f"it nests more than {MAX_NESTING} levels deep")
+                raise _unencodable(event, too_deep)
         self._last_elapsed = elapsed
         self._head = sha256_hex(body)
         self._count = sequence + 1
@@ -375,6 +385,14 @@ class LedgerWriter:
             except OSError as exc:
                 self._latch(exc)
         self._files.close(self._fd)
+
+
+def _unencodable(event: Event, cause: Exception) -> LedgerEncodingError:
+    return LedgerEncodingError(
+        f"event {type(event).tag} cannot be written to the ledger: {cause}; the event was not "
+        f"recorded (the ledger format takes canonical JSON: UTF-8 text without lone surrogates, "
+        f"no NaN or infinities, at most {MAX_NESTING} levels of nesting)"
+    )
 
 
 def _read_range(path: Path, start: int, end: int) -> bytes:

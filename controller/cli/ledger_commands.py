@@ -10,11 +10,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ledger import EventCatalog, LedgerError, LedgerVerificationError, ledger_catalog
+from pydantic_core import from_json
+
+from ledger import (
+    CatalogError,
+    EventCatalog,
+    LedgerError,
+    LedgerVerificationError,
+    ledger_catalog,
+)
 from ledger.format import MANIFEST, RECORDS
 from ledger.grading import catalog_of, grade_ledger, load_module
 from ledger.signing import load_trusted_key
 from ledger.tail import follow_ledger
+from ledger.terminal import escape_json_text, terminal_json
 from ledger.timeline import (
     TimelineStyle,
     header_lines,
@@ -140,7 +149,11 @@ def core_catalog() -> EventCatalog:
 def reader_catalog(module_path: Path | None) -> EventCatalog:
     if module_path is None:
         return core_catalog()
-    return EventCatalog.merge(core_catalog(), catalog_of(load_module(module_path)))
+    module_catalog = catalog_of(load_module(module_path))
+    try:
+        return EventCatalog.merge(core_catalog(), module_catalog)
+    except CatalogError as exc:
+        raise LedgerError(f"{module_path}: {exc.detail}", reason="catalog-invalid") from None
 
 
 def verify_command(args: argparse.Namespace) -> int:
@@ -163,12 +176,16 @@ def verify_command(args: argparse.Namespace) -> int:
 
 
 def verification_summary(verified: Verification, *, decoded_all: bool) -> dict[str, Any]:
+    """The JSON line of a ledger that verified (docs/ledger.md names every field)."""
     summary: dict[str, Any] = {
         "valid": True,
         "records": len(verified.envelopes),
         "runId": verified.manifest.run_id,
         "definitionId": verified.manifest.definition_id,
         "signature": verified.signature,
+        "signedRecords": verified.signed_records,
+        "unsignedRecords": verified.unsigned_records,
+        "signedBy": verified.signed_by,
     }
     if not decoded_all:
         summary["notDecoded"] = dict(sorted(verified.undecoded.items()))
@@ -221,26 +238,29 @@ def _show_unverified(
     manifest: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     try:
-        loaded = json.loads((directory / MANIFEST).read_bytes())
-        manifest = loaded if isinstance(loaded, dict) else {}
-    except (OSError, ValueError):
-        pass
-    try:
-        for line in (directory / RECORDS).read_bytes().splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
+        manifest = _json_object((directory / MANIFEST).read_bytes()) or {}
+        lines = (directory / RECORDS).read_bytes().splitlines()
     except OSError:
-        pass
+        lines = []
+    for line in lines:
+        row = _json_object(line)
+        if row is not None:
+            rows.append(row)
     failure_text = (failure.reason, failure.detail)
     _print_lines(header_lines(manifest, records=len(rows), style=style, failure=failure_text))
     if rows:
         print()
         _print_lines(record_lines(rows, style))
     return 1
+
+
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    """A JSON object from bytes that did not verify, or None; the parser bounds nesting depth."""
+    try:
+        value = from_json(data, allow_inf_nan=False)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def schema_command(args: argparse.Namespace) -> int:
@@ -258,7 +278,7 @@ def follow_command(args: argparse.Namespace) -> int:
     try:
         for envelope in follow_ledger(args.directory, poll_interval=args.poll):
             if args.json:
-                print(envelope.canonical().decode("utf-8"), flush=True)
+                print(escape_json_text(envelope.canonical().decode("utf-8")), flush=True)
             else:
                 row = envelope.to_wire()
                 print(record_line(row, style, sequence_width=sequence_width), flush=True)
@@ -294,7 +314,7 @@ def _print_invalid(exc: LedgerError) -> int:
 
 
 def _print_json(value: Any, *, stream: Any = None) -> None:
-    print(json.dumps(value, ensure_ascii=False), file=stream or sys.stdout, flush=True)
+    print(terminal_json(value), file=stream or sys.stdout, flush=True)
 
 
 def _print_lines(lines: Any) -> None:

@@ -106,15 +106,20 @@ def forge(
     completion: Callable[[dict[str, Any]], None] | None = None,
     resign_checkpoints: bool = True,
     set_public_key: bool = False,
+    encode_line: Callable[[int, dict[str, Any]], bytes] | None = None,
+    encode_file: Callable[[dict[str, Any]], bytes] | None = None,
+    encode_completion: Callable[[dict[str, Any]], bytes] | None = None,
 ) -> None:
     """Rewrite the ledger as someone holding ``key`` could: apply the edits, then recompute every
-    prevDigest, the completion digests and (unless told not to) checkpoint signatures, and sign."""
+    prevDigest, the completion digests and (unless told not to) checkpoint signatures, and sign.
+    ``encode_line(index, row)``, ``encode_file(manifest)`` and ``encode_completion`` replace the
+    canonical encoding of a line or file; digests and signatures cover the bytes they return."""
     manifest_obj = json.loads((directory / MANIFEST).read_bytes())
     if set_public_key:
         manifest_obj["publicKey"] = key.public_key
     if manifest is not None:
         manifest(manifest_obj)
-    manifest_bytes = canonical_json(manifest_obj)
+    manifest_bytes = (encode_file or canonical_json)(manifest_obj)
     rows = [json.loads(line) for line in record_lines(directory)]
     if records is not None:
         rows = records(rows)
@@ -128,7 +133,7 @@ def forge(
             event["signature"] = key.sign(
                 LedgerCheckpoint.signed_bytes(manifest_obj["runId"], index, head)
             )
-        body = canonical_json(row)
+        body = encode_line(index, row) if encode_line is not None else canonical_json(row)
         head = hashlib.sha256(body).hexdigest()
         out.append(body + b"\n")
     data = b"".join(out)
@@ -142,7 +147,25 @@ def forge(
     }
     if completion is not None:
         completion(done)
-    done["signature"] = key.sign(canonical_json(done))
+    done["signature"] = key.sign(
+        canonical_json({k: v for k, v in done.items() if k != "signature"})
+    )
     (directory / MANIFEST).write_bytes(manifest_bytes)
     (directory / RECORDS).write_bytes(data)
-    (directory / COMPLETION).write_bytes(canonical_json(done))
+    (directory / COMPLETION).write_bytes((encode_completion or canonical_json)(done))
+
+
+def chained_record(directory: Path, speaker: str, text: str) -> bytes:
+    """A line that chains onto the ledger's last line, as anyone can write without the key."""
+    last = record_lines(directory)[-1].rstrip(b"\n")
+    previous = json.loads(last)
+    index = previous["logicalSequence"] + 1
+    row = {
+        **previous,
+        "eventId": f"{previous['runId']}:{index}",
+        "logicalSequence": index,
+        "producer": speaker,
+        "prevDigest": hashlib.sha256(last).hexdigest(),
+        "event": Said(speaker=speaker, text=text).to_wire(),
+    }
+    return canonical_json(row) + b"\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import threading
 import time
@@ -11,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from ledger_testkit import Counted, Said, catalog, forge, write_ledger
+from ledger_testkit import Counted, Said, catalog, chained_record, forge, write_ledger
 
 from controller.cli import ledger_commands
 from ledger import Provenance, SigningKey, open_ledger_writer, tail
@@ -94,6 +95,9 @@ def test_verify_prints_one_json_line_and_exits_0(
             "runId": "sr-" + "1" * 32,
             "definitionId": "test.definition",
             "signature": "pinned",
+            "signedRecords": 7,
+            "unsignedRecords": 0,
+            "signedBy": "completion",
         }
 
 
@@ -140,6 +144,50 @@ def test_verify_reports_an_incomplete_ledger_and_its_prefix_on_request(
     result = _json_line(capsys.readouterr().out)
     assert result["complete"] is False and result["lastCheckpoint"] == 6
     assert result["stop"]["reason"] == "no-completion" and result["stop"]["records"] == 7
+    assert (result["signedRecords"], result["unsignedRecords"]) == (6, 1)
+    assert result["signedBy"] == "checkpoint" and result["signature"] == "self"
+
+
+def test_verify_pinned_and_incomplete_reports_the_unsigned_tail(
+    ledger_dir: Path, key: SigningKey, capsys: Any
+) -> None:
+    # A genuine pinned ledger, completion.json deleted, a record appended after the checkpoint.
+    (ledger_dir / COMPLETION).unlink()
+    with (ledger_dir / RECORDS).open("ab") as records:
+        records.write(chained_record(ledger_dir, "alice", "forged"))
+    key_file = ledger_dir.parent / "key.pub"
+    key_file.write_text(key.public_key)
+    argv = ("ledger", "verify", str(ledger_dir), "--trusted-key", str(key_file))
+    assert society(*argv, "--allow-incomplete") == 0
+    result = _json_line(capsys.readouterr().out)
+    assert result["signature"] == "pinned" and result["records"] == 8
+    assert (result["signedRecords"], result["unsignedRecords"]) == (6, 2)
+    assert result["signedBy"] == "checkpoint"
+    assert society(*argv) == 1
+    assert _json_line(capsys.readouterr().out)["reason"] == "incomplete"
+
+
+def test_verify_prints_a_json_line_for_a_deeply_nested_manifest(
+    ledger_dir: Path, capsys: Any
+) -> None:
+    (ledger_dir / "manifest.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    assert society("ledger", "verify", str(ledger_dir)) == 1
+    result = _json_line(capsys.readouterr().out)
+    assert result["valid"] is False and result["reason"] == "manifest-invalid"
+
+
+def test_verify_prints_a_json_line_for_a_key_on_an_unsupported_curve(
+    ledger_dir: Path, capsys: Any
+) -> None:
+    spki = bytes.fromhex(
+        "3032301006072a8648ce3d020106052b81040006031e0004" + "01" * 28
+    )  # an EC key on secp112r1
+    key_file = ledger_dir.parent / "ec.pem"
+    body = base64.b64encode(spki).decode()
+    key_file.write_text(f"-----BEGIN PUBLIC KEY-----\n{body}\n-----END PUBLIC KEY-----\n")
+    assert society("ledger", "verify", str(ledger_dir), "--trusted-key", str(key_file)) == 1
+    result = _json_line(capsys.readouterr().out)
+    assert result["valid"] is False and result["reason"] == "bad-public-key"
 
 
 def test_verify_refuses_modules_without_a_catalog(
@@ -253,3 +301,64 @@ def test_follow_fsyncs_what_it_read_before_yielding_it(
     for envelope in tail.follow_ledger(ledger_dir, poll_interval=0.01):
         events.append(f"record {envelope.logical_sequence}")
     assert events[0] == "fsync" and events[1:] == [f"record {i}" for i in range(7)]
+
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202eevil\u2066\u200f\u061c\x7f\u2028"
+
+
+def _hostile_ledger(directory: Path, key: SigningKey) -> Path:
+    write_ledger(directory, 3, key=key)
+
+    def hostile(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows[1]["producer"] = HOSTILE
+        rows[1]["event"]["speaker"] = HOSTILE
+        rows[1]["event"][HOSTILE] = HOSTILE  # a field name too (shown undecoded without a catalog)
+        return rows
+
+    forge(directory, key, records=hostile, manifest=lambda m: m.update(definitionId=HOSTILE))
+    return directory
+
+
+def _assert_inert(out: str) -> None:
+    dangerous = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)] if chr(c) != "\n"]
+    dangerous += ["\u202e", "\u2066", "\u200f", "\u061c", "\u2028"]
+    found = sorted({f"U+{ord(c):04X}" for c in out if c in dangerous})
+    assert found == [], f"raw control or bidi characters reached the terminal: {found}"
+
+
+@pytest.mark.parametrize("verifies", [True, False], ids=["verified", "does-not-verify"])
+def test_show_escapes_control_and_bidi_characters_from_the_ledger(
+    tmp_path: Path, key: SigningKey, capsys: Any, verifies: bool
+) -> None:
+    directory = _hostile_ledger(tmp_path / "hostile", key)
+    if not verifies:
+        (directory / RECORDS).write_bytes((directory / RECORDS).read_bytes()[:-10])
+    society("ledger", "show", str(directory), "--color", "never")
+    out = capsys.readouterr().out
+    _assert_inert(out)
+    assert "\\x1b]0;owned\\x07" in out and "\\u202eevil" in out  # shown, as escapes
+    assert ("DOES NOT VERIFY" in out) is not verifies
+
+
+def test_show_keeps_its_own_colours_but_escapes_the_ledgers(
+    tmp_path: Path, key: SigningKey, capsys: Any
+) -> None:
+    directory = _hostile_ledger(tmp_path / "hostile", key)
+    society("ledger", "show", str(directory), "--color", "always")
+    out = capsys.readouterr().out
+    assert "\x1b[1mrun\x1b[0m" in out  # the header's own bold label
+    assert "\x1b]0;" not in out and "\x1b[2J" not in out and "\u202e" not in out
+
+
+def test_json_lines_escape_control_and_bidi_characters(
+    tmp_path: Path, key: SigningKey, capsys: Any
+) -> None:
+    directory = _hostile_ledger(tmp_path / "hostile", key)
+    assert society("ledger", "verify", str(directory)) == 0
+    out = capsys.readouterr().out
+    _assert_inert(out)
+    assert _json_line(out)["definitionId"] == HOSTILE  # the same value, escaped in the text
+    assert society("ledger", "follow", str(directory), "--json", "--poll", "0.01") == 0
+    captured = capsys.readouterr()
+    _assert_inert(captured.out)
+    assert json.loads(captured.out.splitlines()[1])["producer"] == HOSTILE

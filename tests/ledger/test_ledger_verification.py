@@ -108,6 +108,27 @@ def completion_invalid(d: Path, key: SigningKey) -> dict[str, Any]:
     return {}
 
 
+def duplicate_key(d: Path, key: SigningKey) -> dict[str, Any]:
+    # The signed bytes name "text" twice: one reader could show the first value, another the last.
+    def twice(index: int, row: dict[str, Any]) -> bytes:
+        body = canonical_json(row)
+        if index != 1:
+            return body
+        return body.replace(b'"text":', b'"text":"what the grader sees","text":', 1)
+
+    forge(d, key, encode_line=twice)
+    return {}
+
+
+def non_canonical_json(d: Path, key: SigningKey) -> dict[str, Any]:
+    def spaced(index: int, row: dict[str, Any]) -> bytes:
+        body = canonical_json(row)
+        return json.dumps(row, sort_keys=True).encode() if index == 2 else body
+
+    forge(d, key, encode_line=spaced)
+    return {}
+
+
 def run_id_mismatch(d: Path, key: SigningKey) -> dict[str, Any]:
     def foreign(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows[3]["runId"] = "sr-" + "2" * 32
@@ -141,6 +162,42 @@ def duplicate_event_id(d: Path, key: SigningKey) -> dict[str, Any]:
         return rows
 
     forge(d, key, records=duplicate)
+    return {}
+
+
+def event_id_invalid(d: Path, key: SigningKey) -> dict[str, Any]:
+    def rename(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows[2]["eventId"] = "my-own-id"  # unique, so only the <runId>:<sequence> rule sees it
+        return rows
+
+    forge(d, key, records=rename)
+    return {}
+
+
+def elapsed_decreasing(d: Path, key: SigningKey) -> dict[str, Any]:
+    def backwards(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows[3]["elapsedNanos"] = rows[2]["elapsedNanos"] - 1
+        return rows
+
+    forge(d, key, records=backwards)
+    return {}
+
+
+def observed_at_invalid(d: Path, key: SigningKey) -> dict[str, Any]:
+    def local_time(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows[4]["observedAt"] = "2025-01-31 13:00:00+01:00"
+        return rows
+
+    forge(d, key, records=local_time)
+    return {}
+
+
+def checkpoint_producer_invalid(d: Path, key: SigningKey) -> dict[str, Any]:
+    def from_router(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows[-1]["producer"] = "router"  # a checkpoint that claims another author
+        return rows
+
+    forge(d, key, records=from_router)
     return {}
 
 
@@ -198,7 +255,7 @@ def record_count_mismatch(d: Path, key: SigningKey) -> dict[str, Any]:
 
 
 def head_digest_mismatch(d: Path, key: SigningKey) -> dict[str, Any]:
-    _edit_line(d, -1, lambda row: row.update(producer="someone else"))  # edit the last record
+    _edit_line(d, -1, lambda row: row.update(observedAt="2030-01-01T00:00:00.000000Z"))  # last
     return {}
 
 
@@ -223,14 +280,20 @@ SCENARIOS: dict[str, Scenario] = {
     "records-missing": records_missing,
     "incomplete": incomplete,
     "completion-invalid": completion_invalid,
+    "duplicate-key": duplicate_key,
+    "non-canonical-json": non_canonical_json,
     "run-id-mismatch": run_id_mismatch,
     "record-invalid": record_invalid,
     "sequence-gap": sequence_gap,
     "duplicate-event-id": duplicate_event_id,
+    "event-id-invalid": event_id_invalid,
+    "elapsed-decreasing": elapsed_decreasing,
+    "observed-at-invalid": observed_at_invalid,
     "manifest-digest-mismatch": manifest_digest_mismatch,
     "chain-broken": chain_broken,
     "undeclared-tag": undeclared_tag,
     "event-invalid": event_invalid,
+    "checkpoint-producer-invalid": checkpoint_producer_invalid,
     "checkpoint-mismatch": checkpoint_mismatch,
     "checkpoint-signature-invalid": checkpoint_signature_invalid,
     "torn-tail": torn_tail,
@@ -338,3 +401,14 @@ def test_a_pinned_key_may_be_pem_or_a_key_file(ledger_dir: Path, key: SigningKey
     public_file = ledger_dir.parent / "signer.pub"
     public_file.write_text(key.public_key)
     assert open_ledger_artifacts(catalog, ledger_dir, trusted_key=public_file).signature == "pinned"
+
+
+@pytest.mark.parametrize("value", ["2", 2.0, True], ids=["string", "float", "bool"])
+def test_an_event_value_that_only_coercion_would_accept_is_invalid(
+    ledger_dir: Path, key: SigningKey, value: Any
+) -> None:
+    # Lax validation would read "2" as the integer 2: a grader and a JSON reader would disagree.
+    forge(ledger_dir, key, records=_set_event("n", value, 2))
+    with pytest.raises(LedgerVerificationError) as caught:
+        open_ledger_artifacts(catalog, ledger_dir, trusted_key=key.public_key)
+    assert caught.value.reason == "event-invalid" and caught.value.record == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -20,7 +21,10 @@ from ledger_testkit import (
 from ledger import (
     CatalogError,
     DurableFiles,
+    Event,
+    EventCatalog,
     LedgerCompletionConflict,
+    LedgerEncodingError,
     LedgerError,
     LedgerExistsError,
     LedgerWriteError,
@@ -30,6 +34,7 @@ from ledger import (
     open_ledger_artifacts,
     open_ledger_writer,
 )
+from ledger.canonical import MAX_NESTING
 from ledger.format import COMPLETION, RECORDS
 
 pytestmark = pytest.mark.anyio
@@ -265,3 +270,58 @@ async def test_shielded_finalization_still_commits_after_an_outer_scope_is_cance
                     await writer.complete()
     assert finalized == [1]
     assert (directory / COMPLETION).exists()
+
+
+class Carried(Event):
+    tag: ClassVar[str] = "test.carried/v1"
+
+    payload: Any
+
+
+def _deep(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Said(speaker="mallory", text="lone \ud800 surrogate"),
+        Carried(payload=_deep(MAX_NESTING)),
+        Carried(payload=10**5000),
+        Carried(payload=float("nan")),
+    ],
+    ids=["lone-surrogate", "too-deep", "integer-too-long", "nan"],
+)
+async def test_an_event_the_format_cannot_carry_fails_typed_and_the_writer_goes_on(
+    tmp_path: Path, bad: Event
+) -> None:
+    directory = tmp_path / "l"
+    async with open_ledger_writer(
+        directory,
+        catalog=EventCatalog.make(Said, Counted, Carried),
+        definition_id="test.definition",
+        run_id=RUN_ID,
+        provenance=PROVENANCE,
+    ) as writer:
+        results: list[Record | BaseException] = []
+
+        async def append(event: Event) -> None:
+            try:
+                results.append(await writer.append(event, producer="tester"))
+            except LedgerError as exc:
+                results.append(exc)
+
+        async with anyio.create_task_group() as tasks:  # one batch: before, bad, after
+            for event in (Counted(n=1), bad, Counted(n=2)):
+                tasks.start_soon(append, event)
+        await writer.append(Counted(n=3), producer="tester")
+        await writer.complete()
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert len(failures) == 1 and isinstance(failures[0], LedgerEncodingError)
+    assert failures[0].reason == "event-unencodable"
+    ledger = open_ledger_artifacts(EventCatalog.make(Said, Counted, Carried), directory)
+    assert [event.n for event in ledger.events(Counted)] == [1, 2, 3]
+    assert ledger.signature == "self" and ledger.unsigned_records == 0

@@ -1,0 +1,27 @@
+"""The list of verification reasons is one generated table: the code, docs/ledger.md, the README."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ledger import VERIFICATION_REASONS, verification_reasons
+from ledger.reasons import INPUT_REASONS, reasons_markdown
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
+
+
+def test_every_reason_has_a_one_line_meaning() -> None:
+    reasons = verification_reasons()
+    assert list(reasons) == [*VERIFICATION_REASONS, *INPUT_REASONS]
+    assert not set(VERIFICATION_REASONS) & set(INPUT_REASONS)
+    for reason, meaning in reasons.items():
+        assert reason == reason.lower() and " " not in reason
+        assert meaning and "\n" not in meaning and "|" not in meaning, reason
+
+
+def test_the_format_document_carries_the_generated_table() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    start = text.index("<!-- reasons:start")
+    start = text.index("\n", start) + 1
+    end = text.index("<!-- reasons:end -->")
+    assert text[start:end] == reasons_markdown(), "paste ledger.reasons.reasons_markdown()"
