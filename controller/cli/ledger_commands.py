@@ -81,6 +81,19 @@ def add_commands(subparsers: Any) -> None:
     schema.add_argument("module", type=Path, metavar="MODULE.py")
     schema.set_defaults(handler=schema_command)
 
+    schemas = commands.add_parser(
+        "schemas",
+        help="export the JSON Schemas of the ledger files, result line and wire protocol",
+        description=(
+            "Write schemas/<name>.schema.json from the code (and freeze each new format version "
+            "under schemas/frozen/); with --check, change nothing and exit 1 on any difference or "
+            "breaking change without a version move."
+        ),
+    )
+    schemas.add_argument("--out", type=Path, metavar="DIR", help="folder (default: schemas/)")
+    schemas.add_argument("--check", action="store_true", help="compare only")
+    schemas.set_defaults(handler=schemas_command)
+
     follow = commands.add_parser(
         "follow",
         help="print a live ledger's durable records as they commit, until it completes",
@@ -273,6 +286,20 @@ def schema_command(args: argparse.Namespace) -> int:
     except LedgerError as exc:
         return _print_invalid(exc)
     print(json.dumps(catalog.json_schema(), indent=2, ensure_ascii=False))
+    return 0
+
+
+def schemas_command(args: argparse.Namespace) -> int:
+    from controller.cli.schema_export import SCHEMAS_DIR, check_schemas, export_schemas
+
+    directory = args.out or SCHEMAS_DIR
+    if args.check:
+        problems = check_schemas(directory)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 1 if problems else 0
+    for path in export_schemas(directory):
+        print(path)
     return 0
 
 
