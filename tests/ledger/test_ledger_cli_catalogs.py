@@ -151,6 +151,21 @@ def test_follow_waits_for_a_ledger_that_does_not_exist_yet(
     assert summary["valid"] is True and summary["notDecoded"] == {}
 
 
+def test_follow_waits_for_a_run_directory_to_create_its_ledger(tmp_path: Path, capsys: Any) -> None:
+    run_dir = tmp_path / "sr-later"
+    writer = threading.Thread(
+        target=_write, args=(run_dir / "ledger" / "main", "scripted"), kwargs={"delay": 0.3}
+    )
+    writer.start()
+    try:
+        code = society("ledger", "follow", str(run_dir), "--json", "--timeout", "30")
+    finally:
+        writer.join(30)
+    captured = capsys.readouterr()
+    assert code == 0, captured.out
+    assert _line(captured.err)["notDecoded"] == {"acme.noted/v1": 1}
+
+
 def test_follow_gives_up_after_its_timeout(tmp_path: Path, capsys: Any) -> None:
     before = time.monotonic()
     code = society(

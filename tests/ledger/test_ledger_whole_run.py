@@ -189,3 +189,14 @@ def test_grade_says_when_the_grader_names_no_run_spec(run_dir: Path, capsys: Any
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"graded": True}
     assert "names no `run_spec`" in captured.err and "not checked" in captured.err
+
+
+def test_a_run_directory_with_several_ledgers_and_no_main_is_ambiguous(
+    tmp_path: Path, capsys: Any
+) -> None:
+    for ref in ("first", "second"):
+        (tmp_path / "ledger" / ref).mkdir(parents=True)
+        (tmp_path / "ledger" / ref / "manifest.json").write_text("{}")
+    code, line = _verify(tmp_path, capsys)
+    assert code == 1 and line["reason"] == "run-ledger-ambiguous"
+    assert "first, second" in line["detail"]
