@@ -42,7 +42,9 @@ def add_commands(subparsers: Any) -> None:
         "verify",
         help="check a ledger offline; print one JSON line",
         description=(
-            "Check schemas, catalog, digests, hash chain, sequence, counts and signature. Prints "
+            "Check schemas, catalog, digests, hash chain, sequence, counts and signature. DIR is a "
+            "ledger directory or a run directory: then every harvested file and log is re-hashed "
+            "against the ledger too. Prints "
             'one JSON line; exit 0 when {"valid": true}, 1 otherwise.'
         ),
     )
