@@ -20,6 +20,7 @@ from typing import Any
 from ledger.artifacts import LedgerArtifacts, open_ledger_artifacts
 from ledger.errors import LedgerError
 from ledger.events import EventCatalog
+from ledger.run_artifacts import locate_ledger, require_run_artifacts
 
 
 def load_module(path: Path | str) -> ModuleType:
@@ -65,6 +66,12 @@ def catalog_of(module: ModuleType) -> EventCatalog:
     return candidate
 
 
+def grader_definition_id(grader: ModuleType) -> str | None:
+    """The id of the RunSpec the grader names (its module-level ``run_spec``), if any."""
+    ident = getattr(getattr(grader, "run_spec", None), "id", None)
+    return ident if isinstance(ident, str) else None
+
+
 def grade_ledger(
     grader: ModuleType,
     ledger_dir: Path | str,
@@ -74,6 +81,9 @@ def grade_ledger(
 ) -> dict[str, Any]:
     """Verify ``ledger_dir`` with the grader's catalog (merged with ``base_catalog``), then grade.
 
+    ``ledger_dir`` may be a run directory: its harvested artifacts are then re-hashed against the
+    ledger first (``RunArtifactsError`` on any missing, changed or extra one). When the grader
+    names a ``run_spec``, the ledger must hold its definition id (``definition-mismatch``).
     Verification failures raise ``LedgerVerificationError``; a grader without ``grade``, or one
     that returns something other than a JSON object, raises ``LedgerError("grader-invalid")``.
     """
@@ -84,7 +94,15 @@ def grade_ledger(
         )
     catalogs = [base_catalog] if base_catalog is not None else []
     catalog = EventCatalog.merge(*catalogs, catalog_of(grader))
-    artifacts: LedgerArtifacts = open_ledger_artifacts(catalog, ledger_dir, trusted_key=trusted_key)
+    directory, run_dir = locate_ledger(ledger_dir)
+    artifacts: LedgerArtifacts = open_ledger_artifacts(
+        catalog,
+        directory,
+        expected_definition_id=grader_definition_id(grader),
+        trusted_key=trusted_key,
+    )
+    if run_dir is not None:
+        require_run_artifacts(run_dir, tuple(record.envelope for record in artifacts.records))
     result = grade(artifacts)
     if not isinstance(result, Mapping):
         raise LedgerError(

@@ -54,6 +54,22 @@ VERIFICATION_REASONS: Mapping[str, str] = MappingProxyType(
 )
 """What is wrong with the ledger: ``LedgerVerificationError.reason`` is always one of these."""
 
+RUN_REASONS: Mapping[str, str] = MappingProxyType(
+    {
+        "run-ledger-ambiguous": "a run directory holds no ledger or several under `ledger/` and "
+        "none is `main`; pass the ledger directory itself",
+        "artifact-path-invalid": "a record claims an artifact whose path is not a plain relative "
+        "path under the run's `artifacts/`",
+        "artifact-missing": "a harvested file or log the ledger recorded by digest is not in the "
+        "run directory (or is not a regular file)",
+        "artifact-changed": "a harvested file or log no longer has the SHA-256 (or size) the "
+        "ledger recorded",
+        "artifact-extra": "a file in the run's `artifacts/` that no record claims",
+    }
+)
+"""What is wrong with a run directory's harvested artifacts, checked after its ledger verified
+(``society ledger verify RUN_DIR``, ``society grade GRADER.py RUN_DIR``)."""
+
 INPUT_REASONS: Mapping[str, str] = MappingProxyType(
     {
         "trusted-key-unreadable": "the --trusted-key file cannot be read or holds an unusable "
@@ -70,8 +86,9 @@ INPUT_REASONS: Mapping[str, str] = MappingProxyType(
 
 
 def verification_reasons() -> Mapping[str, str]:
-    """Every reason ``society ledger verify`` can print, ledger checks first, in check order."""
-    return MappingProxyType({**VERIFICATION_REASONS, **INPUT_REASONS})
+    """Every reason ``society ledger verify`` can print: ledger checks first, in check order,
+    then a run directory's artifact checks, then what is wrong with the input."""
+    return MappingProxyType({**VERIFICATION_REASONS, **RUN_REASONS, **INPUT_REASONS})
 
 
 def reasons_markdown() -> str:
@@ -80,5 +97,6 @@ def reasons_markdown() -> str:
     rows += [
         f"| `{reason}` | {meaning} | ledger |" for reason, meaning in VERIFICATION_REASONS.items()
     ]
+    rows += [f"| `{reason}` | {meaning} | run |" for reason, meaning in RUN_REASONS.items()]
     rows += [f"| `{reason}` | {meaning} | input |" for reason, meaning in INPUT_REASONS.items()]
     return "\n".join(rows) + "\n"

@@ -15,6 +15,31 @@ from ledger.canonical import NonCanonicalError, parse_canonical
 from ledger.chain import FORM_REASONS, first_error
 from ledger.errors import LedgerVerificationError
 from ledger.format import COMPLETION, MANIFEST, RECORDS, RecordEnvelope
+from ledger.run_artifacts import locate_ledger
+
+
+def wait_for_ledger(
+    directory: Path | str,
+    *,
+    timeout: float,
+    poll: float = 0.1,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Path:
+    """The ledger directory at ``directory`` (a ledger or a run directory) once its manifest.json
+    exists, waiting up to ``timeout`` seconds for a run that has not created it yet."""
+    deadline = clock() + max(timeout, 0.0)
+    while True:
+        ledger_dir, _ = locate_ledger(directory)
+        if (ledger_dir / MANIFEST).exists():
+            return ledger_dir
+        if clock() >= deadline:
+            raise LedgerVerificationError(
+                f"no ledger appeared at {directory} within {timeout:g} s; check the run id and "
+                f"that the run started, or wait longer with --timeout",
+                reason="manifest-missing",
+            )
+        sleep(max(min(poll, deadline - clock()), 0.0))
 
 
 def follow_ledger(

@@ -12,17 +12,13 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from ledger import (
-    CatalogError,
-    EventCatalog,
-    LedgerError,
-    LedgerVerificationError,
-    ledger_catalog,
-)
+from controller.cli.ledger_catalogs import ledger_runtimes, reader_catalog
+from ledger import LedgerError, LedgerVerificationError
 from ledger.format import MANIFEST, RECORDS
-from ledger.grading import catalog_of, grade_ledger, load_module
+from ledger.grading import catalog_of, grade_ledger, grader_definition_id, load_module
+from ledger.run_artifacts import ArtifactCheck, check_run_artifacts, locate_ledger
 from ledger.signing import load_trusted_key
-from ledger.tail import follow_ledger
+from ledger.tail import follow_ledger, wait_for_ledger
 from ledger.terminal import escape_json_text, terminal_json
 from ledger.timeline import (
     TimelineStyle,
@@ -46,7 +42,9 @@ def add_commands(subparsers: Any) -> None:
         "verify",
         help="check a ledger offline; print one JSON line",
         description=(
-            "Check schemas, catalog, digests, hash chain, sequence, counts and signature. Prints "
+            "Check schemas, catalog, digests, hash chain, sequence, counts and signature. DIR is a "
+            "ledger directory or a run directory: then every harvested file and log is re-hashed "
+            "against the ledger too. Prints "
             'one JSON line; exit 0 when {"valid": true}, 1 otherwise.'
         ),
     )
@@ -85,12 +83,25 @@ def add_commands(subparsers: Any) -> None:
     schema.add_argument("module", type=Path, metavar="MODULE.py")
     schema.set_defaults(handler=schema_command)
 
+    schemas = commands.add_parser(
+        "schemas",
+        help="export the JSON Schemas of the ledger files, result line and wire protocol",
+        description=(
+            "Write schemas/<name>.schema.json from the code (and freeze each new format version "
+            "under schemas/frozen/); with --check, change nothing and exit 1 on any difference or "
+            "breaking change without a version move."
+        ),
+    )
+    schemas.add_argument("--out", type=Path, metavar="DIR", help="folder (default: schemas/)")
+    schemas.add_argument("--check", action="store_true", help="compare only")
+    schemas.set_defaults(handler=schemas_command)
+
     follow = commands.add_parser(
         "follow",
         help="print a live ledger's durable records as they commit, until it completes",
         description=(
-            "Tail a ledger another process is writing; stops when completion.json appears and "
-            "then verifies the whole ledger."
+            "Tail a ledger another process is writing (DIR may be its run directory, and may not "
+            "exist yet); stops when completion.json appears and then verifies the whole ledger."
         ),
     )
     follow.add_argument("directory", type=Path, metavar="DIR")
@@ -98,6 +109,14 @@ def add_commands(subparsers: Any) -> None:
     follow.add_argument(
         "--poll", type=float, default=0.1, metavar="SECONDS", help="poll interval (0.1)"
     )
+    follow.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for a ledger that does not exist yet (60; 0: do not wait)",
+    )
+    _catalog_option(follow)
     _color_option(follow)
     follow.set_defaults(handler=follow_command)
 
@@ -137,32 +156,15 @@ def _color_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
 
-def core_catalog() -> EventCatalog:
-    """The kernel's events when ``controller.events`` is importable, else the ledger's own."""
-    try:
-        from controller.events import core_events
-    except ImportError:
-        return ledger_catalog
-    return core_events
-
-
-def reader_catalog(module_path: Path | None) -> EventCatalog:
-    if module_path is None:
-        return core_catalog()
-    module_catalog = catalog_of(load_module(module_path))
-    try:
-        return EventCatalog.merge(core_catalog(), module_catalog)
-    except CatalogError as exc:
-        raise LedgerError(f"{module_path}: {exc.detail}", reason="catalog-invalid") from None
-
-
 def verify_command(args: argparse.Namespace) -> int:
     try:
-        catalog = reader_catalog(args.catalog)
+        ledger_dir, run_dir = locate_ledger(args.directory)
+        runtimes = (ledger_runtimes(ledger_dir) or []) if args.strict_catalog else None
+        catalog = reader_catalog(args.catalog, runtimes=runtimes)
         trusted = load_trusted_key(args.trusted_key) if args.trusted_key else None
         verified = verify_ledger(
             catalog,
-            args.directory,
+            ledger_dir,
             expected_definition_id=args.definition,
             trusted_key=trusted,
             strict_catalog=args.strict_catalog,
@@ -171,8 +173,25 @@ def verify_command(args: argparse.Namespace) -> int:
         )
     except LedgerError as exc:
         return _print_invalid(exc)
-    _print_json(verification_summary(verified, decoded_all=args.catalog is not None))
-    return 0
+    summary = verification_summary(verified, decoded_all=args.catalog is not None)
+    if run_dir is None:
+        _print_json(summary)
+        return 0
+    check = check_run_artifacts(run_dir, verified.envelopes)
+    _print_json(run_summary(summary, check))
+    return 0 if check.valid else 1
+
+
+def run_summary(summary: dict[str, Any], check: ArtifactCheck) -> dict[str, Any]:
+    """The verify line of a run directory: the ledger's fields, then its artifacts' check."""
+    result = dict(summary)
+    if not check.valid:
+        first = check.problems[0]
+        result = {**summary, "valid": False, "reason": first.reason, "detail": first.detail}
+    result["artifacts"] = check.summary()
+    if check.problems:
+        result["artifactProblems"] = [problem.to_wire() for problem in check.problems]
+    return result
 
 
 def verification_summary(verified: Verification, *, decoded_all: bool) -> dict[str, Any]:
@@ -272,17 +291,33 @@ def schema_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def schemas_command(args: argparse.Namespace) -> int:
+    from controller.cli.schema_export import SCHEMAS_DIR, check_schemas, export_schemas
+
+    directory = args.out or SCHEMAS_DIR
+    if args.check:
+        problems = check_schemas(directory)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 1 if problems else 0
+    for path in export_schemas(directory):
+        print(path)
+    return 0
+
+
 def follow_command(args: argparse.Namespace) -> int:
     style = _style(args.color)
     sequence_width = 5
     try:
-        for envelope in follow_ledger(args.directory, poll_interval=args.poll):
+        catalog = reader_catalog(args.catalog)
+        ledger_dir = wait_for_ledger(args.directory, timeout=args.timeout, poll=args.poll)
+        for envelope in follow_ledger(ledger_dir, poll_interval=args.poll):
             if args.json:
                 print(escape_json_text(envelope.canonical().decode("utf-8")), flush=True)
             else:
                 row = envelope.to_wire()
                 print(record_line(row, style, sequence_width=sequence_width), flush=True)
-        verified = verify_ledger(core_catalog(), args.directory, require_catalog=False)
+        verified = verify_ledger(catalog, ledger_dir, require_catalog=False)
     except LedgerError as exc:
         return _print_invalid(exc)
     except KeyboardInterrupt:
@@ -295,8 +330,14 @@ def grade_command(args: argparse.Namespace) -> int:
     try:
         grader = load_module(args.grader)
         trusted = load_trusted_key(args.trusted_key) if args.trusted_key else None
+        if grader_definition_id(grader) is None:
+            print(
+                f"note: {args.grader} names no `run_spec`, so the ledger's definition id is not "
+                f"checked; import the RunSpec the grader was written for as `run_spec`",
+                file=sys.stderr,
+            )
         result = grade_ledger(
-            grader, args.directory, base_catalog=core_catalog(), trusted_key=trusted
+            grader, args.directory, base_catalog=reader_catalog(None), trusted_key=trusted
         )
     except LedgerError as exc:
         return _print_invalid(exc)
@@ -309,6 +350,10 @@ def _print_invalid(exc: LedgerError) -> int:
     record = getattr(exc, "record", None)
     if record is not None:
         failure["record"] = record
+    check = getattr(exc, "check", None)
+    if isinstance(check, ArtifactCheck):
+        failure["artifacts"] = check.summary()
+        failure["artifactProblems"] = [problem.to_wire() for problem in check.problems]
     _print_json(failure)
     return 1
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ledger import VERIFICATION_REASONS, verification_reasons
-from ledger.reasons import INPUT_REASONS, reasons_markdown
+from ledger.reasons import INPUT_REASONS, RUN_REASONS, reasons_markdown
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
 
 
 def test_every_reason_has_a_one_line_meaning() -> None:
     reasons = verification_reasons()
-    assert list(reasons) == [*VERIFICATION_REASONS, *INPUT_REASONS]
-    assert not set(VERIFICATION_REASONS) & set(INPUT_REASONS)
+    assert list(reasons) == [*VERIFICATION_REASONS, *RUN_REASONS, *INPUT_REASONS]
+    assert len(reasons) == len(VERIFICATION_REASONS) + len(RUN_REASONS) + len(INPUT_REASONS)
     for reason, meaning in reasons.items():
         assert reason == reason.lower() and " " not in reason
         assert meaning and "\n" not in meaning and "|" not in meaning, reason

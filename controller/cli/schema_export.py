@@ -1,0 +1,114 @@
+"""The committed JSON Schemas under ``schemas/``: export them, and check them against the code.
+
+``schemas/<name>.schema.json`` is the code's schema now. ``schemas/frozen/<name>.v<N>.schema.json``
+is the schema as it stood when format version N was first exported; it is never rewritten. The
+check fails when a current file differs from the code (regenerate it) or when the code's schema
+breaks the frozen one of the same version (``ledger.schemas.breaking_changes``: move the version).
+
+    society ledger schemas [--check] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ledger.schemas import DRAFT, breaking_changes, ledger_schemas
+
+RESULT_LINE_VERSION = 1
+"""Version of ``society run``'s JSON result line; move it with any breaking change to it."""
+
+SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
+FROZEN = "frozen"
+
+
+class ResultLine(BaseModel):
+    """The one JSON line ``society run`` prints on stdout (``RunReport.line()``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    outcome: Literal["ProgramFinished", "ClusterLost", "Interrupted"]
+    exit: Literal["success", "failure", "interrupted"]
+    runId: str | None
+    ledger: str | None
+    receipt: Literal["complete", "incomplete"]
+    records: int
+    publicKey: str | None
+    usage: dict[str, Any] | None
+    """Model tokens and cost per agent and in total; null without a model-using agent."""
+
+
+def code_schemas() -> dict[str, tuple[dict[str, Any], int]]:
+    """``name -> (schema, version)`` for every exported format, generated from the code now."""
+    from controller.network.protocol import PROTOCOL_VERSION, protocol_json_schema
+
+    result_line = ResultLine.model_json_schema(by_alias=True)
+    result_line.update({"$schema": DRAFT, "title": "society run result line"})
+    return {
+        **ledger_schemas(),
+        "run-result-line": (result_line, RESULT_LINE_VERSION),
+        "wire-protocol": (protocol_json_schema(), PROTOCOL_VERSION),
+    }
+
+
+def _document(name: str, schema: dict[str, Any], version: int) -> bytes:
+    document = {**schema, "$id": f"urn:society-runner:schema:{name}:v{version}"}
+    document["x-format-version"] = version
+    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def current_path(directory: Path, name: str) -> Path:
+    return directory / f"{name}.schema.json"
+
+
+def frozen_path(directory: Path, name: str, version: int) -> Path:
+    return directory / FROZEN / f"{name}.v{version}.schema.json"
+
+
+def export_schemas(
+    directory: Path = SCHEMAS_DIR, schemas: dict[str, tuple[dict[str, Any], int]] | None = None
+) -> list[Path]:
+    """Write every current schema, and the frozen one of each version not frozen yet."""
+    written = []
+    for name, (schema, version) in (schemas or code_schemas()).items():
+        data = _document(name, schema, version)
+        paths = [current_path(directory, name)]
+        if not frozen_path(directory, name, version).exists():
+            paths.append(frozen_path(directory, name, version))
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists() or path.read_bytes() != data:
+                path.write_bytes(data)
+                written.append(path)
+    return written
+
+
+def check_schemas(
+    directory: Path = SCHEMAS_DIR,
+    schemas: dict[str, tuple[dict[str, Any], int]] | None = None,
+) -> list[str]:
+    """Every problem with the committed schemas (empty: they match the code, compatibly)."""
+    problems = []
+    for name, (schema, version) in (schemas or code_schemas()).items():
+        data = _document(name, schema, version)
+        current = current_path(directory, name)
+        if not current.exists() or current.read_bytes() != data:
+            problems.append(
+                f"{current} differs from the code's schema: run `society ledger schemas` and "
+                f"commit the result"
+            )
+        frozen = frozen_path(directory, name, version)
+        if not frozen.exists():
+            problems.append(
+                f"{frozen} is missing: run `society ledger schemas` to freeze v{version}"
+            )
+            continue
+        for change in breaking_changes(json.loads(frozen.read_bytes()), json.loads(data)):
+            problems.append(
+                f"{name}: breaking change without a new format version (still v{version}): "
+                f"{change}; move the version, or make the change compatible"
+            )
+    return problems

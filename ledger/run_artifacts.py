@@ -1,0 +1,226 @@
+"""Whole-run verification: re-hash every artifact a run's ledger recorded by digest.
+
+The ledger layer knows no event class of the kernel. It reads the claim generically: any record
+whose event carries an ``artifact`` (a path relative to the run directory) and a ``sha256`` (with
+an optional ``size``) says "this file, with these bytes, was harvested". Both profiles harvest
+into ``RUN_DIR/artifacts/``, so a file there that no record claims is an extra artifact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from ledger.errors import LedgerError
+from ledger.format import MANIFEST, RecordEnvelope
+
+RUN_LEDGERS = "ledger"
+"""Ledgers of a run live in ``RUN_DIR/ledger/<ledger ref>/``."""
+DEFAULT_LEDGER_REF = "main"
+ARTIFACTS = "artifacts"
+"""Harvested files live in ``RUN_DIR/artifacts/``; every file there must be claimed."""
+
+ArtifactReason = Literal[
+    "artifact-missing", "artifact-changed", "artifact-extra", "artifact-path-invalid"
+]
+_CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactProblem:
+    reason: ArtifactReason
+    path: str
+    """Relative to the run directory, as the record names it (or as found on disk)."""
+    record: int | None
+    """The logicalSequence of the record that claims it (None for an extra file)."""
+    detail: str
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"reason": self.reason, "path": self.path, "detail": self.detail}
+        if self.record is not None:
+            wire["record"] = self.record
+        return wire
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactCheck:
+    """The result of re-hashing a run's artifacts; ``problems`` empty means every one matched."""
+
+    run_dir: Path
+    checked: int
+    """Artifacts the ledger claims (each re-hashed)."""
+    problems: tuple[ArtifactProblem, ...]
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> dict[str, Any]:
+        counts = {reason: 0 for reason in ("missing", "changed", "extra")}
+        for problem in self.problems:
+            key = problem.reason.removeprefix("artifact-")
+            counts[key] = counts.get(key, 0) + 1
+        return {"checked": self.checked, **counts}
+
+
+class RunArtifactsError(LedgerError):
+    """The ledger verified but the run's artifacts do not match it; ``problems`` lists each."""
+
+    def __init__(self, check: ArtifactCheck) -> None:
+        first = check.problems[0]
+        more = len(check.problems) - 1
+        suffix = f" (and {more} more artifact problem{'s' * (more != 1)})" if more else ""
+        super().__init__(first.detail + suffix, reason=first.reason)
+        self.check = check
+        self.record = first.record
+
+
+def require_run_artifacts(
+    run_dir: Path | str, envelopes: tuple[RecordEnvelope, ...]
+) -> ArtifactCheck:
+    """``check_run_artifacts``, raising ``RunArtifactsError`` unless every artifact matched."""
+    check = check_run_artifacts(run_dir, envelopes)
+    if not check.valid:
+        raise RunArtifactsError(check)
+    return check
+
+
+def locate_ledger(directory: Path | str) -> tuple[Path, Path | None]:
+    """``(ledger_dir, run_dir)`` for a ledger directory (run_dir None) or a run directory.
+
+    A run directory holds ``ledger/<ref>/manifest.json``: ``main`` if present, else the only ref.
+    """
+    path = Path(directory)
+    if (path / MANIFEST).exists() or not (path / RUN_LEDGERS).is_dir():
+        return path, None
+    ledgers = path / RUN_LEDGERS
+    if (ledgers / DEFAULT_LEDGER_REF / MANIFEST).exists():
+        return ledgers / DEFAULT_LEDGER_REF, path
+    refs = sorted(p.name for p in ledgers.iterdir() if (p / MANIFEST).exists())
+    if len(refs) == 1:
+        return ledgers / refs[0], path
+    raise LedgerError(
+        f"{path} is a run directory with {len(refs)} ledgers under {RUN_LEDGERS}/ "
+        f"({', '.join(refs) or 'none'}); pass the ledger directory {ledgers}/<ref> itself",
+        reason="run-ledger-ambiguous",
+    )
+
+
+def claimed_artifacts(envelopes: tuple[RecordEnvelope, ...]) -> list[tuple[int, str, str, Any]]:
+    """``(record, artifact path, sha256, size)`` for each record whose event claims a file."""
+    claims = []
+    for envelope in envelopes:
+        event = envelope.event
+        path, digest = event.get("artifact"), event.get("sha256")
+        if isinstance(path, str) and isinstance(digest, str):
+            claims.append((envelope.logical_sequence, path, digest, event.get("size")))
+    return claims
+
+
+def check_run_artifacts(
+    run_dir: Path | str, envelopes: tuple[RecordEnvelope, ...]
+) -> ArtifactCheck:
+    """Re-hash each claimed artifact under ``run_dir``; list missing, changed and extra files."""
+    root = Path(run_dir)
+    problems: list[ArtifactProblem] = []
+    claimed: set[str] = set()
+    claims = claimed_artifacts(envelopes)
+    for record, path, digest, size in claims:
+        relative = _safe_relative(path)
+        if relative is None:
+            problems.append(ArtifactProblem(
+                "artifact-path-invalid", path, record,
+                f"record {record} names artifact {path[:200]!r}, which is not a plain relative "
+                f"path under {ARTIFACTS}/; the ledger claims a file outside the run's artifacts",
+            ))  # fmt: skip
+            continue
+        claimed.add(relative)
+        problem = _compare(root, relative, record, digest, size)
+        if problem is not None:
+            problems.append(problem)
+    problems += _extras(root, claimed)
+    return ArtifactCheck(run_dir=root, checked=len(claims), problems=tuple(problems))
+
+
+def _safe_relative(path: str) -> str | None:
+    pure = PurePosixPath(path)
+    parts = pure.parts
+    if (
+        not path
+        or "\\" in path
+        or "\x00" in path
+        or pure.is_absolute()
+        or str(pure) != path
+        or any(part in ("..", ".") for part in parts)
+        or len(parts) < 2
+        or parts[0] != ARTIFACTS
+    ):
+        return None
+    return path
+
+
+def _compare(
+    root: Path, relative: str, record: int, digest: str, size: Any
+) -> ArtifactProblem | None:
+    def problem(reason: ArtifactReason, why: str) -> ArtifactProblem:
+        return ArtifactProblem(reason, relative, record, f"{relative} (record {record}) {why}")
+
+    actual = _hash(root, relative)
+    if actual is None:
+        return problem(
+            "artifact-missing",
+            "is not in the run directory (or is not a regular file): the harvested copy was "
+            "deleted or moved; restore it from the run's original artifacts",
+        )
+    actual_digest, actual_size = actual
+    if actual_digest != digest or (isinstance(size, int) and size != actual_size):
+        return problem(
+            "artifact-changed",
+            f"hashes to {actual_digest[:16]}… ({actual_size} bytes); the ledger recorded "
+            f"{digest[:16]}… ({size} bytes): the file was changed after harvest",
+        )
+    return None
+
+
+def _hash(root: Path, relative: str) -> tuple[str, int] | None:
+    """SHA-256 and size of a regular file reached without following any symbolic link."""
+    current = root
+    for part in PurePosixPath(relative).parts[:-1]:
+        current = current / part
+        if current.is_symlink() or not current.is_dir():
+            return None
+    try:
+        fd = os.open(root / relative, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        digest = hashlib.sha256()
+        size = 0
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _extras(root: Path, claimed: set[str]) -> list[ArtifactProblem]:
+    found: list[ArtifactProblem] = []
+    base = root / ARTIFACTS
+    if not base.is_dir() or base.is_symlink():
+        return found
+    for folder, directories, files in os.walk(base):
+        for name in sorted(files) + sorted(d for d in directories if Path(folder, d).is_symlink()):
+            relative = Path(folder, name).relative_to(root).as_posix()
+            if relative not in claimed:
+                found.append(ArtifactProblem(
+                    "artifact-extra", relative, None,
+                    f"{relative} is in the run's {ARTIFACTS}/ but no record claims it: a file "
+                    f"was added after harvest; remove it or find who put it there",
+                ))  # fmt: skip
+        directories.sort()
+    return sorted(found, key=lambda problem: problem.path)
