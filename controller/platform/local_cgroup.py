@@ -19,7 +19,7 @@ from controller.run.platform import PlatformError
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 GROUP = "society"
-DEFAULT_PIDS_MAX = 512
+DEFAULT_PIDS_MAX = 256
 """Processes and threads one agent may hold at once."""
 _KILL_ROUNDS = 200
 
