@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,7 @@ from controller.events.run import AgentIsolation
 from controller.platform import local_sandbox
 from controller.platform.local import LocalPlatform
 from controller.platform.local_cgroup import CgroupLayout
+from controller.platform.local_launch import in_cgroups
 from controller.platform.local_sandbox import SANDBOX_UID, UNSANDBOXED_ENV
 from controller.run import ClusterLost, RunContext, new_run_id
 from controller.run.spec import load_run_spec
@@ -190,3 +193,34 @@ async def test_without_bubblewrap_a_run_refuses_and_names_the_next_step(
     assert outcome.cause.reason == "sandbox-unavailable"
     assert "apt-get install bubblewrap" in outcome.cause.detail
     assert "--unsandboxed" in outcome.cause.detail
+
+
+def test_an_agent_cgroup_holds_its_limits_and_destroy_kills_every_member() -> None:
+    """A process that joined the group before exec, and everything it starts in any session, is a
+    member; destroying the run's groups kills them all and leaves no group behind."""
+    layout = CgroupLayout.detect()
+    run_id = new_run_id()
+    group = layout.create(run_id, "alice", pids_max=64, memory_bytes=64 * 1024 * 1024)
+    limits = [
+        (d / name).read_text().strip()
+        for d in group.directories
+        for name in ("pids.max", "memory.limit_in_bytes", "memory.max")
+        if (d / name).exists()
+    ]
+    assert limits == ["64", str(64 * 1024 * 1024)]
+    job = "sleep 60 & setsid sh -c 'sleep 60 & wait' & wait"
+    leader = subprocess.Popen(in_cgroups(group.procs_files, ["/bin/sh", "-c", job]))
+    try:
+        deadline = time.monotonic() + 10
+        while len(group.members()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        members = group.members()
+        assert leader.pid in members and len(members) == 4
+        assert set(layout.destroy(run_id)) == members
+        assert leader.wait(5) == -signal.SIGKILL
+        assert all(not d.exists() for d in layout.run_directories(run_id))
+    finally:
+        layout.destroy(run_id)
+        if leader.poll() is None:
+            leader.kill()
+            leader.wait()
