@@ -37,11 +37,12 @@ from controller.platform.local_harvest import copy_declared
 from controller.platform.local_isolation import LocalIsolation, LocalSandbox, reap_child
 from controller.platform.local_launch import (
     MIB,
+    agent_python_path,
     in_cgroups,
     launcher_command,
+    prepare_workdir,
+    resolve_credentials,
     scrubbed_environment,
-    write_files,
-    write_private,
 )
 from controller.platform.local_reap import (
     PIDS_DIR,
@@ -235,11 +236,11 @@ class LocalSession(PlatformSession):
         home = placement.run_dir / SANDBOXES_DIR / launch.name
         workdir = home / "work"
         descriptor = launch.descriptor
-        credentials = _resolve_credentials(launch)
+        credentials = resolve_credentials(launch)
         owner = SANDBOX_UID if bwrap is not None and os.geteuid() == 0 else None
         try:
             await anyio.to_thread.run_sync(
-                _prepare, workdir, descriptor, launch, credentials, owner
+                prepare_workdir, workdir, descriptor, launch, credentials, owner
             )
             cgroup = (
                 isolation.cgroups.create(
@@ -284,7 +285,7 @@ class LocalSession(PlatformSession):
                                         watch_fd=self._watch_fd)
             )  # fmt: skip
             pass_fds = (self._watch_fd, listener.fileno())
-            sandbox_home, python_path = workdir, _agent_python_path()
+            sandbox_home, python_path = workdir, agent_python_path()
         log = await anyio.to_thread.run_sync(open, home / "output.log", "ab")
         try:
             env = scrubbed_environment(
@@ -379,51 +380,6 @@ class LocalSession(PlatformSession):
         for sandbox in self._sandboxes:
             if sandbox.access.exit.done:
                 (pids / agent_record(sandbox.name)).unlink(missing_ok=True)
-
-
-def _prepare(
-    workdir: Path,
-    descriptor: RuntimeDescriptor,
-    launch: AgentLaunch,
-    credentials: dict[str, str],
-    owner: int | None,
-) -> None:
-    workdir.mkdir(parents=True, exist_ok=False)
-    os.chmod(workdir.parent, 0o700)
-    write_files(workdir, descriptor.files)
-    write_private(
-        workdir / ".society" / "secrets.json", launch.secrets(credentials).to_json(), owner=owner
-    )
-    if owner is not None:  # the sandbox's uid owns its working directory, and nothing else
-        for directory, _, names in os.walk(workdir):
-            os.chown(directory, owner, owner)
-            for name in names:
-                os.chown(os.path.join(directory, name), owner, owner, follow_symlinks=False)
-
-
-def _agent_python_path() -> tuple[str, ...]:
-    """Where the controller imports the agent packages from, so an agent runs the same code."""
-    import agent_images
-
-    return tuple(dict.fromkeys(str(Path(p).resolve().parent) for p in agent_images.__path__))
-
-
-def _resolve_credentials(launch: AgentLaunch) -> dict[str, str]:
-    values: dict[str, str] = {}
-    missing: list[str] = []
-    for name, ref in launch.descriptor.credentials.items():
-        value = os.environ.get(ref.env) if ref.env else None
-        if value is None:
-            missing.append(f"{name} (env {ref.env})" if ref.env else f"{name} (no env reference)")
-        else:
-            values[name] = value
-    if missing:
-        raise SandboxStartError(
-            f"credentials for {launch.name} are not available to the local profile: "
-            f"{', '.join(missing)}; set them in the controller's environment",
-            reason="credential-missing",
-        )
-    return values
 
 
 def _memory_total_mib() -> int:

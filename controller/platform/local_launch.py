@@ -18,6 +18,7 @@ from pathlib import Path
 
 from agent_images import boot
 from controller.agents.runtime import Resources, RuntimeDescriptor
+from controller.run.platform import AgentLaunch, SandboxStartError
 
 MIB = 1024 * 1024
 RUN_MARK = "SOCIETY_RUN_ID"
@@ -162,3 +163,48 @@ def write_files(workdir: Path, files: Mapping[str, bytes]) -> None:
         target = workdir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
+
+
+def prepare_workdir(
+    workdir: Path,
+    descriptor: RuntimeDescriptor,
+    launch: AgentLaunch,
+    credentials: dict[str, str],
+    owner: int | None,
+) -> None:
+    workdir.mkdir(parents=True, exist_ok=False)
+    os.chmod(workdir.parent, 0o700)
+    write_files(workdir, descriptor.files)
+    write_private(
+        workdir / ".society" / "secrets.json", launch.secrets(credentials).to_json(), owner=owner
+    )
+    if owner is not None:  # the sandbox's uid owns its working directory, and nothing else
+        for directory, _, names in os.walk(workdir):
+            os.chown(directory, owner, owner)
+            for name in names:
+                os.chown(os.path.join(directory, name), owner, owner, follow_symlinks=False)
+
+
+def resolve_credentials(launch: AgentLaunch) -> dict[str, str]:
+    values: dict[str, str] = {}
+    missing: list[str] = []
+    for name, ref in launch.descriptor.credentials.items():
+        value = os.environ.get(ref.env) if ref.env else None
+        if value is None:
+            missing.append(f"{name} (env {ref.env})" if ref.env else f"{name} (no env reference)")
+        else:
+            values[name] = value
+    if missing:
+        raise SandboxStartError(
+            f"credentials for {launch.name} are not available to the local profile: "
+            f"{', '.join(missing)}; set them in the controller's environment",
+            reason="credential-missing",
+        )
+    return values
+
+
+def agent_python_path() -> tuple[str, ...]:
+    """Where the controller imports the agent packages from, so an agent runs the same code."""
+    import agent_images
+
+    return tuple(dict.fromkeys(str(Path(p).resolve().parent) for p in agent_images.__path__))
