@@ -18,7 +18,11 @@ import time
 run_id = os.environ["SOCIETY_RUN_ID"]
 run_dir = os.path.join(os.environ["SPY_ROOT"], run_id)
 KEY = b"SPY_PROVIDER_KEY="
-report: dict[str, object] = {"uid": os.getuid(), "pid": os.getpid()}
+report: dict[str, object] = {
+    "uid": os.getuid(),
+    "pid": os.getpid(),
+    "bridge fd": os.environ["SOCIETY_BRIDGE_FD"],
+}
 
 
 def attempt(name, action):
@@ -105,6 +109,19 @@ def fork_bomb():
     return outcome
 
 
+def descriptors():
+    """Every descriptor open in this process, and its kind."""
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+        found[fd] = target.split(":")[0] if ":" in target else os.path.basename(target)
+    return json.dumps(found, sort_keys=True)
+
+
+attempt("inherited descriptors", descriptors)
 attempt(
     "read another agent's secrets",
     lambda: read(f"{run_dir}/sandboxes/bob/work/.society/secrets.json"),

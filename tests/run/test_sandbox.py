@@ -143,6 +143,10 @@ def test_a_spy_agent_is_refused_or_contained_at_every_step(
     for probe in REFUSED:
         assert report[probe]["ok"] is False, (probe, report[probe])
     assert provider_key not in spy.report_text
+    # it inherited stdin, its log and its bridge's listening socket, nothing else
+    inherited = json.loads(report["inherited descriptors"]["got"])
+    bridge = report["bridge fd"]
+    assert inherited == {"0": "null", "1": "output.log", "2": "output.log", bridge: "socket"}
     # its /proc shows only its own sandbox: bwrap's init and the spy
     assert json.loads(report["see other processes"]["got"]) == [1, 2]
     # the fork bomb hit the cgroup's pids limit; the survivor died with the run
