@@ -33,10 +33,12 @@ from agent_images.llm.config import GATEWAY_SOCKET_VARIABLE, GATEWAY_URL_VARIABL
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.events.run import AgentRequest, Capacity
+from controller.platform.local_capacity import LocalCapacity
 from controller.platform.local_harvest import copy_declared
 from controller.platform.local_isolation import LocalIsolation, LocalSandbox, reap_child
 from controller.platform.local_launch import (
     MIB,
+    Spawn,
     agent_python_path,
     in_cgroups,
     launcher_command,
@@ -59,6 +61,7 @@ from controller.platform.local_sandbox import (
     MODEL_GATEWAY_SOCKET,
     ROUTER_SOCKET,
     SANDBOX_UID,
+    Bubblewrap,
     python_executable,
     unsandboxed_requested,
 )
@@ -91,27 +94,6 @@ __all__ = [
 ]
 
 _TERM_GRACE_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class LocalCapacity:
-    """The local budget the complete roster is admitted against."""
-
-    cpu: float
-    memory_mib: int
-    agents: int = 256
-
-    @classmethod
-    def detect(cls) -> LocalCapacity:
-        """This machine's usable cores and memory (80% of it), and 256 agents."""
-        try:
-            cores = float(len(os.sched_getaffinity(0)))
-        except AttributeError:
-            cores = float(os.cpu_count() or 1)
-        return cls(cpu=cores, memory_mib=int(_memory_total_mib() * 0.8))
-
-    def as_event(self) -> Capacity:
-        return Capacity(cpu=self.cpu, memory_mib=self.memory_mib, agents=self.agents)
 
 
 class LocalPlatform(Platform):
@@ -258,59 +240,37 @@ class LocalSession(PlatformSession):
                 reason="workdir-failed",
             ) from exc
         procs = cgroup.procs_files if cgroup is not None else ()
-        if bwrap is not None:
-            listener = bind_unix(home, "bridge.sock")
-            handle = DirectoryHandle(home)
-            self._sockets.handles.append(handle)
-            bridge_host, port, bridge_path = "", 0, handle.path("bridge.sock")
-            binds = [(self._sockets.directory / "router.sock", ROUTER_SOCKET)]
-            variables = {boot.ROUTER_SOCKET: ROUTER_SOCKET}
-            if GATEWAY_URL_VARIABLE in descriptor.environment:
-                binds.append((self._gateway(descriptor.environment[GATEWAY_URL_VARIABLE]),
-                              MODEL_GATEWAY_SOCKET))  # fmt: skip
-                variables[GATEWAY_SOCKET_VARIABLE] = MODEL_GATEWAY_SOCKET
-            python = python_executable()
-            inner = launcher_command(
-                placement.run_id, launch.name, descriptor, watch_fd=None, python=python
-            )
-            command = in_cgroups(procs, bwrap.command(inner, workdir=workdir, sockets=binds))
-            pass_fds: tuple[int, ...] = (listener.fileno(),)
-            sandbox_home, python_path = Path(HOME), bwrap.python_path
-        else:
-            listener = socket.create_server(("127.0.0.1", 0))
-            bridge_host, port, bridge_path = "127.0.0.1", listener.getsockname()[1], None
-            variables, python = {}, sys.executable
-            command = in_cgroups(
-                procs, launcher_command(placement.run_id, launch.name, descriptor,
-                                        watch_fd=self._watch_fd)
-            )  # fmt: skip
-            pass_fds = (self._watch_fd, listener.fileno())
-            sandbox_home, python_path = workdir, agent_python_path()
+        spawn = (
+            self._sandboxed(bwrap, launch, home, procs)
+            if bwrap is not None
+            else self._unsandboxed(launch, home, procs)
+        )
+        listener = spawn.listener
         log = await anyio.to_thread.run_sync(open, home / "output.log", "ab")
         try:
             env = scrubbed_environment(
                 descriptor,
                 agent=launch.name,
-                workdir=sandbox_home,
+                workdir=spawn.home,
                 router_url=placement.router_url,
-                bridge_port=port,
+                bridge_port=spawn.bridge_port,
                 bridge_fd=listener.fileno(),
                 seed=placement.seed,
                 router_ca_file=placement.router_ca_file,
                 run_id=placement.run_id,
-                python_path=python_path,
-                python=python,
-                sockets=variables,
+                python_path=spawn.python_path,
+                python=spawn.python,
+                sockets=spawn.variables,
             )
             process = await anyio.open_process(
-                command,
-                cwd=home if bwrap is not None else workdir,
+                spawn.command,
+                cwd=spawn.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                pass_fds=pass_fds,
+                pass_fds=spawn.pass_fds,
             )
         except OSError as exc:
             raise SandboxStartError(
@@ -325,12 +285,65 @@ class LocalSession(PlatformSession):
             write_record(placement.run_dir / PIDS_DIR, record)
         exited: Observation[ProcessExit] = Observation()
         access = SandboxAccess(
-            launch.name, bridge_host, port, launch.bridge_token, exited, bridge_path=bridge_path
+            launch.name,
+            spawn.bridge_host,
+            spawn.bridge_port,
+            launch.bridge_token,
+            exited,
+            bridge_path=spawn.bridge_path,
         )
         sandbox = LocalSandbox(launch.name, access, process, home, cgroup, bwrap is not None)
         self._sandboxes.append(sandbox)
         self._tasks.start_soon(reap_child, process, exited, bwrap is not None)
         return sandbox
+
+    def _sandboxed(
+        self, bwrap: Bubblewrap, launch: AgentLaunch, home: Path, procs: Sequence[str]
+    ) -> Spawn:
+        """bwrap around the launcher; the bridge on a Unix socket, the run's sockets bound in."""
+        descriptor = launch.descriptor
+        listener = bind_unix(home, "bridge.sock")
+        handle = DirectoryHandle(home)
+        self._sockets.handles.append(handle)
+        binds = [(self._sockets.directory / "router.sock", ROUTER_SOCKET)]
+        variables = {boot.ROUTER_SOCKET: ROUTER_SOCKET}
+        if GATEWAY_URL_VARIABLE in descriptor.environment:
+            gateway = self._gateway(descriptor.environment[GATEWAY_URL_VARIABLE])
+            binds.append((gateway, MODEL_GATEWAY_SOCKET))
+            variables[GATEWAY_SOCKET_VARIABLE] = MODEL_GATEWAY_SOCKET
+        python = python_executable()
+        inner = launcher_command(
+            self.placement.run_id, launch.name, descriptor, watch_fd=None, python=python
+        )
+        return Spawn(
+            command=in_cgroups(procs, bwrap.command(inner, workdir=home / "work", sockets=binds)),
+            cwd=home,
+            listener=listener,
+            pass_fds=(listener.fileno(),),
+            bridge_path=handle.path("bridge.sock"),
+            home=Path(HOME),
+            python=python,
+            python_path=bwrap.python_path,
+            variables=variables,
+        )
+
+    def _unsandboxed(self, launch: AgentLaunch, home: Path, procs: Sequence[str]) -> Spawn:
+        """The launcher as a plain child process; the bridge on a loopback port."""
+        listener = socket.create_server(("127.0.0.1", 0))
+        inner = launcher_command(
+            self.placement.run_id, launch.name, launch.descriptor, watch_fd=self._watch_fd
+        )
+        return Spawn(
+            command=in_cgroups(procs, inner),
+            cwd=home / "work",
+            listener=listener,
+            pass_fds=(self._watch_fd, listener.fileno()),
+            bridge_host="127.0.0.1",
+            bridge_port=listener.getsockname()[1],
+            home=home / "work",
+            python=sys.executable,
+            python_path=agent_python_path(),
+        )
 
     def _gateway(self, url: str) -> Path:
         """The run's model-gateway socket, relayed to the gateway's loopback port."""
@@ -380,13 +393,3 @@ class LocalSession(PlatformSession):
         for sandbox in self._sandboxes:
             if sandbox.access.exit.done:
                 (pids / agent_record(sandbox.name)).unlink(missing_ok=True)
-
-
-def _memory_total_mib() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 4096

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent_images import boot
@@ -58,6 +60,24 @@ elif python and len(command) > 1:
 else:
     os.execvp(command[0], command)
 """
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """How one agent's process is started, and where its bridge is."""
+
+    command: list[str]
+    cwd: Path
+    listener: socket.socket
+    pass_fds: tuple[int, ...]
+    home: Path
+    """Its working directory as the agent sees it."""
+    python: str
+    python_path: tuple[str, ...]
+    bridge_host: str = ""
+    bridge_port: int = 0
+    bridge_path: str | None = None
+    variables: dict[str, str] = field(default_factory=dict)
 
 
 def rlimits(resources: Resources) -> dict[str, int]:
