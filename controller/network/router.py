@@ -166,7 +166,11 @@ class Router:
                     **options,
                 )
                 if unix_socket is not None:
-                    local = await unix_serve(handler, sock=unix_socket, **options)
+                    try:
+                        local = await unix_serve(handler, sock=unix_socket, **options)
+                    except OSError:
+                        server.close()
+                        raise
             except OSError as exc:
                 await ledger.append(
                     RouterStartFailed(
