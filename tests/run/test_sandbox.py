@@ -180,13 +180,23 @@ def test_unsandboxed_the_same_spy_succeeds_and_the_ledger_says_so(
 
 
 @pytest.mark.anyio
-async def test_without_bubblewrap_a_run_refuses_and_names_the_next_step(
-    artifact_root: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("bwrap", "next_step"),
+    [
+        (None, "apt-get install bubblewrap"),
+        ("/bin/false", "enable unprivileged user namespaces"),  # a bwrap that cannot sandbox
+    ],
+)
+async def test_without_a_working_bubblewrap_a_run_refuses_and_names_the_next_step(
+    artifact_root: Path, monkeypatch: pytest.MonkeyPatch, bwrap: str | None, next_step: str
 ) -> None:
     async def execute(ctx: RunContext) -> str:
         raise AssertionError("nothing may run unsandboxed by accident")
 
-    monkeypatch.setattr(local_sandbox.shutil, "which", lambda name: None)
+    which = local_sandbox.shutil.which
+    monkeypatch.setattr(
+        local_sandbox.shutil, "which", lambda name: bwrap if name == "bwrap" else which(name)
+    )
     local_sandbox._probe.cache_clear()
     try:
         spec = RunSpec.define(id="acme.spy/v1", agents={"alice": scripted()}, execute=execute)
@@ -195,7 +205,7 @@ async def test_without_bubblewrap_a_run_refuses_and_names_the_next_step(
         local_sandbox._probe.cache_clear()
     assert isinstance(outcome, ClusterLost)
     assert outcome.cause.reason == "sandbox-unavailable"
-    assert "apt-get install bubblewrap" in outcome.cause.detail
+    assert next_step in outcome.cause.detail
     assert "--unsandboxed" in outcome.cause.detail
 
 
