@@ -17,6 +17,8 @@ from pathlib import Path
 AGENT_NAME = "SOCIETY_AGENT_NAME"
 ROUTER_URL = "SOCIETY_ROUTER_URL"
 ROUTER_CA_FILE = "SOCIETY_ROUTER_CA_FILE"
+ROUTER_SOCKET = "SOCIETY_ROUTER_SOCKET"
+"""Local sandbox only: the router's Unix socket (the sandbox has no other way out)."""
 BRIDGE_PORT = "SOCIETY_BRIDGE_PORT"
 BRIDGE_FD = "SOCIETY_BRIDGE_FD"
 """Local profile only: an already-listening socket for the bridge, so ports never collide."""
@@ -27,6 +29,7 @@ BOOT_VARIABLES = (
     AGENT_NAME,
     ROUTER_URL,
     ROUTER_CA_FILE,
+    ROUTER_SOCKET,
     BRIDGE_PORT,
     BRIDGE_FD,
     SECRETS_FILE,
@@ -80,6 +83,7 @@ class BootConfig:
     secrets_file: Path
     bridge_fd: int | None = None
     router_ca_file: str | None = None
+    router_socket: str | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> BootConfig:
@@ -96,10 +100,12 @@ class BootConfig:
             secrets_file=Path(env.get(SECRETS_FILE) or DEFAULT_SECRETS_FILE),
             bridge_fd=int(fd) if fd else None,
             router_ca_file=env.get(ROUTER_CA_FILE) or None,
+            router_socket=env.get(ROUTER_SOCKET) or None,
         )
 
     def bridge_socket(self) -> socket.socket:
-        """The listening bridge socket: inherited (local profile) or bound here (a container)."""
+        """The listening bridge socket: inherited (local profile; a Unix socket in the sandbox) or
+        bound here (a container)."""
         if self.bridge_fd is not None:
             return socket.socket(fileno=self.bridge_fd)
         sock = socket.create_server(("0.0.0.0", self.bridge_port), reuse_port=False)

@@ -21,3 +21,7 @@ fi
 if [ -x scripts/install-llm.sh ]; then
   PYTHON=.venv/bin/python scripts/install-llm.sh
 fi
+
+if [ -x scripts/install-sandbox.sh ]; then
+  scripts/install-sandbox.sh
+fi

@@ -31,6 +31,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from agent_images.boot import BootConfig, BootError, Secrets
 from agent_images.llm.config import (
     CONFIG_FILE,
+    GATEWAY_SOCKET_VARIABLE,
     GATEWAY_TOKEN_CREDENTIAL,
     GATEWAY_URL_VARIABLE,
     IDENTITY_FILE,
@@ -175,7 +176,10 @@ class LLMAgent:
         config = self.config
         try:
             async with connect_agent(
-                config.router_url, self.secrets.router_token, ca_file=config.router_ca_file
+                config.router_url,
+                self.secrets.router_token,
+                ca_file=config.router_ca_file,
+                unix_path=config.router_socket,
             ) as session:
                 self.participant_id = session.identity.id
                 async with anyio.create_task_group() as tasks:
@@ -409,7 +413,8 @@ async def run(
             f"the sandbox lacks {GATEWAY_URL_VARIABLE}, {MODEL_VARIABLE} or the "
             f"{GATEWAY_TOKEN_CREDENTIAL} credential; the run's model service grants them"
         )
-    async with ModelClient(base_url, token, model_name) as model:
+    unix_socket = os.environ.get(GATEWAY_SOCKET_VARIABLE) or None
+    async with ModelClient(base_url, token, model_name, unix_socket=unix_socket) as model:
         agent = LLMAgent(config, secrets, settings, persona, model, transcript)
         listener = await SocketListener.from_socket(config.bridge_socket())
         gateway = OwnerGateway(

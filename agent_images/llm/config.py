@@ -20,6 +20,8 @@ TRANSCRIPT_FILE = "transcript.jsonl"
 
 GATEWAY_URL_VARIABLE = "MODEL_GATEWAY_URL"
 """The run's model gateway (OpenAI-compatible base URL, up to ``/v1``); set by the controller."""
+GATEWAY_SOCKET_VARIABLE = "MODEL_GATEWAY_SOCKET"
+"""Local sandbox only: the Unix socket the gateway is reached through (the URL names the host)."""
 MODEL_VARIABLE = "MODEL_NAME"
 """The model id the gateway serves this agent."""
 GATEWAY_TOKEN_CREDENTIAL = "MODEL_GATEWAY_TOKEN"

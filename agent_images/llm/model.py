@@ -38,10 +38,19 @@ class Completion:
 class ModelClient:
     """``async with ModelClient(url, token, model) as model: await model.complete(...)``."""
 
-    def __init__(self, base_url: str, token: str, model: str, *, timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        model: str,
+        *,
+        timeout_s: float = 120.0,
+        unix_socket: str | None = None,
+    ) -> None:
         self.model = model
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
+            transport=httpx.AsyncHTTPTransport(uds=unix_socket) if unix_socket else None,
             headers={"authorization": f"Bearer {token}"},
             timeout=httpx.Timeout(timeout_s, connect=10.0),
         )

@@ -82,7 +82,10 @@ class ScriptedAgent:
         config = self.config
         try:
             async with connect_agent(
-                config.router_url, self.secrets.router_token, ca_file=config.router_ca_file
+                config.router_url,
+                self.secrets.router_token,
+                ca_file=config.router_ca_file,
+                unix_path=config.router_socket,
             ) as session:
                 self.participant_id = session.identity.id
                 async with anyio.create_task_group() as tasks:

@@ -162,7 +162,11 @@ async def _connect(
     with anyio.move_on_after(timeout_s):
         while not access.exit.done:
             try:
-                stream = await anyio.connect_tcp(access.bridge_host, access.bridge_port)
+                stream: SocketStream = await (
+                    anyio.connect_unix(access.bridge_path)
+                    if access.bridge_path is not None
+                    else anyio.connect_tcp(access.bridge_host, access.bridge_port)
+                )
             except OSError:
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 0.25)

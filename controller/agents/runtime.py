@@ -99,6 +99,9 @@ class SandboxAccess:
     exit: Observation[ProcessExit]
     record: Callable[[Event], Awaitable[None]] | None = None
     """Set by the kernel: records one of the runtime's declared ``events`` in the run's ledger."""
+    bridge_path: str | None = None
+    """A Unix socket to reach the bridge at instead of ``bridge_host:bridge_port`` (a local
+    sandbox, which has no network the controller shares)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,14 @@ def add_commands(subparsers: Any) -> None:
     _add_artifacts(run)
     run.add_argument("--seed", type=int, default=None, help="seed passed to the run")
     run.add_argument("--run-id", type=_run_id, default=None, help="sr- + 32 lowercase hex digits")
+    run.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help=(
+            "local profile: run agents as plain child processes of your user, without the "
+            "bubblewrap sandbox (same as SOCIETY_UNSANDBOXED=1); the ledger records it"
+        ),
+    )
     run.set_defaults(handler=_run)
 
     status = subparsers.add_parser(
@@ -128,6 +136,10 @@ def _print_line(document: dict[str, Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.unsandboxed:  # this process hosts the run's worker, which builds the local platform
+        from controller.platform.local_sandbox import UNSANDBOXED_ENV
+
+        os.environ[UNSANDBOXED_ENV] = "1"
     try:
         return asyncio.run(_run_async(args))
     except SetupError as error:

@@ -269,8 +269,29 @@ class AgentRuntimeArtifact(Event):
     detail: str | None = None
 
 
+class AgentIsolation(Event):
+    """How the platform isolates the run's agents; ``sandbox="none"`` when the user opted out.
+
+    On the local profile: ``bubblewrap`` (own mount, PID, network, IPC namespaces; uid 65532) or
+    ``none`` (``--unsandboxed``: agents run as the controller's user and see what it sees).
+    """
+
+    tag: ClassVar[str] = "society.agent-isolation/v1"
+
+    profile: str
+    sandbox: Literal["bubblewrap", "none"]
+    tool: str | None = None
+    """The sandbox tool's version line."""
+    uid: int | None = None
+    """The uid agents run as, inside their sandbox."""
+    cgroups: Literal["v1", "v2", "none"]
+    pids_max: int | None = None
+    """Processes and threads one agent may hold at once (its cgroup's limit)."""
+
+
 run_events = EventCatalog.make(
     RunStarted,
+    AgentIsolation,
     RosterAdmitted,
     RosterRefused,
     AgentRuntimeReady,

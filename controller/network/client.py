@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -75,8 +76,15 @@ class _Request:
 class AgentSession:
     """A connected participant. Create it with ``connect_agent``."""
 
-    def __init__(self, url: str, token: str, ssl_context: ssl.SSLContext | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        ssl_context: ssl.SSLContext | None,
+        unix_path: str | None = None,
+    ) -> None:
         self._url = url
+        self._unix: dict[str, Any] = {"unix": True, "path": unix_path} if unix_path else {}
         self._token = token
         self._ssl = ssl_context
         self._identity: Participant | None = None
@@ -197,6 +205,7 @@ class AgentSession:
             try:
                 async with connect(
                     self._url,
+                    **self._unix,
                     ssl=self._ssl,
                     max_size=MAX_FRAME_BYTES,
                     compression=None,
@@ -360,17 +369,19 @@ async def connect_agent(
     *,
     ca_file: str | Path | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    unix_path: str | None = None,
 ) -> AsyncIterator[AgentSession]:
     """Connect and authenticate to the router at ``url`` with a router-issued ``token``.
 
     For ``wss://`` pass the run's CA certificate as ``ca_file`` (or a ready ``ssl_context``).
     The block starts once the router accepted the credential; a refused credential raises
     ``NetworkError`` (``authentication-failed``). Wrap in ``anyio.fail_after`` to bound the wait
-    for a router that is not listening yet.
+    for a router that is not listening yet. ``unix_path``: reach the router through this Unix
+    socket (a local sandbox's only way out); ``url`` then only names the host in the handshake.
     """
     if ssl_context is None and ca_file is not None:
         ssl_context = ssl.create_default_context(cafile=str(ca_file))
-    session = AgentSession(url, token, ssl_context if url.startswith("wss:") else None)
+    session = AgentSession(url, token, ssl_context if url.startswith("wss:") else None, unix_path)
     async with owned_task_group() as tasks:
         await tasks.start(session._run)
         try:

@@ -10,13 +10,15 @@ each agent's connection is ``connection``'s.
 from __future__ import annotations
 
 import gc
+import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Server, ServerConnection, serve, unix_serve
 
 from controller.events.network import (
     ConversationOpened,
@@ -123,8 +125,12 @@ class Router:
         receiver_capacity: int = DEFAULT_RECEIVER_CAPACITY,
         heartbeat_interval: float = 10.0,
         heartbeat_timeout: float = 30.0,
+        unix_socket: socket.socket | None = None,
     ) -> AsyncIterator[Router]:
         """Listen on ``host:port`` (0: any free port) until the block ends.
+
+        ``unix_socket``: also accept on this bound Unix socket (local sandboxes reach the router
+        only through it); the router closes it when the block ends.
 
         ``advertised_host`` is the host name clients use in ``router.url`` (default: ``host``,
         or 127.0.0.1 for a wildcard host); with TLS it must be one of the certificate's names.
@@ -144,18 +150,27 @@ class Router:
             async def handler(websocket: ServerConnection) -> None:
                 await serve_connection(router, websocket)
 
+            options: dict[str, Any] = {
+                "max_size": MAX_FRAME_BYTES,
+                "compression": None,
+                "ping_interval": None,
+                "open_timeout": heartbeat_timeout,
+                "close_timeout": 2,
+            }
             try:
                 server = await serve(
                     handler,
                     host,
                     port,
                     ssl=tls.server_context() if tls is not None else None,
-                    max_size=MAX_FRAME_BYTES,
-                    compression=None,
-                    ping_interval=None,
-                    open_timeout=heartbeat_timeout,
-                    close_timeout=2,
+                    **options,
                 )
+                if unix_socket is not None:
+                    try:
+                        local = await unix_serve(handler, sock=unix_socket, **options)
+                    except OSError:
+                        server.close()
+                        raise
             except OSError as exc:
                 await ledger.append(
                     RouterStartFailed(
@@ -188,7 +203,11 @@ class Router:
                 yield router
             finally:
                 with anyio.CancelScope(shield=True):
+                    if unix_socket is not None:
+                        local.close(close_connections=True)
                     await router._stop(server)
+                    if unix_socket is not None:
+                        await local.wait_closed()
 
     async def _stop(self, server: Server) -> None:
         self._stopping = True

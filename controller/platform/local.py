@@ -1,8 +1,13 @@
-"""The local profile: one child process per roster agent, admitted against a local budget.
+"""The local profile: one sandboxed child process per roster agent, admitted against a local budget.
+
+Each agent runs in its own bubblewrap sandbox (``local_sandbox``) inside its own cgroups
+(``local_cgroup``); ``--unsandboxed`` (``SOCIETY_UNSANDBOXED=1``) runs it as a plain child process
+instead, and the ledger records which (``AgentIsolation``).
 
 Layout under ``<artifact_root>/<run_id>/``: ``ledger/<ref>/`` (the kernel's), ``sandboxes/<agent>/``
-(``work/`` is the agent's working directory, ``output.log`` its stdout and stderr; deleted at
-teardown), ``artifacts/<agent>/`` (what harvest copied), ``pids/`` (pid records for the reaper).
+(``work/`` is the agent's working directory, ``output.log`` its stdout and stderr, ``bridge.sock``
+its bridge; deleted at teardown), ``sockets/`` (the router's and model gateway's Unix sockets),
+``artifacts/<agent>/`` (what harvest copied), ``pids/`` (pid records for the reaper).
 """
 
 from __future__ import annotations
@@ -12,24 +17,34 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Mapping
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 import anyio
-from anyio.abc import Process, TaskGroup
+from anyio.abc import TaskGroup
 
+from agent_images import boot
+from agent_images.llm.config import GATEWAY_SOCKET_VARIABLE, GATEWAY_URL_VARIABLE
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.events.run import AgentRequest, Capacity
+from controller.platform.local_capacity import LocalCapacity
 from controller.platform.local_harvest import copy_declared
+from controller.platform.local_isolation import LocalIsolation, LocalSandbox, reap_child
 from controller.platform.local_launch import (
+    MIB,
+    Spawn,
+    agent_python_path,
+    in_cgroups,
     launcher_command,
+    prepare_workdir,
+    resolve_credentials,
     scrubbed_environment,
-    write_files,
-    write_private,
 )
 from controller.platform.local_reap import (
     PIDS_DIR,
@@ -40,6 +55,21 @@ from controller.platform.local_reap import (
     reap_run,
     reap_stale_runs,
     write_record,
+)
+from controller.platform.local_sandbox import (
+    HOME,
+    MODEL_GATEWAY_SOCKET,
+    ROUTER_SOCKET,
+    SANDBOX_UID,
+    Bubblewrap,
+    python_executable,
+    unsandboxed_requested,
+)
+from controller.platform.local_sockets import (
+    SOCKETS_DIR,
+    DirectoryHandle,
+    bind_unix,
+    relay_to_tcp,
 )
 from controller.run.platform import (
     Admission,
@@ -52,9 +82,11 @@ from controller.run.platform import (
     Sandbox,
     SandboxStartError,
 )
+from ledger import Event
 
 __all__ = [
     "LocalCapacity",
+    "LocalIsolation",
     "LocalPlatform",
     "ReapReport",
     "reap_run",
@@ -64,35 +96,38 @@ __all__ = [
 _TERM_GRACE_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class LocalCapacity:
-    """The local budget the complete roster is admitted against."""
-
-    cpu: float
-    memory_mib: int
-    agents: int = 256
-
-    @classmethod
-    def detect(cls) -> LocalCapacity:
-        """This machine's usable cores and memory (80% of it), and 256 agents."""
-        try:
-            cores = float(len(os.sched_getaffinity(0)))
-        except AttributeError:
-            cores = float(os.cpu_count() or 1)
-        return cls(cpu=cores, memory_mib=int(_memory_total_mib() * 0.8))
-
-    def as_event(self) -> Capacity:
-        return Capacity(cpu=self.cpu, memory_mib=self.memory_mib, agents=self.agents)
-
-
 class LocalPlatform(Platform):
-    """Child processes on this machine; see the module docstring for the directory layout."""
+    """Child processes on this machine; see the module docstring for the directory layout.
+
+    ``sandboxed=None`` reads the choice from ``SOCIETY_UNSANDBOXED`` (default: sandboxed).
+    """
 
     profile: ClassVar[str] = "local"
     router_host = "127.0.0.1"
 
-    def __init__(self, capacity: LocalCapacity | None = None) -> None:
+    def __init__(
+        self, capacity: LocalCapacity | None = None, *, sandboxed: bool | None = None
+    ) -> None:
         self.capacity = capacity or LocalCapacity.detect()
+        self.sandboxed = not unsandboxed_requested() if sandboxed is None else sandboxed
+        self._isolation: LocalIsolation | None = None
+
+    @property
+    def isolation(self) -> LocalIsolation:
+        """Checked once; raises ``SandboxUnavailable`` or ``CgroupUnavailable`` (the next step)."""
+        if self._isolation is None:
+            self._isolation = LocalIsolation.detect(sandboxed=self.sandboxed)
+        return self._isolation
+
+    def run_evidence(self) -> Sequence[Event]:
+        return (self.isolation.as_event(),)
+
+    def router_socket(self, run_dir: Path) -> socket.socket | None:
+        if self.isolation.sandbox is None:
+            return None
+        directory = run_dir / SOCKETS_DIR
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return bind_unix(directory, "router.sock", mode=0o666)  # reachable only through a bind
 
     def admit(self, roster: Mapping[str, RuntimeDescriptor]) -> Admission:
         requests = tuple(
@@ -138,7 +173,7 @@ class LocalPlatform(Platform):
         watch_read, watch_write = os.pipe()  # the controller holds the only write end
         try:
             async with anyio.create_task_group() as tasks:
-                session = LocalSession(placement, tasks, watch_read)
+                session = LocalSession(placement, tasks, watch_read, self.isolation)
                 try:
                     yield session
                 finally:
@@ -152,66 +187,90 @@ class LocalPlatform(Platform):
                 await anyio.to_thread.run_sync(reap_run, placement.run_id, placement.run_dir.parent)
 
 
-class LocalSandbox(Sandbox):
-    def __init__(self, name: str, access: SandboxAccess, process: Process, home: Path) -> None:
-        self.name = name
-        self.access = access
-        self.process = process
-        self.home = home
+@dataclass
+class _RunSockets:
+    """The run's socket directory and the gateway relay, made when the first agent needs it."""
 
-    @property
-    def workdir(self) -> Path:
-        return self.home / "work"
-
-    @property
-    def log(self) -> Path:
-        return self.home / "output.log"
+    directory: Path
+    gateway: Path | None = None
+    handles: list[DirectoryHandle] = field(default_factory=list)
 
 
 class LocalSession(PlatformSession):
-    def __init__(self, placement: RunPlacement, tasks: TaskGroup, watch_fd: int) -> None:
+    def __init__(
+        self,
+        placement: RunPlacement,
+        tasks: TaskGroup,
+        watch_fd: int,
+        isolation: LocalIsolation,
+    ) -> None:
         self.placement = placement
         self._tasks = tasks
         self._watch_fd = watch_fd
+        self._isolation = isolation
+        self._sockets = _RunSockets(placement.run_dir / SOCKETS_DIR)
         self._sandboxes: list[LocalSandbox] = []
 
     async def start(self, launch: AgentLaunch) -> Sandbox:
         placement = self.placement
+        isolation = self._isolation
+        bwrap = isolation.sandbox
         home = placement.run_dir / SANDBOXES_DIR / launch.name
         workdir = home / "work"
         descriptor = launch.descriptor
-        credentials = _resolve_credentials(launch)
+        credentials = resolve_credentials(launch)
+        owner = SANDBOX_UID if bwrap is not None and os.geteuid() == 0 else None
         try:
-            await anyio.to_thread.run_sync(_prepare, workdir, descriptor, launch, credentials)
+            await anyio.to_thread.run_sync(
+                prepare_workdir, workdir, descriptor, launch, credentials, owner
+            )
+            cgroup = (
+                isolation.cgroups.create(
+                    placement.run_id,
+                    launch.name,
+                    pids_max=isolation.pids_max,
+                    memory_bytes=descriptor.resources.memory_limit_mib * MIB,
+                )
+                if isolation.cgroups is not None
+                else None
+            )
         except OSError as exc:
             raise SandboxStartError(
-                f"cannot prepare the working directory of {launch.name}: {exc}",
+                f"cannot prepare the working directory or cgroup of {launch.name}: {exc}",
                 reason="workdir-failed",
             ) from exc
-        listener = socket.create_server(("127.0.0.1", 0))
-        port: int = listener.getsockname()[1]
+        procs = cgroup.procs_files if cgroup is not None else ()
+        spawn = (
+            self._sandboxed(bwrap, launch, home, procs)
+            if bwrap is not None
+            else self._unsandboxed(launch, home, procs)
+        )
+        listener = spawn.listener
         log = await anyio.to_thread.run_sync(open, home / "output.log", "ab")
         try:
             env = scrubbed_environment(
                 descriptor,
                 agent=launch.name,
-                workdir=workdir,
+                workdir=spawn.home,
                 router_url=placement.router_url,
-                bridge_port=port,
+                bridge_port=spawn.bridge_port,
                 bridge_fd=listener.fileno(),
                 seed=placement.seed,
                 router_ca_file=placement.router_ca_file,
+                run_id=placement.run_id,
+                python_path=spawn.python_path,
+                python=spawn.python,
+                sockets=spawn.variables,
             )
-            command = launcher_command(placement.run_id, launch.name, self._watch_fd, descriptor)
             process = await anyio.open_process(
-                command,
-                cwd=workdir,
+                spawn.command,
+                cwd=spawn.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                pass_fds=(self._watch_fd, listener.fileno()),
+                pass_fds=spawn.pass_fds,
             )
         except OSError as exc:
             raise SandboxStartError(
@@ -225,21 +284,87 @@ class LocalSession(PlatformSession):
         if record is not None:
             write_record(placement.run_dir / PIDS_DIR, record)
         exited: Observation[ProcessExit] = Observation()
-        access = SandboxAccess(launch.name, "127.0.0.1", port, launch.bridge_token, exited)
-        sandbox = LocalSandbox(launch.name, access, process, home)
+        access = SandboxAccess(
+            launch.name,
+            spawn.bridge_host,
+            spawn.bridge_port,
+            launch.bridge_token,
+            exited,
+            bridge_path=spawn.bridge_path,
+        )
+        sandbox = LocalSandbox(launch.name, access, process, home, cgroup, bwrap is not None)
         self._sandboxes.append(sandbox)
-        self._tasks.start_soon(_reap_child, process, exited)
+        self._tasks.start_soon(reap_child, process, exited, bwrap is not None)
         return sandbox
+
+    def _sandboxed(
+        self, bwrap: Bubblewrap, launch: AgentLaunch, home: Path, procs: Sequence[str]
+    ) -> Spawn:
+        """bwrap around the launcher; the bridge on a Unix socket, the run's sockets bound in."""
+        descriptor = launch.descriptor
+        listener = bind_unix(home, "bridge.sock")
+        handle = DirectoryHandle(home)
+        self._sockets.handles.append(handle)
+        binds = [(self._sockets.directory / "router.sock", ROUTER_SOCKET)]
+        variables = {boot.ROUTER_SOCKET: ROUTER_SOCKET}
+        if GATEWAY_URL_VARIABLE in descriptor.environment:
+            gateway = self._gateway(descriptor.environment[GATEWAY_URL_VARIABLE])
+            binds.append((gateway, MODEL_GATEWAY_SOCKET))
+            variables[GATEWAY_SOCKET_VARIABLE] = MODEL_GATEWAY_SOCKET
+        python = python_executable()
+        inner = launcher_command(
+            self.placement.run_id, launch.name, descriptor, watch_fd=None, python=python
+        )
+        return Spawn(
+            command=in_cgroups(procs, bwrap.command(inner, workdir=home / "work", sockets=binds)),
+            cwd=home,
+            listener=listener,
+            pass_fds=(listener.fileno(),),
+            bridge_path=handle.path("bridge.sock"),
+            home=Path(HOME),
+            python=python,
+            python_path=bwrap.python_path,
+            variables=variables,
+        )
+
+    def _unsandboxed(self, launch: AgentLaunch, home: Path, procs: Sequence[str]) -> Spawn:
+        """The launcher as a plain child process; the bridge on a loopback port."""
+        listener = socket.create_server(("127.0.0.1", 0))
+        inner = launcher_command(
+            self.placement.run_id, launch.name, launch.descriptor, watch_fd=self._watch_fd
+        )
+        return Spawn(
+            command=in_cgroups(procs, inner),
+            cwd=home / "work",
+            listener=listener,
+            pass_fds=(self._watch_fd, listener.fileno()),
+            bridge_host="127.0.0.1",
+            bridge_port=listener.getsockname()[1],
+            home=home / "work",
+            python=sys.executable,
+            python_path=agent_python_path(),
+        )
+
+    def _gateway(self, url: str) -> Path:
+        """The run's model-gateway socket, relayed to the gateway's loopback port."""
+        if self._sockets.gateway is None:
+            parts = urlsplit(url)
+            sock = bind_unix(self._sockets.directory, "model-gateway.sock", mode=0o666)
+            self._tasks.start_soon(
+                relay_to_tcp, sock, parts.hostname or "127.0.0.1", parts.port or 80
+            )
+            self._sockets.gateway = self._sockets.directory / "model-gateway.sock"
+        return self._sockets.gateway
 
     async def stop(self, sandbox: Sandbox, *, grace_s: float) -> ProcessExit:
         assert isinstance(sandbox, LocalSandbox)
         exited = sandbox.access.exit
         with anyio.move_on_after(grace_s):
             return await exited
-        _signal_group(sandbox.process, signal.SIGTERM)
+        sandbox.signal(signal.SIGTERM)
         with anyio.move_on_after(_TERM_GRACE_S):
             return await exited
-        _signal_group(sandbox.process, signal.SIGKILL)
+        sandbox.signal(signal.SIGKILL)
         return await exited
 
     async def harvest(self, sandbox: Sandbox, declared: Harvest) -> list[HarvestedItem]:
@@ -250,74 +375,21 @@ class LocalSession(PlatformSession):
         )
 
     async def teardown(self) -> None:
-        """Kill whatever still runs, wait for it, delete the sandboxes (they hold secrets)."""
+        """Kill whatever still runs (every member of each agent's cgroup), wait for it, delete
+        the cgroups and the sandboxes (they hold secrets)."""
         for sandbox in self._sandboxes:
-            _signal_group(sandbox.process, signal.SIGKILL)
+            sandbox.signal(signal.SIGKILL)
         with anyio.move_on_after(10):
             for sandbox in self._sandboxes:
                 await sandbox.access.exit
-        sandboxes = self.placement.run_dir / SANDBOXES_DIR
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(sandboxes, ignore_errors=True))
-        pids = self.placement.run_dir / PIDS_DIR
+        if self._isolation.cgroups is not None:
+            await anyio.to_thread.run_sync(self._isolation.cgroups.destroy, self.placement.run_id)
+        for handle in self._sockets.handles:
+            handle.close()
+        run_dir = self.placement.run_dir
+        for directory in (run_dir / SANDBOXES_DIR, self._sockets.directory):
+            await anyio.to_thread.run_sync(shutil.rmtree, directory, True)
+        pids = run_dir / PIDS_DIR
         for sandbox in self._sandboxes:
             if sandbox.access.exit.done:
                 (pids / agent_record(sandbox.name)).unlink(missing_ok=True)
-
-
-async def _reap_child(process: Process, exited: Observation[ProcessExit]) -> None:
-    try:
-        returncode = await process.wait()
-        exited.set(ProcessExit.from_returncode(returncode))
-    finally:
-        with anyio.CancelScope(shield=True):
-            await process.aclose()
-
-
-def _prepare(
-    workdir: Path, descriptor: RuntimeDescriptor, launch: AgentLaunch, credentials: dict[str, str]
-) -> None:
-    workdir.mkdir(parents=True, exist_ok=False)
-    write_files(workdir, descriptor.files)
-    write_private(workdir / ".society" / "secrets.json", launch.secrets(credentials).to_json())
-
-
-def _resolve_credentials(launch: AgentLaunch) -> dict[str, str]:
-    values: dict[str, str] = {}
-    missing: list[str] = []
-    for name, ref in launch.descriptor.credentials.items():
-        value = os.environ.get(ref.env) if ref.env else None
-        if value is None:
-            missing.append(f"{name} (env {ref.env})" if ref.env else f"{name} (no env reference)")
-        else:
-            values[name] = value
-    if missing:
-        raise SandboxStartError(
-            f"credentials for {launch.name} are not available to the local profile: "
-            f"{', '.join(missing)}; set them in the controller's environment",
-            reason="credential-missing",
-        )
-    return values
-
-
-def _signal_group(process: Process, signum: int) -> None:
-    """Signal the agent's process group (it leads its own session), unless it was reaped already:
-    a reaped pid may belong to someone else by now."""
-    if process.returncode is not None:
-        return
-    try:
-        os.killpg(process.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(process.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _memory_total_mib() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 4096

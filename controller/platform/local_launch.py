@@ -1,23 +1,29 @@
 """How the local profile starts one agent: the same entrypoint as its container, as a child process.
 
-A small launcher runs first inside the child: it asks the kernel to kill it when the controller
-dies (``PR_SET_PDEATHSIG``), watches a pipe whose only writer is the controller (EOF: the
-controller is gone, exit), applies the resource limits, then runs the entrypoint. Python
-entrypoints run in the launcher's interpreter (no second start-up); anything else is exec'd.
+A shell line first moves the child into the agent's cgroups (``local_cgroup``), then execs the
+sandbox (``local_sandbox``) or, unsandboxed, the launcher. The small launcher asks the kernel to
+kill it when its parent dies (``PR_SET_PDEATHSIG``); unsandboxed it also watches a pipe whose only
+writer is the controller (EOF: the controller is gone, exit). It applies the resource limits, then
+runs the entrypoint. Python entrypoints run in the launcher's interpreter (no second start-up);
+anything else is exec'd.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent_images import boot
 from controller.agents.runtime import Resources, RuntimeDescriptor
+from controller.run.platform import AgentLaunch, SandboxStartError
 
 MIB = 1024 * 1024
+RUN_MARK = "SOCIETY_RUN_ID"
 
 LAUNCHER = """\
 import ctypes, json, os, resource, runpy, signal, sys, threading
@@ -28,7 +34,7 @@ if sys.platform == "linux":
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-if os.getppid() != int(parent):
+if int(parent) and os.getppid() != int(parent):
     os._exit(70)  # the controller died before the launcher armed the death signal
 for name, value in json.loads(limits).items():
     resource.setrlimit(getattr(resource, name), (value, value))
@@ -39,7 +45,8 @@ def _watch(fd=int(watch_fd)):
     except OSError:
         pass
     os.kill(os.getpid(), signal.SIGKILL)  # the controller is gone
-threading.Thread(target=_watch, name="society-watchdog", daemon=True).start()
+if int(watch_fd) >= 0:
+    threading.Thread(target=_watch, name="society-watchdog", daemon=True).start()
 python = command[0] in ("python", "python3")
 if python and len(command) > 2 and command[1] == "-m":
     sys.argv = [command[2], *command[3:]]
@@ -55,6 +62,24 @@ else:
 """
 
 
+@dataclass(frozen=True)
+class Spawn:
+    """How one agent's process is started, and where its bridge is."""
+
+    command: list[str]
+    cwd: Path
+    listener: socket.socket
+    pass_fds: tuple[int, ...]
+    home: Path
+    """Its working directory as the agent sees it."""
+    python: str
+    python_path: tuple[str, ...]
+    bridge_host: str = ""
+    bridge_port: int = 0
+    bridge_path: str | None = None
+    variables: dict[str, str] = field(default_factory=dict)
+
+
 def rlimits(resources: Resources) -> dict[str, int]:
     return {
         "RLIMIT_AS": resources.memory_limit_mib * MIB,
@@ -63,22 +88,38 @@ def rlimits(resources: Resources) -> dict[str, int]:
     }
 
 
+JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 71; shift; done; shift; exec "$@"'
+"""Moves the shell into each named ``cgroup.procs``, then execs the rest of its arguments."""
+
+
 def launcher_command(
-    run_id: str, agent: str, watch_fd: int, descriptor: RuntimeDescriptor
+    run_id: str,
+    agent: str,
+    descriptor: RuntimeDescriptor,
+    *,
+    watch_fd: int | None,
+    python: str = sys.executable,
 ) -> list[str]:
-    """The child's argv; it names the run, which the reaper checks before killing."""
+    """The launcher's argv. ``watch_fd=None``: inside a sandbox (bwrap watches the controller)."""
     return [
-        sys.executable,
+        python,
         "-c",
         LAUNCHER,
         run_id,
         agent,
-        str(os.getpid()),
-        str(watch_fd),
+        str(os.getpid() if watch_fd is not None else 0),
+        str(watch_fd if watch_fd is not None else -1),
         json.dumps(rlimits(descriptor.resources), sort_keys=True),
         "--",
         *descriptor.command,
     ]
+
+
+def in_cgroups(procs_files: Sequence[str], command: Sequence[str]) -> list[str]:
+    """``command``, started only once its process joined every group (nothing escapes them)."""
+    if not procs_files:
+        return list(command)
+    return ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *procs_files, "--", *command]
 
 
 def scrubbed_environment(
@@ -91,10 +132,20 @@ def scrubbed_environment(
     bridge_fd: int,
     seed: int,
     router_ca_file: str | None,
+    run_id: str,
+    python_path: Sequence[str] = (),
+    python: str = sys.executable,
+    sockets: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Only what the descriptor grants, the boot variables, and a minimal PATH/HOME/LANG."""
-    path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
+    """Only what the descriptor grants, the boot variables, and a minimal PATH/HOME/LANG.
+
+    ``SOCIETY_RUN_ID`` marks every process of the run: the reaper kills no process without it.
+    ``sockets`` adds variables naming the Unix sockets a sandbox reaches its services through.
+    """
+    path = os.pathsep.join([str(Path(python).parent), "/usr/local/bin", "/usr/bin", "/bin"])
     env: dict[str, str] = {"PATH": path, "HOME": str(workdir), "LANG": "C.UTF-8"}
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join(python_path)
     env.update(descriptor.environment)
     boot_variables: Mapping[str, str] = {
         boot.AGENT_NAME: agent,
@@ -103,20 +154,26 @@ def scrubbed_environment(
         boot.BRIDGE_FD: str(bridge_fd),
         boot.SECRETS_FILE: boot.DEFAULT_SECRETS_FILE,
         boot.RUN_SEED: str(seed),
+        RUN_MARK: run_id,
     }
     env.update(boot_variables)
+    env.update(sockets or {})
     if router_ca_file:
         env[boot.ROUTER_CA_FILE] = router_ca_file
     return env
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Create ``path`` with mode 0600 (its directory 0700); never overwrite."""
+def write_private(path: Path, data: bytes, *, owner: int | None = None) -> None:
+    """Create ``path`` with mode 0600 (its directory 0700); never overwrite. ``owner``: chown
+    both to that uid and gid (the sandbox's)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, data)
+        if owner is not None:
+            os.fchown(fd, owner, owner)
+            os.chown(path.parent, owner, owner)
     finally:
         os.close(fd)
 
@@ -126,3 +183,48 @@ def write_files(workdir: Path, files: Mapping[str, bytes]) -> None:
         target = workdir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
+
+
+def prepare_workdir(
+    workdir: Path,
+    descriptor: RuntimeDescriptor,
+    launch: AgentLaunch,
+    credentials: dict[str, str],
+    owner: int | None,
+) -> None:
+    workdir.mkdir(parents=True, exist_ok=False)
+    os.chmod(workdir.parent, 0o700)
+    write_files(workdir, descriptor.files)
+    write_private(
+        workdir / ".society" / "secrets.json", launch.secrets(credentials).to_json(), owner=owner
+    )
+    if owner is not None:  # the sandbox's uid owns its working directory, and nothing else
+        for directory, _, names in os.walk(workdir):
+            os.chown(directory, owner, owner)
+            for name in names:
+                os.chown(os.path.join(directory, name), owner, owner, follow_symlinks=False)
+
+
+def resolve_credentials(launch: AgentLaunch) -> dict[str, str]:
+    values: dict[str, str] = {}
+    missing: list[str] = []
+    for name, ref in launch.descriptor.credentials.items():
+        value = os.environ.get(ref.env) if ref.env else None
+        if value is None:
+            missing.append(f"{name} (env {ref.env})" if ref.env else f"{name} (no env reference)")
+        else:
+            values[name] = value
+    if missing:
+        raise SandboxStartError(
+            f"credentials for {launch.name} are not available to the local profile: "
+            f"{', '.join(missing)}; set them in the controller's environment",
+            reason="credential-missing",
+        )
+    return values
+
+
+def agent_python_path() -> tuple[str, ...]:
+    """Where the controller imports the agent packages from, so an agent runs the same code."""
+    import agent_images
+
+    return tuple(dict.fromkeys(str(Path(p).resolve().parent) for p in agent_images.__path__))

@@ -1,9 +1,12 @@
 """Pid records of a local run, and reaping what a dead run left behind.
 
-Each run records its controller and every agent process under ``<artifact_root>/<run_id>/pids/``
-with the process's start time (``/proc/<pid>/stat``, field 22) and the boot id. A process is
-killed only when its pid, start time, boot id and owner still match and its command line names
-the run, so a reused pid is never hit and only our own processes are.
+An agent's processes are found through its cgroups (``local_cgroup``): membership is the
+kernel's, so nothing an agent writes can point the reaper at another process. Where no cgroup
+was available (``--unsandboxed`` without one), the reaper falls back to the pid records under
+``<artifact_root>/<run_id>/pids/`` (pid, start time from ``/proc/<pid>/stat`` field 22, boot id).
+Those records live where an unsandboxed agent could write, so they only nominate: a process is
+killed only when it also carries the run's mark in its own environment (``SOCIETY_RUN_ID``, set
+at launch and inherited by everything the agent starts) and belongs to our uid.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from controller.platform.local_cgroup import layout_or_none
+from controller.platform.local_launch import RUN_MARK
+from controller.platform.local_sockets import SOCKETS_DIR
 from controller.run.runid import RUN_ID_PATTERN
 
 PIDS_DIR = "pids"
@@ -109,18 +115,22 @@ def write_record(directory: Path, record: ProcessRecord) -> None:
 
 
 def reap_run(run_id: str, artifact_root: str | Path) -> ReapReport:
-    """Kill every agent process the run recorded (checked by start time), delete its sandboxes.
+    """Kill every process of the run's agents, remove their cgroups, delete the sandboxes.
 
     Safe to call any number of times, with the run's controller alive or dead.
     """
     run_dir = Path(artifact_root) / run_id
     pids = run_dir / PIDS_DIR
     killed: list[int] = []
+    layout = layout_or_none()
+    if layout is not None:
+        killed.extend(layout.destroy(run_id))
     for path in sorted(pids.glob("*.json")) if pids.is_dir() else []:
         record = ProcessRecord.read(path)
         if record is not None and record.kind == "agent":
             killed.extend(_kill_agent(record, run_id))
     shutil.rmtree(run_dir / SANDBOXES_DIR, ignore_errors=True)  # working dirs hold secrets files
+    shutil.rmtree(run_dir / SOCKETS_DIR, ignore_errors=True)
     shutil.rmtree(pids, ignore_errors=True)
     return ReapReport(run_id, tuple(killed))
 
@@ -146,20 +156,36 @@ def reap_stale_runs(artifact_root: str | Path) -> list[ReapReport]:
 
 
 def _kill_agent(record: ProcessRecord, run_id: str) -> list[int]:
-    """SIGKILL the agent and its process group, after checking it is still the same process."""
+    """SIGKILL the agent and its process group: only processes that are still ours and the run's.
+
+    The record only nominates (an unsandboxed agent can rewrite it); each process must carry the
+    run's mark in its own environment, belong to our uid, and not predate the record.
+    """
     killed: list[int] = []
-    if record.boot_id != boot_id():
+    if record.boot_id != boot_id() or record.uid != os.getuid():
         return killed
-    if record.is_alive() and run_id in process_cmdline(record.pid):
-        _signal(record.pid, signal.SIGKILL)
-        killed.append(record.pid)
     # the agent led its own session; anything it forked kept the group id
-    for pid in _group_members(record.pid):
+    leader = [record.pid] if record.is_alive() else []
+    for pid in [*leader, *_group_members(record.pid)]:
         start = process_start_time(pid)
-        if start is not None and start >= record.start_time and process_uid(pid) == record.uid:
+        if (
+            start is not None
+            and start >= record.start_time
+            and process_uid(pid) == os.getuid()
+            and carries_run_mark(pid, run_id)
+        ):
             _signal(pid, signal.SIGKILL)
             killed.append(pid)
     return killed
+
+
+def carries_run_mark(pid: int, run_id: str) -> bool:
+    """Whether the process was started with ``SOCIETY_RUN_ID=<run_id>`` in its environment."""
+    try:
+        environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{RUN_MARK}={run_id}".encode() in environment
 
 
 def _group_members(pgid: int) -> list[int]:

@@ -196,11 +196,16 @@ class _Kernel:
                 ),
                 producer="kernel",
             )
+            for evidence in self.platform.run_evidence():
+                await self.writer.append(evidence, producer="kernel")
             from controller.network.router import Router
 
             self.progress.phase("starting router")
             tls = self.platform.router_tls(self.writer.run_id)
-            async with Router.serve(self.writer, host=self.platform.router_host, tls=tls) as router:
+            local = self.platform.router_socket(self.run_dir)
+            async with Router.serve(
+                self.writer, host=self.platform.router_host, tls=tls, unix_socket=local
+            ) as router:
                 return await self._admit(router)
         except LedgerError as exc:
             return ClusterCause("ledger-failed", str(exc), exc)

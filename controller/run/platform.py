@@ -6,8 +6,9 @@ platform (one Agent Sandbox per agent, Kueue admission) implements the same seam
 
 from __future__ import annotations
 
+import socket
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from agent_images.boot import Secrets
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import ProcessExit
 from controller.events.run import AgentRequest, Capacity, HarvestOutcome, QueueAdmission
+from ledger import Event
 
 if TYPE_CHECKING:
     from controller.network.tls import RouterTLS
@@ -161,3 +163,11 @@ class Platform(ABC):
     def agent_router_url(self, router_url: str) -> str:
         """The router's URL as sandboxes reach it (clusters rewrite the host)."""
         return router_url
+
+    def router_socket(self, run_dir: Path) -> socket.socket | None:
+        """A bound Unix socket the router also accepts on (local sandboxes' only way to it)."""
+        return None
+
+    def run_evidence(self) -> Sequence[Event]:
+        """Core events the kernel records right after ``RunStarted`` (how agents are isolated)."""
+        return ()

@@ -32,17 +32,20 @@ def tags(ledger: LedgerArtifacts) -> list[str]:
 
 
 def processes_of(run_id: str) -> list[int]:
-    """Live processes whose command line names the run (every agent's launcher does)."""
+    """Live processes whose command line names the run (every agent's launcher does) or whose
+    environment carries its mark (everything an agent starts, in any session, inherits it)."""
     found = []
+    mark = f"SOCIETY_RUN_ID={run_id}".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes()
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            environment = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if run_id.encode() in cmdline and state not in ("Z", "X"):
+        if (run_id.encode() in cmdline or mark in environment) and state not in ("Z", "X"):
             found.append(int(entry.name))
     return found
 

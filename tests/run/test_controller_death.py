@@ -15,6 +15,8 @@ import pytest
 from run_support import processes_of
 
 from controller.platform.local import reap_run, reap_stale_runs
+from controller.platform.local_cgroup import CgroupLayout
+from controller.platform.local_launch import RUN_MARK
 from controller.platform.local_reap import ProcessRecord, agent_record, boot_id, write_record
 from controller.run import new_run_id
 
@@ -92,21 +94,27 @@ def test_agents_do_not_outlive_a_killed_controller_and_the_next_start_reaps_the_
     assert [(r.run_id, r.skipped) for r in reports] == [(run_id, None)]
     assert not (run_dir / "sandboxes").exists() and not (run_dir / "pids").exists()
     assert (run_dir / "ledger" / "main" / "records.ndjson").is_file()  # evidence stays
+    assert all(not d.exists() for d in CgroupLayout.detect().run_directories(run_id))
 
 
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    """A stand-in for an orphaned agent: its command line names a run, like a launcher's."""
+    """A stand-in for an orphaned agent: its command line names a run, like a launcher's, and its
+    environment carries the run's mark, as every process an agent starts does."""
     run_id = new_run_id()
     process = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(120)", run_id], start_new_session=True
+        [sys.executable, "-c", "import time; time.sleep(120)", run_id],
+        start_new_session=True,
+        env={**os.environ, RUN_MARK: run_id},
     )
     process.run_id = run_id  # type: ignore[attr-defined]
     cmdline = Path(f"/proc/{process.pid}/cmdline")
     # Until the child has exec'd, its command line is still the parent's and names no run.
     wait_until(
-        lambda: run_id.encode() in cmdline.read_bytes()
-        and ProcessRecord.of(process.pid, "agent", "probe") is not None,
+        lambda: (
+            run_id.encode() in cmdline.read_bytes()
+            and ProcessRecord.of(process.pid, "agent", "probe") is not None
+        ),
         10,
         "the sleeper",
     )
@@ -157,6 +165,43 @@ def test_a_reused_pid_is_never_killed(tmp_path: Path, sleeper: subprocess.Popen[
     (report,) = reap_stale_runs(tmp_path)
     assert report.killed == ()
     assert sleeper.poll() is None
+
+
+def test_a_forged_record_never_points_the_reaper_at_a_foreign_process_group(
+    tmp_path: Path,
+) -> None:
+    """An unsandboxed agent can rewrite its run's pid records: it names a process group of ours
+    that is not the run's (a shell and its job), with a start time before everything."""
+    victim = subprocess.Popen(
+        ["/bin/sh", "-c", "sleep 120 & wait"], start_new_session=True, env={"PATH": "/usr/bin:/bin"}
+    )
+    try:
+        wait_until(lambda: len(group_of(victim.pid)) == 2, 10, "the victim's job")
+        run_id = new_run_id()
+        forged = ProcessRecord(
+            pid=victim.pid, start_time=0, boot_id=boot_id(), uid=os.getuid(), kind="agent",
+            name="alice",
+        )  # fmt: skip
+        orphan(tmp_path, run_id, forged, controller_alive=False)
+        (report,) = reap_stale_runs(tmp_path)
+        assert report.killed == ()
+        assert victim.poll() is None and len(group_of(victim.pid)) == 2
+    finally:
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+
+
+def group_of(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+                members.append(int(entry.name))
+    return members
 
 
 def test_a_process_that_does_not_name_the_run_is_not_ours_to_kill(

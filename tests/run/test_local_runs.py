@@ -88,8 +88,9 @@ async def test_a_run_succeeds_and_its_ledger_verifies(artifact_root: Path) -> No
     assert outcome.exit.value == "alice heard: say hello | bob heard: say hello"
     ledger = verified(spec, outcome)
     sequence = tags(ledger)
-    assert sequence[:3] == [
+    assert sequence[:4] == [
         "society.run-started/v1",
+        "society.agent-isolation/v1",
         "society.router-started/v1",
         "society.roster-admitted/v1",
     ]

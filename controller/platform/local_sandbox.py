@@ -1,0 +1,213 @@
+"""The local agent sandbox, built with bubblewrap (``bwrap``): one per agent.
+
+What an agent sees and may do:
+
+- files: a fresh root with the system (``/usr``), the Python runtime and the packages an agent
+  program imports, all read-only; its working directory at ``/home/agent``, the only writable
+  place; the run's sockets under ``/run/society``. Not the run directory, other agents, the
+  controller.
+- processes: its own PID namespace (``/proc`` shows only the sandbox) in a new session; bwrap
+  kills all of it when the controller dies (``--die-with-parent``), and the agent's cgroup
+  (``local_cgroup``) holds every process it starts.
+- identity: uid/gid 65532 with no capabilities and ``no_new_privs``; as root, bwrap sets up the
+  namespaces and ``setpriv`` drops to 65532 (a real unprivileged uid); as a user, a user
+  namespace maps 65532 to that user.
+- network: its own network namespace with only loopback. The router and the model gateway are
+  reached through Unix sockets bound into ``/run/society``; its bridge listens on a Unix socket
+  that the controller hands it as a descriptor, the only descriptor it inherits.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controller.run.platform import PlatformError
+
+SANDBOX_UID = 65532
+HOME = "/home/agent"
+SOCKETS = "/run/society"
+ROUTER_SOCKET = f"{SOCKETS}/router.sock"
+MODEL_GATEWAY_SOCKET = f"{SOCKETS}/model-gateway.sock"
+UNSANDBOXED_ENV = "SOCIETY_UNSANDBOXED"
+"""Set to 1 (or pass ``society run --unsandboxed``) to run local agents without a sandbox."""
+
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+_SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/ssl", "/etc/ca-certificates")
+AGENT_PACKAGES = ("agent_images", "controller", "ledger")
+"""What an agent program imports from this project (``controller`` only for its network client)."""
+
+
+class SandboxUnavailable(PlatformError):
+    """The local sandbox cannot be built here; the message names the next step."""
+
+
+def unsandboxed_requested() -> bool:
+    return os.environ.get(UNSANDBOXED_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+@dataclass(frozen=True, slots=True)
+class Bubblewrap:
+    """A working bwrap on this machine, and how it drops privileges."""
+
+    executable: str
+    version: str
+    setpriv: str | None
+    """As root: ``setpriv`` drops to the sandbox uid; as a user, a user namespace maps it."""
+    code_paths: tuple[Path, ...] = field(default=())
+    """Read-only binds: the Python runtime, its site-packages, the agent packages."""
+    python_path: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def probe(cls) -> Bubblewrap:
+        """Find bwrap and check that it can build a sandbox here; raises ``SandboxUnavailable``."""
+        return _probe()
+
+    def command(
+        self,
+        inner: Sequence[str],
+        *,
+        workdir: Path,
+        sockets: Iterable[tuple[Path, str]],
+    ) -> list[str]:
+        """The argv that runs ``inner`` in a fresh sandbox around ``workdir``."""
+        binds: list[tuple[str, str, str]] = []  # (option, source, destination)
+        for path in _SYSTEM + _SYSTEM_FILES:
+            if os.path.islink(path):
+                binds.append(("--symlink", os.readlink(path), path))
+            elif os.path.exists(path):
+                binds.append(("--ro-bind", path, path))
+        for code in self.code_paths:
+            binds.append(("--ro-bind", str(code), str(code)))
+        binds.append(("--bind", str(workdir), HOME))
+        for socket_file, destination in sockets:
+            binds.append(("--ro-bind", str(socket_file), destination))
+        argv = [
+            self.executable,
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "agent",
+        ]
+        if self.setpriv is not None:
+            argv += ["--cap-drop", "ALL"]
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            argv += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+            argv += ["--cap-drop", "ALL"]
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        for directory in _parents_to_create(d for _, _, d in binds):
+            argv += ["--perms", "0755", "--dir", directory]
+        for option, source, destination in binds:
+            argv += [option, source, destination]
+        argv += ["--chdir", HOME, "--"]
+        if self.setpriv is not None:
+            argv += [
+                self.setpriv,
+                f"--reuid={SANDBOX_UID}",
+                f"--regid={SANDBOX_UID}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--no-new-privs",
+                "--",
+            ]
+        return argv + list(inner)
+
+
+def _parents_to_create(destinations: Iterable[str]) -> list[str]:
+    """Ancestors of the mount points that bwrap would otherwise create with mode 0700."""
+    bound = set(destinations)
+    parents: set[str] = set()
+    for destination in bound:
+        parent = os.path.dirname(destination)
+        while parent not in ("/", ""):
+            parents.add(parent)
+            parent = os.path.dirname(parent)
+    covered = [b for b in bound if b not in parents]
+    keep = [
+        p for p in parents if not any(p == c or p.startswith(c.rstrip("/") + "/") for c in covered)
+    ]
+    return sorted(keep, key=lambda p: (p.count("/"), p))
+
+
+def _code_paths() -> tuple[tuple[Path, ...], tuple[str, ...]]:
+    """The Python runtime and the directories holding the agent packages, as real paths."""
+    paths: list[Path] = []
+    for prefix in {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix}:
+        paths.append(Path(prefix).resolve())
+    python_path: list[str] = []
+    for name in AGENT_PACKAGES:
+        module = sys.modules.get(name) or __import__(name)
+        locations = list(getattr(module, "__path__", []))
+        for location in locations:
+            package = Path(location).resolve()
+            paths.append(package)
+            python_path.append(str(package.parent))
+    unique: list[Path] = []
+    for path in sorted(set(paths), key=lambda p: (len(p.parts), str(p))):
+        if not any(path.is_relative_to(u) for u in unique):
+            unique.append(path)
+    return tuple(unique), tuple(dict.fromkeys(python_path))
+
+
+def python_executable() -> str:
+    """The interpreter as the sandbox names it: its directory as a real path (symlinks outside
+    are not bound), its own name kept (a venv's ``bin/python`` makes the venv's site-packages)."""
+    executable = Path(sys.executable)
+    return str(executable.parent.resolve() / executable.name)
+
+
+@functools.cache
+def _probe() -> Bubblewrap:
+    executable = shutil.which("bwrap")
+    if executable is None:
+        raise SandboxUnavailable(
+            "the local sandbox needs bubblewrap (bwrap), which is not installed: install it "
+            "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; or "
+            "scripts/install-sandbox.sh), or opt out with --unsandboxed (the ledger records it)",
+            reason="sandbox-unavailable",
+        )
+    setpriv = None
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise SandboxUnavailable(
+                "running as root, the local sandbox drops to uid 65532 with setpriv "
+                "(util-linux), which is not installed: install util-linux, or opt out with "
+                "--unsandboxed (the ledger records it)",
+                reason="sandbox-unavailable",
+            )
+    code_paths, python_path = _code_paths()
+    bwrap = Bubblewrap(executable, _version(executable), setpriv, code_paths, python_path)
+    probe = bwrap.command([python_executable(), "-c", "pass"], workdir=Path("/"), sockets=())
+    probe[probe.index(HOME) - 2] = "--ro-bind"  # the probe writes nothing
+    result = subprocess.run(probe, capture_output=True, timeout=30, check=False)
+    if result.returncode != 0:
+        detail = result.stderr.decode(errors="replace").strip().splitlines()
+        raise SandboxUnavailable(
+            f"bubblewrap cannot build a sandbox here ({detail[-1] if detail else result.returncode}"
+            "): enable unprivileged user namespaces (sysctl user.max_user_namespaces=15000 and, "
+            "on Debian/Ubuntu, kernel.unprivileged_userns_clone=1 or the AppArmor userns "
+            "setting), run as root, or opt out with --unsandboxed (the ledger records it)",
+            reason="sandbox-unavailable",
+        )
+    return bwrap
+
+
+def _version(executable: str) -> str:
+    try:
+        out = subprocess.run([executable, "--version"], capture_output=True, timeout=10)
+        return out.stdout.decode(errors="replace").strip() or "bubblewrap"
+    except (OSError, subprocess.SubprocessError):
+        return "bubblewrap"
