@@ -97,8 +97,9 @@ def shape(
         allowed = min(allowed, room)
         reservation = Reservation(body_bytes, allowed)
         budget.reserved += reservation.tokens
-    shaped = dict(request)
-    present = [name for name in COMPLETION_FIELDS if shaped.get(name) is not None]
+    bounded = ("n", *COMPLETION_FIELDS)  # a null one would mean "the provider's default"
+    shaped = {k: v for k, v in request.items() if not (k in bounded and v is None)}
+    present = [name for name in COMPLETION_FIELDS if name in shaped]
     if budget is not None and not present:
         present = ["max_tokens"]
     for name in present:

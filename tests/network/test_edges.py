@@ -6,20 +6,26 @@ Each test plays the attacker on loopback and checks that the run goes on for eve
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import aclosing
+from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 import pytest
-from network_support import events, poll_until
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from network_support import events, make_ledger, poll_until
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from controller.events.network import RouterMessageCommitted
 from controller.network import AgentSession, Delivery, NetworkError, connect_agent
 from controller.network.connection import EdgeLimits
-from controller.network.errors import CLOSE_CODES
+from controller.network.errors import CLOSE_CODES, ERROR_CODES
 from controller.network.protocol import MAX_PART_BYTES, MAX_PARTS
-from controller.network.router import Router
+from controller.network.router import Router, RouterCredential
 from ledger import LedgerWriter
 
 pytestmark = pytest.mark.anyio
@@ -144,3 +150,104 @@ async def test_a_silent_peer_is_closed_at_the_authentication_deadline(
             assert await close_code_of(raw) == CLOSE_CODES["heartbeat-timeout"]
             assert anyio.current_time() - started < 10  # the 30 s heartbeat does not apply
         await poll_until(lambda: router.edge.unauthenticated == 0)
+
+
+@dataclass
+class LiveRouter:
+    portal: BlockingPortal
+    router: Router
+    fuzzer: RouterCredential
+    victim: AgentSession
+    peer: AgentSession
+    conversation_id: str
+
+
+@pytest.fixture(scope="module")
+def live_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRouter]:
+    """One router with tight edge limits for every example; it must stay up for its agents."""
+    directory: Path = tmp_path_factory.mktemp("edge-fuzz") / "ledger"
+    with (
+        start_blocking_portal("asyncio") as portal,
+        portal.wrap_async_context_manager(make_ledger(directory)) as ledger,
+        portal.wrap_async_context_manager(Router.serve(ledger, edge_limits=LIMITS)) as router,
+    ):
+        fuzzer, victim, peer = (router.register(n) for n in ("fuzzer", "victim", "peer"))
+        portal.call(router.dispatch)
+        with (
+            portal.wrap_async_context_manager(connect_agent(router.url, victim.token)) as v,
+            portal.wrap_async_context_manager(connect_agent(router.url, peer.token)) as p,
+        ):
+            conversation = portal.call(v.open, "peer")
+            yield LiveRouter(portal, router, fuzzer, v, p, conversation.conversation_id)
+
+
+def _authenticate(token: str, padding: str = "") -> str:
+    frame = {"type": "authenticate", "versions": [1], "token": token}
+    return json.dumps(frame) + padding
+
+
+first_frames = st.one_of(
+    st.integers(0, 3 * LIMITS.first_frame_bytes).map(lambda n: "x" * n),
+    st.integers(1, 3 * LIMITS.first_frame_bytes).map(lambda n: "[" * n + "]" * n),
+    st.integers(1, 200_000).map(lambda n: '{"type":' * n),
+    st.integers(0, 3 * LIMITS.first_frame_bytes).map(lambda n: _authenticate("t", " " * n)),
+    st.integers(0, 3 * LIMITS.first_frame_bytes).map(lambda n: _authenticate("t" * n)),
+    st.binary(max_size=2 * LIMITS.first_frame_bytes),
+)
+# Bigger than any first frame may be, far below the authenticated limit: a typed error each.
+authenticated_frames = st.integers(LIMITS.first_frame_bytes, 256 * 1024).map(
+    lambda n: json.dumps({"type": "send", "requestId": "r", "pad": "p" * n})
+)
+EDGE_CLOSES = {*CLOSE_CODES.values(), 1007, 1009, 1013}
+
+
+async def _first_frame_outcome(url: str, frame: str | bytes) -> str:
+    async with connect(url, max_size=None) as websocket:
+        await websocket.send(frame)
+        try:
+            with anyio.fail_after(10):
+                while True:
+                    answer = json.loads(await websocket.recv())
+                    assert answer["type"] == "error" and answer["code"] in ERROR_CODES, answer
+        except ConnectionClosed as closed:
+            assert closed.rcvd is not None and closed.rcvd.code in EDGE_CLOSES, closed
+            return f"closed {closed.rcvd.code}"
+
+
+async def _authenticated_outcomes(url: str, token: str, frames: list[str]) -> list[str]:
+    outcomes = []
+    async with connect(url, max_size=None) as websocket:
+        await websocket.send(_authenticate(token))
+        assert json.loads(await websocket.recv())["type"] == "authenticated"
+        for frame in frames:
+            await websocket.send(frame)
+            with anyio.fail_after(10):
+                answer = json.loads(await websocket.recv())
+            outcomes.append(f"{answer['type']} {answer.get('code')}")
+    return outcomes
+
+
+async def _victim_still_talks(live: LiveRouter) -> None:
+    with anyio.fail_after(10):
+        ack = await live.victim.send(live.conversation_id, "still here")
+        assert (await next_delivery(live.peer)).message_id == ack.message_id
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(first=first_frames, later=st.lists(authenticated_frames, max_size=3))
+def test_hostile_first_frames_are_closed_typed_and_authenticated_frames_keep_their_limit(
+    live_router: LiveRouter, first: str | bytes, later: list[str]
+) -> None:
+    live = live_router
+    outcome = live.portal.call(_first_frame_outcome, live.router.url, first)
+    event(outcome)
+    if len(first) > LIMITS.first_frame_bytes:
+        assert outcome == "closed 1009"  # refused on its header, never buffered
+    outcomes = live.portal.call(_authenticated_outcomes, live.router.url, live.fuzzer.token, later)
+    assert outcomes == ["error malformed-frame"] * len(later)
+    live.portal.call(_victim_still_talks, live)
+    assert live.router.edge.unauthenticated <= LIMITS.max_unauthenticated
