@@ -20,10 +20,11 @@ from network_support import events, make_ledger, poll_until
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from controller.events.network import RouterMessageCommitted
+from controller.events.network import LinkMessageDropped, RouterMessageCommitted
 from controller.network import AgentSession, Delivery, NetworkError, connect_agent
 from controller.network.connection import EdgeLimits
 from controller.network.errors import CLOSE_CODES, ERROR_CODES
+from controller.network.links import POLICY_ERROR_REASON, Drop
 from controller.network.protocol import MAX_PART_BYTES, MAX_PARTS
 from controller.network.router import Router, RouterCredential
 from ledger import LedgerWriter
@@ -251,3 +252,21 @@ def test_hostile_first_frames_are_closed_typed_and_authenticated_frames_keep_the
     assert outcomes == ["error malformed-frame"] * len(later)
     live.portal.call(_victim_still_talks, live)
     assert live.router.edge.unauthenticated <= LIMITS.max_unauthenticated
+
+
+async def test_a_link_policy_whose_drop_reason_the_ledger_cannot_encode_does_not_stop_the_router(
+    router: Router, ledger: LedgerWriter
+) -> None:
+    bob = router.register("bob")
+    await router.dispatch()
+    async with (
+        connect_agent(router.url, bob.token) as session,
+        router.network.endpoint("host") as host,
+    ):
+        chat = await host.open("bob")
+        async with router.links.shape(host, "bob", lambda _d: Drop("bad \ud800"), "hostile"):
+            await chat.send("dropped")  # the policy raised: dropped as a policy error
+        ack = await chat.send("after the policy")
+        assert (await next_delivery(session)).message_id == ack.message_id
+    [dropped] = await events(ledger, LinkMessageDropped)
+    assert dropped.reason == POLICY_ERROR_REASON
