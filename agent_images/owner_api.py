@@ -159,9 +159,11 @@ class OwnerGateway:
             return {**reply, "ok": True, "result": self._handlers.state()}
         if op == "instruct":
             text, peers = request.get("text"), request.get("peers") or []
-            if not isinstance(text, str) or not text.strip():
+            if not isinstance(text, str) or not text.strip() or not _unicode(text):
                 return _error(reply, "instruct needs a non-empty string 'text'", "bad-field")
-            if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
+            if not isinstance(peers, list) or not all(
+                isinstance(p, str) and _unicode(p) for p in peers
+            ):
                 return _error(reply, "'peers' is a list of participant names", "bad-field")
             await self._handlers.instruct(text, tuple(peers))
             return {**reply, "ok": True, "result": {"accepted": True}}
@@ -174,6 +176,15 @@ class OwnerGateway:
             return {**reply, "ok": True, "result": {"watching": True}}
         shown = op if isinstance(op, str) else type(op).__name__
         return _error(reply, f"unknown op {shown[:64]!r}", "unknown-op")
+
+
+def _unicode(text: str) -> bool:
+    """Whether ``text`` can travel on (UTF-8 only: no lone surrogates, which JSON escapes allow)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _error(reply: dict[str, Any], message: str, reason: str) -> dict[str, Any]:

@@ -98,6 +98,7 @@ HOSTILE_REQUESTS = [
     b'{"id":[[]],"op":"state"}\n',
     b'{"id":1,"op":{"a":1}}\n',
     b'{"id":2,"op":"instruct","text":["x"],"peers":{"a":1}}\n',
+    b'{"id":4,"op":"instruct","text":"lone \\ud800 surrogate"}\n',
     STOP_WITH_ODD_REASON := b'{"id":3,"op":"stop","reason":{"why":[1]}}\n',
     b"\xff\n",
 ]
