@@ -22,7 +22,6 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 import anyio
@@ -38,8 +37,9 @@ HELLO_TIMEOUT_S = 10.0
 
 _log = logging.getLogger("agent_images.owner_api")
 # A string, possibly unterminated; possessive, so each byte is looked at once (no backtracking).
-_STRING = re.compile(rb'"(?:[^"\\]|\\.?)*+"?', re.DOTALL)
-_BRACKETS = bytes(b for b in range(256) if b not in b"[{]}")
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.?)*+"?', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[{]}")
+_PARENS = bytes.maketrans(b"[{]}", b"(())")
 
 
 class MalformedLine(ValueError):
@@ -52,8 +52,10 @@ class MalformedLine(ValueError):
 
 def decode_line(line: bytes, *, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
     """One JSON object from ``line``, refused before parsing when it nests deeper than allowed."""
-    if _depth(line) > max_depth:
-        raise MalformedLine(f"a line nests at most {max_depth} arrays or objects deep")
+    if not _nests_within(line, max_depth):
+        raise MalformedLine(
+            f"a line nests at most {max_depth} arrays or objects deep, with balanced brackets"
+        )
     try:
         value = json.loads(line)
     except (ValueError, RecursionError) as exc:  # RecursionError: not reachable past _depth
@@ -72,10 +74,18 @@ async def receive_line(reader: BufferedByteReceiveStream, max_bytes: int) -> byt
     return line
 
 
-def _depth(line: bytes) -> int:
-    """The deepest nesting of ``[``/``{`` outside strings: linear, no recursion."""
-    brackets = _STRING.sub(b"", line).translate(None, _BRACKETS)
-    return max(accumulate((1 if b in b"[{" else -1 for b in brackets), initial=0))
+def _nests_within(line: bytes, max_depth: int) -> bool:
+    """Whether the brackets outside strings nest at most ``max_depth`` deep (or do not balance,
+    which the parser then refuses). Each pass removes the innermost pairs: C-speed, no recursion.
+    """
+    if line.count(b"[") + line.count(b"{") <= max_depth:
+        return True
+    brackets = _STRING.sub(b"", line).translate(_PARENS, _NOT_BRACKETS)
+    for _ in range(max_depth):
+        if not brackets:
+            return True
+        brackets = brackets.replace(b"()", b"")
+    return not brackets
 
 
 @dataclass(frozen=True, slots=True)

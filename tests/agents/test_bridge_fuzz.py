@@ -16,7 +16,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from agent_images.owner_api import OwnerGateway, OwnerHandlers
+from agent_images.owner_api import MalformedLine, OwnerGateway, OwnerHandlers, decode_line
 from controller.agents import Observation, RuntimeDescriptorError
 from controller.agents.bridge import BridgeGateway, attach_bridge
 from controller.agents.runtime import SandboxAccess
@@ -142,3 +142,20 @@ def test_a_hostile_program_gets_a_typed_refusal_from_the_controllers_bridge(
     outcome = live_agent.portal.call(_attach_to, [*welcome, *answers])
     event(outcome)
     assert outcome in {"attached", "bridge-malformed", "bridge-failed", "bridge-refused"}
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=4))
+def test_the_nesting_bound_is_exact_and_checked_before_parsing(value: dict[str, Any]) -> None:
+    line = json.dumps(value).encode()
+    depth = _depth(value)
+    assert decode_line(line, max_depth=depth) == value
+    with pytest.raises(MalformedLine):
+        decode_line(line, max_depth=depth - 1)
