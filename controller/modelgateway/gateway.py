@@ -241,9 +241,13 @@ class ModelGateway:
             tally.refused_calls += 1
             return error_response(403, ended, "model_use_ended")
         try:
-            request = json.loads(body)
+            request = json.loads(body, parse_constant=_not_json)
+            # what was read must be forwardable: escapes can spell a lone surrogate, not UTF-8
+            json.dumps(request, ensure_ascii=False).encode("utf-8")
         except (ValueError, RecursionError):  # RecursionError: nested deeper than json parses
-            return error_response(400, "the request body is not JSON", "invalid_json")
+            return error_response(
+                400, "the request body is not JSON text that UTF-8 can carry", "invalid_json"
+            )
         if not isinstance(request, dict):
             return error_response(400, "the request body must be a JSON object", "invalid_json")
         if request.get("stream"):
@@ -376,6 +380,10 @@ class ModelGateway:
             failure.detail,
         )
         return error_response(status_for(failure), message, failure.error_class)
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")  # Python's json takes NaN and Infinity
 
 
 def _digest(token: str) -> bytes:

@@ -49,11 +49,17 @@ class EdgeLimits:
     max_unauthenticated: int = 256
     """Connections waiting for their ``authenticate`` frame at once; more are closed (1013)."""
     authenticate_within_s: float = 10.0
-    """From TCP accept to the opening handshake, and again from it to ``authenticate``."""
+    """From TCP accept to the opening handshake, and again from it to ``authenticate`` (or the
+    heartbeat timeout, when that is shorter)."""
     first_frame_bytes: int = MAX_FIRST_FRAME_BYTES
 
 
 DEFAULT_EDGE_LIMITS = EdgeLimits()
+
+
+def authentication_deadline(limits: EdgeLimits, heartbeat_timeout: float) -> float:
+    """Seconds a peer has for each opening step: the edge limit, or a shorter heartbeat timeout."""
+    return min(limits.authenticate_within_s, heartbeat_timeout)
 
 
 class EdgeGuard:
@@ -105,7 +111,9 @@ def _lift_frame_limit(websocket: ServerConnection, size: int) -> None:
 
 async def _handshake(router: Router, websocket: ServerConnection) -> Registration | None:
     try:
-        with anyio.fail_after(router.edge.limits.authenticate_within_s):
+        with anyio.fail_after(
+            authentication_deadline(router.edge.limits, router.heartbeat_timeout)
+        ):
             raw = await websocket.recv()
     except TimeoutError:
         await _refuse(websocket, "heartbeat-timeout", "no authenticate frame in time")

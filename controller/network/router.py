@@ -28,7 +28,12 @@ from controller.events.network import (
     RouterStopped,
 )
 from controller.network._tasks import owned_task_group
-from controller.network.connection import DEFAULT_EDGE_LIMITS, EdgeGuard, EdgeLimits
+from controller.network.connection import (
+    DEFAULT_EDGE_LIMITS,
+    EdgeGuard,
+    EdgeLimits,
+    authentication_deadline,
+)
 from controller.network.errors import NetworkError
 from controller.network.fabric import DEFAULT_RECEIVER_CAPACITY, Fabric, Message
 from controller.network.idempotency import Once, OnceKey, SettledSend, claim
@@ -160,7 +165,7 @@ class Router:
                     max_size=edge_limits.first_frame_bytes,  # lifted once authenticated
                     compression=None,
                     ping_interval=None,
-                    open_timeout=edge_limits.authenticate_within_s,
+                    open_timeout=authentication_deadline(edge_limits, heartbeat_timeout),
                     close_timeout=2,
                 )
             except OSError as exc:

@@ -93,6 +93,14 @@ bodies = st.one_of(
     mutated_chats(),
     json_values.map(lambda v: json.dumps(v).encode()),
     st.binary(max_size=200),
+    st.sampled_from(
+        [
+            b'{"messages":[],"x":NaN}',
+            b'{"max_tokens":Infinity}',
+            b"-Infinity",
+            b'{"messages":[{"role":"user","content":"lone \\ud800"}]}',
+        ]
+    ),
     st.integers(1, 50_000).map(lambda depth: b"[" * depth + b"]" * depth),
     st.integers(1, 50_000).map(lambda depth: b'{"messages":' * depth),
 )
