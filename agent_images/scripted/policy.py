@@ -27,6 +27,14 @@ OWNER = "owner"
 """The sender name under which gateway instructions reach the rules."""
 
 PROPOSE, ACCEPT, REJECT = "PROPOSE", "ACCEPT", "REJECT"
+ADDRESSED_PROPOSAL = r"(?m)^(?>[^\n]*?@{me}\b)[^\n]*?\bpropos"
+"""``@{me}``, then later on the same line a word starting 'propos' (as ``@{me}\b.*\bpropos``).
+
+Linear in the text: each line is tried once from its start, the first ``@{me}`` is taken for
+good (an atomic group: a later one could only see less of the line), and the rest of the line
+is scanned once. The plain form retried ``.*`` from every ``@{me}``: one 32 KiB part of them
+took 1.9 s.
+"""
 _VERB = re.compile(r"^(PROPOSE|ACCEPT|REJECT) (.+)$", re.DOTALL)
 
 
@@ -124,7 +132,7 @@ class ScriptedPolicy(_Data):
             rules=(
                 Rule(match=rf"^(?:{ACCEPT}|{REJECT}) ", action="ignore"),
                 Rule(match=rf"^{PROPOSE} ", action="consider"),
-                Rule(match=r"@{me}\b.*\bpropos", action="propose"),
+                Rule(match=ADDRESSED_PROPOSAL, action="propose"),
             ),
             offers=offers,
             accepts=accepts,

@@ -18,6 +18,7 @@ import anyio.lowlevel
 from anyio.abc import SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from agent_images.owner_api import MalformedLine, decode_line, receive_line
 from controller.agents.runtime import Attachment, RuntimeDescriptorError, SandboxAccess
 from controller.agents.termination import (
     Completed,
@@ -84,16 +85,18 @@ class BridgeGateway:
         return reply.get("result")
 
     async def _read(self) -> None:
+        """Read answers and the final report; a malformed frame closes this gateway, no more."""
         try:
             while True:
-                frame = json.loads(await self._reader.receive_until(b"\n", MAX_LINE))
+                frame = decode_line(await receive_line(self._reader, MAX_LINE))
+                request_id = frame.get("id")
                 if frame.get("event") == "terminating":
                     self.report = frame
-                elif (waiting := self._waiting.get(frame.get("id"))) is not None:
+                elif type(request_id) is int and (waiting := self._waiting.get(request_id)):
                     waiting.set(frame)
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError):
             pass
-        except (anyio.ClosedResourceError, anyio.DelimiterNotFound, ValueError):
+        except (anyio.ClosedResourceError, anyio.DelimiterNotFound, MalformedLine):
             pass
         finally:
             self.closed.set()
@@ -114,19 +117,31 @@ async def attach_bridge(
     ``on_ready`` gets the program's first state; ``on_report`` its final report, if it sent one.
     """
     stream, reader = await _connect(access, timeout_s, runtime)
+    failure: GatewayError | None = None
     async with stream, anyio.create_task_group() as tasks:
         gateway = gateway_class(access.agent, stream, reader)
         tasks.start_soon(gateway._read)
-        await gateway._call("watch")
-        state = await gateway.state()  # answers only once the program is fully up
-        if on_ready is not None:
-            await on_ready(state)
-        termination: Observation[Termination] = Observation()
-        tasks.start_soon(_observe, access.exit, gateway, termination, on_report)
         try:
-            yield Attachment(gateway=gateway, termination=termination)
-        finally:
+            await gateway._call("watch")
+            state = await gateway.state()  # answers only once the program is fully up
+        except GatewayError as exc:
+            failure = exc
             tasks.cancel_scope.cancel()
+        else:
+            if on_ready is not None:
+                await on_ready(state)
+            termination: Observation[Termination] = Observation()
+            tasks.start_soon(_observe, access.exit, gateway, termination, on_report)
+            try:
+                yield Attachment(gateway=gateway, termination=termination)
+            finally:
+                tasks.cancel_scope.cancel()
+    if failure is not None:  # raised here, outside the task group, as one typed error
+        raise RuntimeDescriptorError(
+            f"the {runtime} gateway of {access.agent} failed before it was ready ({failure}); "
+            f"its output.log may say why",
+            reason="bridge-failed",
+        )
 
 
 def termination_of(report: Mapping[str, Any], ended: ProcessExit) -> Termination:
@@ -174,12 +189,19 @@ async def _connect(
             reader = BufferedByteReceiveStream(stream)
             try:
                 await stream.send(_line({"op": "hello", "token": access.bridge_token}))
-                hello = json.loads(await reader.receive_until(b"\n", MAX_LINE))
-            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError, ValueError):
+                hello = decode_line(await receive_line(reader, MAX_LINE))
+            except (MalformedLine, anyio.DelimiterNotFound) as exc:
+                await stream.aclose()
+                raise RuntimeDescriptorError(
+                    f"the {runtime} gateway of {access.agent} answered the hello with a "
+                    f"malformed line ({exc or 'too long'}); its output.log may say why",
+                    reason="bridge-malformed",
+                ) from None
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                 await stream.aclose()
                 await anyio.sleep(delay)
                 continue
-            if not hello.get("ok"):
+            if hello.get("ok") is not True:
                 await stream.aclose()
                 raise RuntimeDescriptorError(
                     f"the {runtime} gateway of {access.agent} refused the bridge token",

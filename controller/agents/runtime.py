@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -21,7 +22,9 @@ from ledger.events import Event, EventCatalog
 
 G = TypeVar("G")
 
-_RELATIVE = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.(?:/|$))[^\x00]+$")
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Control, format (bidi), surrogate and line/paragraph separator characters."""
+MAX_PATH_CHARS = 1024
 _DIGEST_PINNED = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
@@ -187,9 +190,28 @@ def _hashable(value: object) -> bool:
     return True
 
 
-def _check_relative(path: str, what: str) -> None:
-    if not _RELATIVE.match(path):
+def _check_relative(path: object, what: str) -> None:
+    """A path relative to the working directory: no way out, nothing a terminal or a line
+    reader would misread (checked segment by segment, not with a pattern)."""
+    problem = _path_problem(path)
+    if problem is not None:
         raise RuntimeDescriptorError(
-            f"{what} {path!r} must be relative to the working directory and stay inside it",
+            f"{what} {path!r} {problem}; name a file inside the working directory, e.g. "
+            f"'notes/result.md'",
             reason="bad-path",
         )
+
+
+def _path_problem(path: object) -> str | None:
+    if not isinstance(path, str) or not path:
+        return "is not a non-empty string"
+    if len(path) > MAX_PATH_CHARS:
+        return f"is longer than {MAX_PATH_CHARS} characters"
+    bad = next((c for c in path if unicodedata.category(c) in _UNPRINTABLE), None)
+    if bad is not None:
+        return f"holds the control or format character U+{ord(bad):04X}"
+    if path.startswith("/"):
+        return "is absolute"
+    if any(segment in ("", ".", "..") for segment in path.split("/")):
+        return "has an empty, '.' or '..' segment"
+    return None

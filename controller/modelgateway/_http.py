@@ -19,8 +19,19 @@ from anyio.abc import SocketStream
 
 _log = logging.getLogger("controller.modelgateway.http")
 
-MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_BODY_BYTES = 4 * 1024 * 1024
+REQUEST_TIMEOUT_S = 30.0
+"""How long one request (head and body) may take to arrive, idle keep-alive wait included."""
 _RECEIVE_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HttpHead:
+    """A request line and headers, before any of the body is read."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]  # lower-case names
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +57,8 @@ class HttpResponse:
 
 
 HttpHandler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+HttpAdmission = Callable[[HttpHead], HttpResponse | None]
+"""Looks at a request's head; a response refuses it before its body is read (then closes)."""
 
 
 class _BadRequest(Exception):
@@ -54,15 +67,33 @@ class _BadRequest(Exception):
         self.status = status
 
 
-async def serve_connection(stream: SocketStream, handler: HttpHandler) -> None:
-    """Answer requests on one connection until the peer closes it or the protocol says close."""
+async def serve_connection(
+    stream: SocketStream,
+    handler: HttpHandler,
+    *,
+    admit: HttpAdmission | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> None:
+    """Answer requests on one connection until the peer closes it or the protocol says close.
+
+    ``admit`` sees each request's head first; a body is read only for an admitted request, up to
+    ``MAX_BODY_BYTES``, and the whole request must arrive within ``timeout_s``.
+    """
     connection = h11.Connection(h11.SERVER)
     async with stream:
         while True:
             try:
-                request = await _read_request(connection, stream)
+                with anyio.fail_after(timeout_s):
+                    request = await _read_request(connection, stream, admit)
+            except _Refused as refused:
+                await _try_send(connection, stream, refused.response)
+                return
             except _BadRequest as exc:
                 await _try_send_error(connection, stream, exc.status, str(exc))
+                return
+            except TimeoutError:
+                if connection.their_state is h11.SEND_BODY:  # a started request, never finished
+                    await _try_send_error(connection, stream, 408, "the request took too long")
                 return
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return
@@ -82,8 +113,16 @@ async def serve_connection(stream: SocketStream, handler: HttpHandler) -> None:
             connection.start_next_cycle()
 
 
-async def _read_request(connection: h11.Connection, stream: SocketStream) -> HttpRequest | None:
-    start: h11.Request | None = None
+class _Refused(Exception):
+    def __init__(self, response: HttpResponse) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+async def _read_request(
+    connection: h11.Connection, stream: SocketStream, admit: HttpAdmission | None
+) -> HttpRequest | None:
+    head: HttpHead | None = None
     body = bytearray()
     while True:
         try:
@@ -91,7 +130,7 @@ async def _read_request(connection: h11.Connection, stream: SocketStream) -> Htt
         except h11.RemoteProtocolError as exc:
             raise _BadRequest(exc.error_status_hint, f"malformed HTTP request: {exc}") from None
         if event is h11.NEED_DATA:
-            if connection.they_are_waiting_for_100_continue:
+            if connection.they_are_waiting_for_100_continue and head is not None:
                 await stream.send(
                     _serialize(connection, h11.InformationalResponse(status_code=100, headers=[]))
                 )
@@ -101,18 +140,24 @@ async def _read_request(connection: h11.Connection, stream: SocketStream) -> Htt
                 data = b""
             connection.receive_data(data)
         elif isinstance(event, h11.Request):
-            start = event
+            head = HttpHead(
+                event.method.decode(),
+                event.target.decode("latin-1").split("?", 1)[0],
+                {name.decode().lower(): value.decode("latin-1") for name, value in event.headers},
+            )
+            refusal = admit(head) if admit is not None else None
+            if refusal is not None:
+                raise _Refused(refusal)
+            declared = head.headers.get("content-length", "0")
+            if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+                raise _BadRequest(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
         elif isinstance(event, h11.Data):
             body += event.data
             if len(body) > MAX_BODY_BYTES:
                 raise _BadRequest(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
         elif isinstance(event, h11.EndOfMessage):
-            assert start is not None
-            headers = {
-                name.decode().lower(): value.decode("latin-1") for name, value in start.headers
-            }
-            path = start.target.decode("latin-1").split("?", 1)[0]
-            return HttpRequest(start.method.decode(), path, headers, bytes(body))
+            assert head is not None
+            return HttpRequest(head.method, head.path, head.headers, bytes(body))
         else:  # ConnectionClosed or PAUSED at the end of a cycle
             return None
 
@@ -138,8 +183,14 @@ async def _send_response(
 async def _try_send_error(
     connection: h11.Connection, stream: SocketStream, status: int, message: str
 ) -> None:
+    await _try_send(connection, stream, _error_response(status, message))
+
+
+async def _try_send(
+    connection: h11.Connection, stream: SocketStream, response: HttpResponse
+) -> None:
     try:
-        await _send_response(connection, stream, _error_response(status, message))
+        await _send_response(connection, stream, response)
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.ProtocolError):
         pass
 

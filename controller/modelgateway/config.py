@@ -28,6 +28,8 @@ class ProviderConfig:
     max_attempts: int = 4
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 8.0
+    max_completion_tokens: int = 4096
+    """The most ``max_tokens`` an agent's call is forwarded with (a larger one is lowered)."""
 
 
 NAMED_PROVIDERS: dict[str, ProviderConfig] = {

@@ -58,8 +58,12 @@ class AgentModelCallFailed(Event):
 
 
 class AgentModelBudgetReached(Event):
-    """A call brought an agent's measured tokens (prompt + completion) to its budget; the
-    gateway refuses its later calls for the rest of the run."""
+    """An agent's token budget cannot cover another call: the first call whose worst case no
+    longer fits is refused, and so is every later one, for the rest of the run.
+
+    ``used_tokens`` is what the agent's calls were charged: each call's measured prompt +
+    completion tokens, or its reserved worst case where the provider reported none; it never
+    exceeds ``budget_tokens`` unless a provider reported more than a call's worst case."""
 
     tag: ClassVar[str] = "society.agent-model-budget-reached/v1"
 

@@ -22,14 +22,26 @@ from typing import Any, Protocol, Self
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
-from controller.modelgateway._http import HttpRequest, HttpResponse, serve_connection
+from controller.modelgateway._http import (
+    REQUEST_TIMEOUT_S,
+    HttpHead,
+    HttpRequest,
+    HttpResponse,
+    serve_connection,
+)
+from controller.modelgateway.answers import (
+    ended_message,
+    error_response,
+    status_for,
+    unauthorized,
+)
+from controller.modelgateway.budget import RequestRefused, TokenBudget, shape
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import (
     ENDS_MODEL_USE,
     AgentModelBudgetReached,
     AgentModelCallFailed,
     AgentModelUsage,
-    ErrorClass,
 )
 from controller.modelgateway.pricing import PRICES, ModelPrice, cost_usd
 from controller.modelgateway.provider import ApiKey, ProviderCallFailed, ProviderConnection
@@ -72,6 +84,7 @@ class ModelGateway:
         credentials: Mapping[str, str] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         if not providers:
             raise ModelGatewayError("give the gateway at least one provider", reason="no-provider")
@@ -87,11 +100,12 @@ class ModelGateway:
         self._credentials = credentials
         self._host = host
         self._port = port
+        self._request_timeout_s = request_timeout_s
         self._connections: dict[str, ProviderConnection] = {}
         self._agent_by_digest: dict[bytes, str] = {}
         self._digest_by_agent: dict[str, bytes] = {}
         self._tallies: dict[str, UsageTally] = {}
-        self._budgets: dict[str, int] = {}
+        self._budgets: dict[str, TokenBudget] = {}
         self._ended: dict[str, str] = {}
         self._stack: AsyncExitStack | None = None
         self._task_group: TaskGroup | None = None
@@ -107,11 +121,13 @@ class ModelGateway:
     def issue_token(self, agent: str, *, token_budget: int | None = None) -> str:
         """A fresh 256-bit bearer token for ``agent``; a token issued to it before stops working.
 
-        With ``token_budget``, the call that brings the agent's measured prompt + completion
-        tokens to the budget is recorded (``AgentModelBudgetReached``) and later calls are refused.
+        With ``token_budget``, a call is forwarded only if its worst case fits in what is left
+        (see ``budget``); the first call that does not fit is refused and recorded
+        (``AgentModelBudgetReached``), and so are all later calls.
         """
         if token_budget is not None:
-            self._budgets[agent] = token_budget
+            budget = self._budgets.setdefault(agent, TokenBudget(token_budget))
+            budget.limit = token_budget
         token = secrets.token_urlsafe(32)
         digest = _digest(token)
         old = self._digest_by_agent.pop(agent, None)
@@ -171,25 +187,27 @@ class ModelGateway:
         return ApiKey(provider.api_key_name, value)
 
     async def _serve(self, stream: SocketStream) -> None:
-        await serve_connection(stream, self._handle)
+        await serve_connection(
+            stream, self._handle, admit=self._admit, timeout_s=self._request_timeout_s
+        )
+
+    def _admit(self, head: HttpHead) -> HttpResponse | None:
+        """The token is checked on the request's head: no body is read for an unknown one."""
+        if self._authenticate(head.headers.get("authorization", "")) is None:
+            return unauthorized()
+        return None
 
     async def _handle(self, request: HttpRequest) -> HttpResponse:
         agent = self._authenticate(request.headers.get("authorization", ""))
-        if agent is None:
-            return _error(
-                401,
-                "unknown or missing agent token; send 'Authorization: Bearer <token>' with the "
-                "token the gateway issued to this agent",
-                "invalid_api_key",
-                headers=[("www-authenticate", "Bearer")],
-            )
+        if agent is None:  # admitted on its head, revoked while its body arrived
+            return unauthorized()
         if request.path == "/v1/models" and request.method == "GET":
             return HttpResponse.json(200, self._models())
         if request.path == "/v1/chat/completions" and request.method == "POST":
             return await self._chat_completion(agent, request.body)
         if request.path in ("/v1/models", "/v1/chat/completions"):
-            return _error(405, f"{request.method} is not allowed on {request.path}", None)
-        return _error(
+            return error_response(405, f"{request.method} is not allowed on {request.path}", None)
+        return error_response(
             404,
             f"no route {request.path}; the gateway serves /v1/chat/completions and /v1/models",
             None,
@@ -221,33 +239,60 @@ class ModelGateway:
         ended = self._ended.get(agent)
         if ended is not None:
             tally.refused_calls += 1
-            return _error(403, ended, "model_use_ended")
+            return error_response(403, ended, "model_use_ended")
         try:
-            request = json.loads(body)
-        except ValueError:
-            return _error(400, "the request body is not JSON", "invalid_json")
+            request = json.loads(body, parse_constant=_not_json)
+            # what was read must be forwardable: escapes can spell a lone surrogate, not UTF-8
+            json.dumps(request, ensure_ascii=False).encode("utf-8")
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than json parses
+            return error_response(
+                400, "the request body is not JSON text that UTF-8 can carry", "invalid_json"
+            )
         if not isinstance(request, dict):
-            return _error(400, "the request body must be a JSON object", "invalid_json")
+            return error_response(400, "the request body must be a JSON object", "invalid_json")
         if request.get("stream"):
-            return _error(
+            return error_response(
                 400, 'the model gateway does not stream; send "stream": false', "stream_unsupported"
             )
         model = request.get("model") or self._providers[0].model
-        connection = self._connections.get(model)
+        connection = self._connections.get(model) if isinstance(model, str) else None
         if connection is None:
             offered = ", ".join(self._connections)
-            return _error(
-                404, f"model {model!r} is not offered; choose one of: {offered}", "model_not_found"
+            return error_response(
+                404,
+                f"model {model!r:.80} is not offered; choose one of: {offered}",
+                "model_not_found",
             )
         provider = connection.config
-        started = time.perf_counter()
+        budget = self._budgets.get(agent)
         try:
-            reply = await connection.chat_completion({**request, "model": provider.model})
-        except ProviderCallFailed as failure:
-            return await self._failed(agent, provider, failure, _ms_since(started))
-        usage = reply.payload.get("usage")
-        prompt_tokens = _count(usage, "prompt_tokens")
-        completion_tokens = _count(usage, "completion_tokens")
+            shaped, reservation = shape(
+                request, body_bytes=len(body), cap=provider.max_completion_tokens, budget=budget
+            )
+        except RequestRefused as refused:
+            tally.refused_calls += 1
+            if budget is not None and refused.code == "token_budget":
+                await self._end_for_budget(agent, tally, budget, str(refused))
+                return error_response(403, self._ended[agent], "model_use_ended")
+            return error_response(refused.status, str(refused), refused.code)
+        started = time.perf_counter()
+        charged: int | None = None  # None: nothing is known to have run at the provider
+        try:
+            try:
+                reply = await connection.chat_completion({**shaped, "model": provider.model})
+            except ProviderCallFailed as failure:
+                if failure.error_class == "network" and reservation is not None:
+                    charged = reservation.tokens  # it may have run: count the worst case
+                return await self._failed(agent, provider, failure, _ms_since(started))
+            usage = reply.payload.get("usage")
+            prompt_tokens = _count(usage, "prompt_tokens")
+            completion_tokens = _count(usage, "completion_tokens")
+            if reservation is not None:
+                charged = reservation.charge(prompt_tokens, completion_tokens)
+        finally:
+            if budget is not None and reservation is not None:
+                if budget.settle(reservation, charged):
+                    _log.warning("provider reported more than the worst case agent=%s", agent)
         event = AgentModelUsage(
             agent=agent,
             provider=provider.name,
@@ -260,7 +305,8 @@ class ModelGateway:
         )
         tally.add_usage(event)
         await self._ledger.append(event, producer=PRODUCER)
-        await self._check_budget(agent, tally)
+        if budget is not None and budget.spent:
+            await self._end_for_budget(agent, tally, budget, "its budget is spent")
         _log.info(
             "model call agent=%s model=%s prompt_tokens=%s completion_tokens=%s "
             "latency_ms=%.1f cost_usd=%s attempts=%d",
@@ -274,23 +320,32 @@ class ModelGateway:
         )
         return HttpResponse(200, reply.body)
 
-    async def _check_budget(self, agent: str, tally: UsageTally) -> None:
-        budget = self._budgets.get(agent)
-        used = tally.tokens
-        if budget is None or used is None or used < budget or agent in self._ended:
+    async def _end_for_budget(
+        self, agent: str, tally: UsageTally, budget: TokenBudget, why: str
+    ) -> None:
+        if agent in self._ended:
             return
         self._ended[agent] = (
-            f"model use ended for agent {agent!r}: its token budget of {budget} is spent "
-            f"({used} tokens measured); later calls are refused for the rest of this run"
+            f"model use ended for agent {agent!r}: its token budget of {budget.limit} cannot "
+            f"cover another call ({why}; {budget.charged} tokens charged); later calls are "
+            f"refused for the rest of this run"
         )
         tally.ended_by = "token_budget"
         await self._ledger.append(
             AgentModelBudgetReached(
-                agent=agent, budget_tokens=budget, used_tokens=used, calls=tally.calls
+                agent=agent,
+                budget_tokens=budget.limit,
+                used_tokens=budget.charged,
+                calls=tally.calls,
             ),
             producer=PRODUCER,
         )
-        _log.info("model token budget reached agent=%s budget=%d used=%d", agent, budget, used)
+        _log.info(
+            "model token budget reached agent=%s budget=%d charged=%d",
+            agent,
+            budget.limit,
+            budget.charged,
+        )
 
     async def _failed(
         self, agent: str, provider: ProviderConfig, failure: ProviderCallFailed, latency_ms: float
@@ -312,7 +367,7 @@ class ModelGateway:
             f"provider {provider.name!r} call failed ({failure.error_class}): {failure.detail}"
         )
         if ends:
-            message = _ended_message(agent, provider, failure)
+            message = ended_message(agent, provider, failure)
             self._ended.setdefault(agent, message)
         await self._ledger.append(event, producer=PRODUCER)
         _log.warning(
@@ -324,44 +379,11 @@ class ModelGateway:
             failure.attempts,
             failure.detail,
         )
-        return _error(_agent_status(failure), message, failure.error_class)
+        return error_response(status_for(failure), message, failure.error_class)
 
 
-def _ended_message(agent: str, provider: ProviderConfig, failure: ProviderCallFailed) -> str:
-    if failure.error_class == "auth":
-        why = (
-            f"provider {provider.name!r} rejected the gateway's credential "
-            f"{provider.api_key_name!r} ({failure.detail})"
-        )
-    else:
-        why = f"provider {provider.name!r} reports the account is out of quota ({failure.detail})"
-    return (
-        f"model use ended for agent {agent!r}: {why}; later calls are refused for the rest of "
-        f"this run"
-    )
-
-
-def _agent_status(failure: ProviderCallFailed) -> int:
-    error_class: ErrorClass = failure.error_class
-    if error_class in ENDS_MODEL_USE:
-        return 403
-    if error_class == "rate_limit":
-        return 429
-    if error_class == "network":
-        return 504 if "timed out" in failure.detail else 502
-    if failure.status is not None and 400 <= failure.status < 500:
-        return failure.status  # the provider refused the request itself: the agent should know
-    return 502
-
-
-def _error(
-    status: int, message: str, code: str | None, headers: Sequence[tuple[str, str]] = ()
-) -> HttpResponse:
-    return HttpResponse.json(
-        status,
-        {"error": {"message": message, "type": "model_gateway_error", "code": code}},
-        headers,
-    )
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")  # Python's json takes NaN and Infinity
 
 
 def _digest(token: str) -> bytes:

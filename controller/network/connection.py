@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
@@ -34,6 +35,41 @@ if TYPE_CHECKING:
     from controller.network.identities import Registration
     from controller.network.router import Router
 
+MAX_FIRST_FRAME_BYTES = 4096
+"""Before authentication: an ``authenticate`` frame (a token of at most 256 characters and at
+most 16 versions) fits many times over; authenticated frames get ``MAX_FRAME_BYTES``."""
+TRY_AGAIN_LATER = 1013
+"""The standard WebSocket close code for a server at capacity; clients reconnect after it."""
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeLimits:
+    """What peers that have not authenticated yet may hold of the router."""
+
+    max_unauthenticated: int = 256
+    """Connections waiting for their ``authenticate`` frame at once; more are closed (1013)."""
+    authenticate_within_s: float = 10.0
+    """From TCP accept to the opening handshake, and again from it to ``authenticate`` (or the
+    heartbeat timeout, when that is shorter)."""
+    first_frame_bytes: int = MAX_FIRST_FRAME_BYTES
+
+
+DEFAULT_EDGE_LIMITS = EdgeLimits()
+
+
+def authentication_deadline(limits: EdgeLimits, heartbeat_timeout: float) -> float:
+    """Seconds a peer has for each opening step: the edge limit, or a shorter heartbeat timeout."""
+    return min(limits.authenticate_within_s, heartbeat_timeout)
+
+
+class EdgeGuard:
+    """Counts the router's unauthenticated connections against its ``EdgeLimits``."""
+
+    def __init__(self, limits: EdgeLimits) -> None:
+        self.limits = limits
+        self.unauthenticated = 0
+
+
 MAX_IN_FLIGHT = 256
 """Requests one connection may have in progress; past it the router stops reading its frames."""
 REQUEST_WORKERS = 32
@@ -43,14 +79,41 @@ _HEARTBEAT = encode(Heartbeat())
 
 async def serve_connection(router: Router, websocket: ServerConnection) -> None:
     """The whole life of one connection (the ``websockets`` handler)."""
-    registration = await _handshake(router, websocket)
+    guard = router.edge
+    if guard.unauthenticated >= guard.limits.max_unauthenticated:
+        await _close_busy(websocket)
+        return
+    guard.unauthenticated += 1
+    try:
+        registration = await _handshake(router, websocket)
+    finally:
+        guard.unauthenticated -= 1
     if registration is not None:
+        _lift_frame_limit(websocket, MAX_FRAME_BYTES)
         await _Connection(router, websocket, registration).run()
+
+
+async def _close_busy(websocket: ServerConnection) -> None:
+    try:
+        await websocket.close(TRY_AGAIN_LATER, "too many unauthenticated connections")
+    except ConnectionClosed:
+        pass
+
+
+def _lift_frame_limit(websocket: ServerConnection, size: int) -> None:
+    """An authenticated peer may send full-size frames (the server started with a small limit)."""
+    protocol = websocket.protocol
+    if hasattr(protocol, "max_message_size"):  # websockets >= 15
+        protocol.max_message_size = size
+    else:
+        protocol.max_size = size  # type: ignore[attr-defined]
 
 
 async def _handshake(router: Router, websocket: ServerConnection) -> Registration | None:
     try:
-        with anyio.fail_after(router.heartbeat_timeout):
+        with anyio.fail_after(
+            authentication_deadline(router.edge.limits, router.heartbeat_timeout)
+        ):
             raw = await websocket.recv()
     except TimeoutError:
         await _refuse(websocket, "heartbeat-timeout", "no authenticate frame in time")

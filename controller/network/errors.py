@@ -25,6 +25,7 @@ ErrorCode = Literal[
     "router-stopping",
     "router-start-failed",
     "ledger-unavailable",
+    "unencodable-message",
     "connection-lost",
     "endpoint-closed",
 ]
@@ -69,6 +70,7 @@ NEXT_STEP: dict[str, str] = {
     "router-stopping": "the run is ending",
     "router-start-failed": "free the port or choose another host/port",
     "ledger-unavailable": "the ledger failed; the run cannot record messages any more",
+    "unencodable-message": "send Unicode text without lone surrogates; later messages still flow",
     "connection-lost": "the client reconnects and retries by itself",
     "endpoint-closed": "use the endpoint only inside its async with block",
 }

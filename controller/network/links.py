@@ -45,6 +45,15 @@ class Drop:
 
     reason: str
 
+    def __post_init__(self) -> None:
+        # Refused here, in the policy that made it, rather than in the router's ledger append.
+        if not isinstance(self.reason, str):
+            raise TypeError(f"a drop reason is a str, not {type(self.reason).__name__}")
+        try:
+            self.reason.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a drop reason is Unicode text without lone surrogates") from None
+
 
 @dataclass(frozen=True, slots=True)
 class Delay:

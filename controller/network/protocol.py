@@ -37,10 +37,17 @@ RequestId = Annotated[str, Field(pattern=r"^[\x21-\x7e]{1,128}$")]
 
 
 def _part_within_limit(part: str) -> str:
-    # a str of n code points is at most 4n UTF-8 bytes; encode only when that could exceed
-    if len(part) * 4 > MAX_PART_BYTES and len(part.encode("utf-8", "surrogatepass")) > (
-        MAX_PART_BYTES
-    ):
+    if part.isascii():  # O(1) in CPython: one byte per code point, nothing to encode
+        size = len(part)
+    else:
+        try:
+            size = len(part.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError(
+                "a message part is Unicode text; this one holds a lone surrogate, which UTF-8 "
+                "(and so the ledger) cannot encode"
+            ) from None
+    if size > MAX_PART_BYTES:
         raise ValueError(f"a message part holds at most {MAX_PART_BYTES} bytes of UTF-8")
     return part
 

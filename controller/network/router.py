@@ -10,6 +10,7 @@ each agent's connection is ``connection``'s.
 from __future__ import annotations
 
 import gc
+import logging
 import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -29,6 +30,12 @@ from controller.events.network import (
     RouterStopped,
 )
 from controller.network._tasks import owned_task_group
+from controller.network.connection import (
+    DEFAULT_EDGE_LIMITS,
+    EdgeGuard,
+    EdgeLimits,
+    authentication_deadline,
+)
 from controller.network.errors import NetworkError
 from controller.network.fabric import DEFAULT_RECEIVER_CAPACITY, Fabric, Message
 from controller.network.idempotency import Once, OnceKey, SettledSend, claim
@@ -42,7 +49,6 @@ from controller.network.identities import (
 from controller.network.links import LinkController
 from controller.network.protocol import (
     MAX_CONVERSATION_PARTICIPANTS,
-    MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     ConversationRef,
     Delivery,
@@ -57,6 +63,7 @@ from ledger.writer import LedgerWriter
 __all__ = ["STOP_TIMEOUT_SECONDS", "Consumer", "ParticipantKind", "Router", "RouterCredential"]
 
 STOP_TIMEOUT_SECONDS = 5.0
+_log = logging.getLogger("controller.network.router")
 _startup_heap_frozen = False
 
 
@@ -92,6 +99,7 @@ class Router:
         receiver_capacity: int,
         heartbeat_interval: float,
         heartbeat_timeout: float,
+        edge_limits: EdgeLimits = DEFAULT_EDGE_LIMITS,
     ) -> None:
         from controller.network.endpoint import Network
 
@@ -100,6 +108,7 @@ class Router:
         self.tasks = tasks
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
+        self.edge = EdgeGuard(edge_limits)
         self.participants = ParticipantRegistry()
         self._conversations: dict[str, _Conversation] = {}
         self._once: dict[OnceKey, Once | SettledSend] = {}  # a request in progress, or a send
@@ -125,6 +134,7 @@ class Router:
         receiver_capacity: int = DEFAULT_RECEIVER_CAPACITY,
         heartbeat_interval: float = 10.0,
         heartbeat_timeout: float = 30.0,
+        edge_limits: EdgeLimits = DEFAULT_EDGE_LIMITS,
         unix_socket: socket.socket | None = None,
     ) -> AsyncIterator[Router]:
         """Listen on ``host:port`` (0: any free port) until the block ends.
@@ -134,6 +144,7 @@ class Router:
 
         ``advertised_host`` is the host name clients use in ``router.url`` (default: ``host``,
         or 127.0.0.1 for a wildcard host); with TLS it must be one of the certificate's names.
+        ``edge_limits`` bounds what peers that have not authenticated yet may hold.
         """
         from controller.network.connection import serve_connection
 
@@ -145,16 +156,17 @@ class Router:
                 receiver_capacity=receiver_capacity,
                 heartbeat_interval=heartbeat_interval,
                 heartbeat_timeout=heartbeat_timeout,
+                edge_limits=edge_limits,
             )
 
             async def handler(websocket: ServerConnection) -> None:
                 await serve_connection(router, websocket)
 
             options: dict[str, Any] = {
-                "max_size": MAX_FRAME_BYTES,
+                "max_size": edge_limits.first_frame_bytes,  # lifted once authenticated
                 "compression": None,
                 "ping_interval": None,
-                "open_timeout": heartbeat_timeout,
+                "open_timeout": authentication_deadline(edge_limits, heartbeat_timeout),
                 "close_timeout": 2,
             }
             try:
@@ -397,6 +409,12 @@ class Router:
                 raise NetworkError(
                     f"the ledger refused {type(event).__name__}: {exc}",
                     reason="ledger-unavailable",
+                ) from exc
+            except (ValueError, TypeError) as exc:  # this record only; the ledger goes on
+                _log.warning("the ledger could not encode %s: %s", type(event).__name__, exc)
+                raise NetworkError(
+                    f"the ledger could not encode {type(event).__name__}: {exc}",
+                    reason="unencodable-message",
                 ) from exc
 
     def _release(self, sequence: int, message: Message | None) -> None:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from agent_images.scripted.policy import (
+    ADDRESSED_PROPOSAL,
     OWNER,
     Delay,
     Incoming,
@@ -108,3 +116,45 @@ def test_templates_rules_by_sender_stop_and_instructions_with_peers() -> None:
 def test_a_malformed_policy_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises((ValidationError, ValueError)):
         ScriptedPolicy.model_validate(bad)
+
+
+PLAIN_ADDRESSED_PROPOSAL = r"@{me}\b.*\bpropos"
+"""The negotiator's rule as it was written first: the behaviour the linear form keeps."""
+
+
+@given(
+    st.lists(
+        st.sampled_from(["@alice", "@alicex", "alice", "@", "propos", "xpropos", " ", "\n", "."]),
+        max_size=14,
+    ).map("".join)
+)
+def test_the_negotiators_linear_rule_matches_exactly_what_the_plain_rule_matched(
+    text: str,
+) -> None:
+    plain = re.compile(PLAIN_ADDRESSED_PROPOSAL.replace("{me}", "alice"))
+    linear = re.compile(ADDRESSED_PROPOSAL.replace("{me}", "alice"))
+    assert bool(linear.search(text)) == bool(plain.search(text))
+
+
+HOSTILE_PART = """
+import sys, time
+from agent_images.scripted.policy import Incoming, PolicyEngine, ScriptedPolicy
+alice = PolicyEngine(ScriptedPolicy.negotiator(offers=("x",)), name="alice", seed=1)
+text = "@alice " * (1024 * 1024 // 7)  # 1 MiB of addresses, the word never comes
+print(len(text), [s.text for s in alice.decide(Incoming("mallory", text, "c")).sends])
+print([s.text for s in alice.decide(Incoming("mallory", text + "propose!", "c")).sends])
+"""
+
+
+def test_a_one_mib_part_of_addresses_is_decided_without_backtracking_over_it() -> None:
+    # The plain rule needs ~30 min here (1.9 s for 32 KiB, quadratic); a linear one well
+    # under a second. The bound is generous for a loaded machine and still fails the old rule.
+    done = subprocess.run(
+        [sys.executable, "-c", HOSTILE_PART],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.stdout.split("\n")[:2] == [f"{1024 * 1024 // 7 * 7} []", "['PROPOSE x']"]

@@ -58,6 +58,35 @@ def test_a_malformed_runtime_is_refused_when_described(describe: Any, reason: st
     assert failure.value.reason == reason
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "notes\n/../../etc/passwd",  # a newline once hid the '..' from the pattern
+        "ok.md\n",
+        "a\x00b",
+        "a\rb",
+        "a\x1b[31mb",
+        "a\u202eb",  # bidi override
+        "a\u2028b",
+        "/abs",
+        "..",
+        "a/../../b",
+        "a//b",
+        "./",
+        "",
+    ],
+)
+def test_a_file_or_harvest_path_with_a_way_out_or_a_control_character_is_refused(
+    path: str,
+) -> None:
+    with pytest.raises(RuntimeDescriptorError) as as_file:
+        scripted(files={path: "x"})
+    with pytest.raises(RuntimeDescriptorError) as as_harvest:
+        Harvest(files=(path,))
+    assert as_file.value.reason == as_harvest.value.reason == "bad-path"
+    assert "inside the working directory" in str(as_file.value)
+
+
 def test_cluster_profiles_can_tell_a_digest_pinned_image() -> None:
     assert not scripted().image_pinned
     pinned = dataclasses.replace(scripted(), image="ghcr.io/acme/scripted@sha256:" + "a" * 64)

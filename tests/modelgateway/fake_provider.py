@@ -1,4 +1,9 @@
-"""A scripted OpenAI-compatible provider on 127.0.0.1, for gateway and llm runtime tests."""
+"""A scripted OpenAI-compatible provider on 127.0.0.1, for gateway and llm runtime tests.
+
+A fake because a paid provider cannot run here. It stays honest where the gateway relies on
+providers: a completion never has more tokens than the request's ``max_tokens`` (or
+``max_completion_tokens``) allows, and a prompt never more tokens than the request has bytes.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +21,10 @@ class ScriptedReply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def completion(prompt_tokens: int = 11, completion_tokens: int = 7) -> ScriptedReply:
-    return ScriptedReply(
+def completion(
+    prompt_tokens: int = 11, completion_tokens: int = 7, *, usage: bool = True
+) -> ScriptedReply:
+    reply = ScriptedReply(
         200,
         {
             "id": "chatcmpl-fake",
@@ -38,10 +45,29 @@ def completion(prompt_tokens: int = 11, completion_tokens: int = 7) -> ScriptedR
             },
         },
     )
+    if not usage:
+        del reply.body["usage"]
+    return reply
 
 
 def provider_error(status: int, message: str, code: str | None = None) -> ScriptedReply:
     return ScriptedReply(status, {"error": {"message": message, "type": "error", "code": code}})
+
+
+def _honest(answer: dict[str, Any], request: dict[str, Any], request_bytes: int) -> dict[str, Any]:
+    """The scripted answer, its usage clipped to what a real provider could have counted."""
+    usage = answer.get("usage")
+    if not isinstance(usage, dict):
+        return answer
+    limits = [request[k] for k in ("max_tokens", "max_completion_tokens") if k in request]
+    completion_tokens = min([usage["completion_tokens"], *limits])
+    prompt_tokens = min(usage["prompt_tokens"], request_bytes)
+    clipped = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    return {**answer, "usage": clipped}
 
 
 class FakeProviderServer:
@@ -60,9 +86,10 @@ class FakeProviderServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length)
+                body = json.loads(raw or b"{}")
                 reply = fake._next(dict(self.headers.items()), body)
-                data = json.dumps(reply.body).encode()
+                data = json.dumps(_honest(reply.body, body, len(raw))).encode()
                 self.send_response(reply.status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))

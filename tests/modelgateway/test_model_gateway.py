@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import time
@@ -21,6 +22,7 @@ from controller.modelgateway import (
     ModelPrice,
     ProviderConfig,
 )
+from controller.modelgateway._http import MAX_BODY_BYTES
 from controller.modelgateway.provider import classify_status
 
 pytestmark = pytest.mark.anyio
@@ -57,9 +59,12 @@ def closed_port() -> int:
 
 
 async def chat(gateway: ModelGateway, token: str | None, body: Any = CHAT) -> httpx.Response:
-    headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+    """One call with ``body`` sent as ``json.dumps`` gives it (its size is the prompt bound)."""
+    headers = {"content-type": "application/json"}
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
     async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as client:
-        return await client.post("/chat/completions", json=body)
+        return await client.post("/chat/completions", content=json.dumps(body))
 
 
 async def test_a_call_is_forwarded_with_the_provider_key_and_its_usage_recorded(
@@ -343,24 +348,154 @@ async def test_a_malformed_http_request_gets_400(fake_provider: Any, ledger: Any
     assert answer.startswith(b"HTTP/1.1 400")
 
 
-async def test_the_call_that_spends_an_agents_token_budget_is_recorded_and_later_calls_refused(
+async def test_calls_go_forward_while_their_worst_case_fits_and_the_first_that_does_not_ends_use(
     fake_provider: Any, ledger: Any
 ) -> None:
+    body = len(json.dumps(CHAT))  # each call's prompt is bounded by its bytes
+    budget = 2 * body + 40
     async with gateway_for(fake_provider, ledger) as gateway:
-        spender = gateway.issue_token("alice", token_budget=40)  # 18 tokens per call
-        other = gateway.issue_token("bob", token_budget=40)
-        statuses = [(await chat(gateway, spender)).status_code for _ in range(4)]
+        spender = gateway.issue_token("alice", token_budget=budget)
+        other = gateway.issue_token("bob", token_budget=budget)
+        statuses = [(await chat(gateway, spender)).status_code for _ in range(12)]
         bob = await chat(gateway, other)
         summary = gateway.usage_summary()
-    assert statuses == [200, 200, 200, 403] and bob.status_code == 200
+    # The fake measures 11 prompt + 7 completion tokens, fewer if max_tokens is lower.
+    caps, left = [], budget
+    while left >= body + 1:  # the worst case (bytes + max_tokens) still fits
+        caps.append(left - body)
+        left -= 11 + min(7, left - body)
+    calls = len(caps)
+    assert calls >= 2
+    assert statuses == [200] * calls + [403] * (12 - calls) and bob.status_code == 200
     [reached] = [e for e in ledger.events if isinstance(e, AgentModelBudgetReached)]
     assert (reached.agent, reached.budget_tokens, reached.used_tokens, reached.calls) == (
         "alice",
-        40,
-        54,
-        3,
+        budget,
+        budget - left,
+        calls,
     )
-    assert len(fake_provider.requests) == 4  # the refused call never reached the provider
+    assert reached.used_tokens <= budget
+    forwarded = [request for _, request in fake_provider.requests]
+    assert len(forwarded) == calls + 1  # refused calls never reached the provider
+    assert [request["max_tokens"] for request in forwarded[:calls]] == caps
     alice = summary.agents["alice"]
-    assert (alice.calls, alice.refused_calls, alice.ended_by) == (3, 1, "token_budget")
+    assert (alice.calls, alice.refused_calls, alice.ended_by) == (calls, 12 - calls, "token_budget")
     assert summary.agents["bob"].ended_by is None
+
+
+TINY = {"messages": []}  # 16 bytes: the smallest prompt bound a call can have
+
+
+async def test_six_concurrent_calls_on_a_20_token_budget_spend_at_most_20_tokens(
+    fake_provider: Any, ledger: Any
+) -> None:
+    async with gateway_for(fake_provider, ledger) as gateway:
+        token = gateway.issue_token("alice", token_budget=20)
+        answers: list[httpx.Response] = []
+
+        async def call() -> None:
+            answers.append(await chat(gateway, token, TINY))
+
+        async with anyio.create_task_group() as tasks:
+            for _ in range(6):
+                tasks.start_soon(call)
+        summary = gateway.usage_summary()
+    spent = [e.prompt_tokens + e.completion_tokens for e in ledger.events if _used(e)]
+    assert sum(spent) <= 20, spent  # before: 6 x 18 = 108
+    assert summary.agents["alice"].prompt_tokens + summary.agents["alice"].completion_tokens <= 20
+    for _, request in fake_provider.requests:
+        assert len(json.dumps(TINY)) + request["max_tokens"] <= 20
+    codes = sorted(a.json()["error"]["code"] for a in answers if a.status_code != 200)
+    assert set(codes) <= {"budget_reserved", "model_use_ended"} and len(codes) >= 5
+
+
+def _used(event: object) -> bool:
+    return isinstance(event, AgentModelUsage)
+
+
+async def test_max_tokens_is_capped_and_n_other_than_one_is_refused_before_forwarding(
+    fake_provider: Any, ledger: Any
+) -> None:
+    async with gateway_for(fake_provider, ledger, max_completion_tokens=512) as gateway:
+        token = gateway.issue_token("alice")
+        huge = await chat(gateway, token, {**CHAT, "max_tokens": 100_000})
+        newer = await chat(gateway, token, {**CHAT, "max_completion_tokens": 100_000})
+        small = await chat(gateway, token, {**CHAT, "max_tokens": 5})
+        many = await chat(gateway, token, {**CHAT, "n": 64})
+        odd = await chat(gateway, token, {**CHAT, "max_tokens": -1})
+    assert [r.status_code for r in (huge, newer, small)] == [200, 200, 200]
+    forwarded = [request for _, request in fake_provider.requests]
+    assert forwarded[0]["max_tokens"] == 512
+    assert forwarded[1]["max_completion_tokens"] == 512 and "max_tokens" not in forwarded[1]
+    assert forwarded[2]["max_tokens"] == 5
+    assert (many.status_code, many.json()["error"]["code"]) == (400, "n_unsupported")
+    assert (odd.status_code, odd.json()["error"]["code"]) == (400, "invalid_request")
+    assert len(forwarded) == 3
+
+
+async def test_a_call_whose_provider_omits_usage_is_charged_its_whole_reservation(
+    fake_provider: Any, ledger: Any
+) -> None:
+    fake_provider.script = [fake_provider.completion(usage=False)]
+    request = {**CHAT, "max_tokens": 10}
+    worst = len(json.dumps(request)) + 10
+    async with gateway_for(fake_provider, ledger) as gateway:
+        token = gateway.issue_token("alice", token_budget=3 * worst)
+        statuses = [(await chat(gateway, token, request)).status_code for _ in range(5)]
+    assert statuses == [200, 200, 200, 403, 403]  # before: never counted, never refused
+    usage = [e for e in ledger.events if isinstance(e, AgentModelUsage)]
+    assert [(e.prompt_tokens, e.completion_tokens) for e in usage] == [(None, None)] * 3
+    [reached] = [e for e in ledger.events if isinstance(e, AgentModelBudgetReached)]
+    assert reached.used_tokens == 3 * worst and len(fake_provider.requests) == 3
+
+
+async def raw_exchange(gateway: ModelGateway, data: bytes, within: float = 10) -> bytes:
+    """Send ``data`` on a raw connection; everything the gateway answers until it closes."""
+    port = int(gateway.base_url.rsplit(":", 1)[1].split("/")[0])
+    received = b""
+    with anyio.fail_after(within):
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(data)
+            try:
+                while True:
+                    received += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                pass
+    return received
+
+
+def head(token: str, length: int) -> bytes:
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n"
+        f"content-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+    ).encode()
+
+
+async def test_the_token_is_checked_before_any_body_is_read_and_a_large_body_is_refused_unread(
+    fake_provider: Any, ledger: Any
+) -> None:
+    async with gateway_for(fake_provider, ledger) as gateway:
+        token = gateway.issue_token("alice")
+        # 16 MiB announced, none sent: the answer cannot wait for the body
+        stranger = await raw_exchange(gateway, head("not-a-token", 16 * 1024 * 1024))
+        oversize = await raw_exchange(gateway, head(token, MAX_BODY_BYTES + 1))
+    assert stranger.startswith(b"HTTP/1.1 401") and b"invalid_api_key" in stranger
+    assert oversize.startswith(b"HTTP/1.1 413")
+    assert fake_provider.requests == []
+
+
+async def test_a_request_that_stops_arriving_is_answered_408_and_closed(
+    fake_provider: Any, ledger: Any
+) -> None:
+    async with ModelGateway(
+        [provider_for(fake_provider)],
+        ledger=ledger,
+        credentials={KEY_NAME: API_KEY},
+        request_timeout_s=0.5,
+    ) as gateway:
+        token = gateway.issue_token("alice")
+        stalled = await raw_exchange(gateway, head(token, 100) + b'{"messages":')
+        idle = await raw_exchange(gateway, b"")
+    assert stalled.startswith(b"HTTP/1.1 408")
+    assert idle == b""  # an idle connection is closed, not held
+    assert fake_provider.requests == []
