@@ -309,10 +309,12 @@ async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
         "publicKey": ledger.public_key,
     }
     if controller_alive:
-        if live is not None and live["workflow"] == "running" and not live["cancelRequested"]:
+        if live is None:  # its controller lives, but this Temporal does not know the workflow
+            return {"state": "running", "runId": run_id, "workflow": None, **on_disk}
+        if live["workflow"] == "running" and not live["cancelRequested"]:
             return {"state": "running", **live, **on_disk}
         # cancelled (or its workflow closed) and its controller still finalizing and cleaning up
-        return {"state": "finalizing", "runId": run_id, **(live or {}), **on_disk}
+        return {"state": "finalizing", **live, **on_disk}
     # No result and no live controller: it died before reporting.
     workflow = None if live is None else live["workflow"]
     return {"state": "abandoned", "runId": run_id, "workflow": workflow, **on_disk}
