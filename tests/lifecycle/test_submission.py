@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import stat
 import subprocess
@@ -53,6 +54,20 @@ def _intruder(society: SocietyCommand, *args: str | Path) -> subprocess.Popen[st
         text=True,
         start_new_session=True,
     )
+
+
+def _next_line(process: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
+    """The process's next stdout line as JSON, or an AssertionError after ``timeout_s``."""
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout_s):
+            raise AssertionError(f"no line from the intruder within {timeout_s:.0f}s")
+    line = process.stdout.readline()
+    assert line, "the intruder ended without a line"
+    document = json.loads(line)
+    assert isinstance(document, dict)
+    return document
 
 
 def _lines(text: str) -> list[dict[str, Any]]:
@@ -120,8 +135,7 @@ def test_a_rogue_worker_on_the_runs_task_queue_changes_nothing(
     stop = tmp_path / "stop-rogue"
     rogue = _intruder(society, "rogue", temporal_address, f"society-run-{run_id}", stop)
     try:
-        assert rogue.stdout is not None
-        assert json.loads(rogue.stdout.readline())["rogue"] == "polling"
+        assert _next_line(rogue, 60)["rogue"] == "polling"
         gate = tmp_path / "gate"
         run, _ = _gated(society, gate, "--run-id", run_id)
         (gate / "go").touch()
@@ -148,13 +162,12 @@ def test_a_result_the_runs_own_worker_did_not_prove_is_refused(
     run, _ = _gated(society, gate, "--run-id", run_id)
     rogue = _intruder(society, "rogue", temporal_address, f"society-run-{run_id}", stop)
     try:
-        assert rogue.stdout is not None
-        assert json.loads(rogue.stdout.readline())["rogue"] == "polling"
+        assert _next_line(rogue, 60)["rogue"] == "polling"
         os.kill(run.pid, signal.SIGSTOP)
         try:
             nudge = _signal_workflow(society, run_id)  # any new event asks for a workflow task
             assert nudge.returncode == 0, nudge.stderr
-            answered = json.loads(rogue.stdout.readline())  # after the sticky timeout (~10 s)
+            answered = _next_line(rogue, 90)  # after the worker's sticky timeout (10 s)
             assert answered == {"answered": "workflow-task", "forged": "RunResult"}
         finally:
             os.kill(run.pid, signal.SIGCONT)
