@@ -73,8 +73,9 @@ def add_commands(subparsers: Any) -> None:
     status = subparsers.add_parser(
         "status",
         help="show a live run's state, or a finished run's result",
-        description="Print one JSON line: a live run's phase from Temporal, or a finished "
-        "run's result from its artifacts.",
+        description="Print one JSON line whose state is running (with its phase from Temporal), "
+        "finalizing (a cancel was asked or its workflow closed; its controller is finishing), "
+        "finished (with its result) or abandoned (its controller died before reporting).",
     )
     status.add_argument("run_id", metavar="RUN_ID", type=_run_id)
     _add_artifacts(status)
