@@ -16,14 +16,20 @@ import signal
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from lifecycle_support import PROGRAMS, Society, SocietyCommand, processes_naming, wait_until
 from pydantic import ValidationError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
-from controller.platform.temporal.submission import ResultUnproven, RunAuthority
+from controller.platform.temporal.activities import LifecycleActivities
+from controller.platform.temporal.models import Reservation
+from controller.platform.temporal.submission import ProvenRequest, ResultUnproven, RunAuthority
 from controller.run import RunRequest, RunResult
 from controller.run.request import RunRequestError
 from ledger.records import LedgerReceipt
@@ -322,3 +328,55 @@ def test_only_the_runs_own_mac_makes_a_result_acceptable() -> None:
 
     submission = json.dumps(authority.submission())
     assert authority._key.hex() not in submission and repr(authority._key) not in repr(authority)
+
+
+def test_the_runs_worker_refuses_replays_foreign_executions_and_foreign_cleanups(
+    tmp_path: Path,
+) -> None:
+    """Inside the run's own workflow execution (as a rogue that took its workflow task could
+    schedule them): a second execute of the genuine request and a cleanup of another run."""
+    root = tmp_path / "artifacts"
+    request = RunRequest.build(
+        module_path=str(PROGRAMS / "gated.py"), run_id="sr-" + "2" * 32, artifact_root=str(root)
+    )
+    authority = RunAuthority(request)
+    activities = LifecycleActivities(authority=authority)
+    genuine = ProvenRequest.model_validate(authority.submission())
+    decoy = root / ("sr-" + "3" * 32)
+    (decoy / "pids").mkdir(parents=True)
+    (decoy / "pids" / "agent").write_text("1")
+    own_execution = ActivityEnvironment.default_info()
+    own_execution = replace(own_execution, workflow_id=request.run_id, workflow_run_id="own-run")
+    other_execution = replace(own_execution, workflow_run_id="another-run")
+
+    async def scenario() -> dict[str, str]:
+        refusals = {}
+        authority.started("own-run")
+        environment = ActivityEnvironment()
+        environment.info = other_execution
+        with pytest.raises(ApplicationError) as foreign:
+            await environment.run(activities.prepare, genuine)
+        refusals["foreign execution"] = str(foreign.value.details[0])
+        environment.info = own_execution
+        reservation = await environment.run(activities.prepare, genuine)
+        assert reservation.artifact_dir == str(root / request.run_id)
+        with pytest.raises(ApplicationError) as cleanup:
+            await environment.run(
+                activities.cleanup,
+                Reservation(run_id=decoy.name, namespace=decoy.name, artifact_dir=str(decoy)),
+            )
+        refusals["foreign cleanup"] = str(cleanup.value.details[0])
+        await environment.run(authority.admit, genuine, execute=True)
+        with pytest.raises(ApplicationError) as replayed:
+            await environment.run(activities.execute, genuine)
+        refusals["second execute"] = str(replayed.value.details[0])
+        for error in (foreign.value, cleanup.value, replayed.value):
+            assert (error.type, error.non_retryable) == ("RunRequestRefused", True)
+        return refusals
+
+    assert anyio.run(scenario) == {
+        "foreign execution": "execution-foreign",
+        "foreign cleanup": "reservation-foreign",
+        "second execute": "execute-replayed",
+    }
+    assert (decoy / "pids" / "agent").read_text() == "1", "another run's records are untouched"
