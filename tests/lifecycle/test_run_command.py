@@ -241,3 +241,50 @@ def test_an_operator_key_signs_the_ledger_and_verifies_as_pinned(
     }
     ledger_files = b"".join(p.read_bytes() for p in Path(str(result["ledger"])).iterdir())
     assert key.private_pem() not in ledger_files
+
+
+def test_a_module_that_cannot_load_fails_before_temporal_a_run_id_or_a_run_directory(
+    society: SocietyCommand, tmp_path: Path
+) -> None:
+    del society.env["TEMPORAL_ADDRESS"]  # a run that started anything would start a dev server
+    module = tmp_path / "broken.py"
+    module.write_text("from controller import RunSpec\nrun_spec = RunSpec.define(\n")
+    run = society.run(module)
+    assert run.finish(timeout_s=60) == 2, run.stderr
+    assert run.stdout_text == ""
+    assert "society run: error: importing" in run.stderr and "SyntaxError" in run.stderr
+    assert "next step: fix" in run.stderr and "nothing was started" in run.stderr
+    assert "Traceback" not in run.stderr and "temporal" not in run.stderr.lower()
+    assert not society.artifacts.exists() or list(society.artifacts.iterdir()) == []
+
+
+def test_status_tells_running_finalizing_and_finished_apart_around_a_cancel(
+    society: SocietyCommand, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    society.env["GATE"] = str(gate)  # the program holds its finalization until gate/release
+    run = society.run(PROGRAMS / "gated.py")
+    run.wait_for_stderr("running program")
+    [run_id] = [line.split()[1].rstrip(":") for line in run.stderr_lines if line.startswith("run ")]
+
+    def state() -> dict[str, object]:
+        status = society("status", run_id, "--artifacts", society.artifacts)
+        assert status.process.returncode == 0, status.stderr
+        return status.result()
+
+    assert state()["state"] == "running"
+    cancel = society("cancel", run_id, "--artifacts", society.artifacts, "--no-wait")
+    assert cancel.result() == {
+        "runId": run_id,
+        "cancel": "requested",
+        "workflow": "cancel-requested",
+    }
+    assert wait_until(lambda: (gate / "holding").exists(), 30)
+    finalizing = state()
+    assert finalizing["state"] == "finalizing", finalizing
+    assert finalizing["cancelRequested"] is True and finalizing["receipt"] == "incomplete"
+    (gate / "release").touch()
+    assert run.finish() == 130, run.stderr
+    finished = state()
+    assert (finished["state"], finished["outcome"]) == ("finished", "Interrupted")

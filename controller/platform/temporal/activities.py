@@ -2,7 +2,10 @@
 
 They run in the worker's process; on the local profile that is the ``society run`` process, so
 ``execute`` reports progress straight to the terminal and cancelling it reaches the kernel.
-A run worker in-cluster (``SOCIETY_KUBE_IN_CLUSTER=1``, or ``SOCIETY_CONTROLLER_JOB=1``) runs a
+With a ``RunAuthority`` (``society run`` passes its own) each activity first refuses whatever
+that process did not submit (``submission``), and ``execute`` runs the ``run_spec`` the CLI
+loaded before anything started instead of importing the request's module. A run worker
+in-cluster (``SOCIETY_KUBE_IN_CLUSTER=1``, or ``SOCIETY_CONTROLLER_JOB=1``) runs a
 cluster profile's controller as a Job in the run's namespace and observes it instead
 (``controller.platform.kubernetes.controller_job``).
 """
@@ -21,17 +24,38 @@ from temporalio.exceptions import ApplicationError
 from controller.platform import CLUSTER_PROFILES
 from controller.platform.temporal.models import ExecuteHeartbeat, Reservation
 from controller.platform.temporal.run_files import run_directory, run_record, write_run_record
+from controller.platform.temporal.submission import ProvenRequest, RunAuthority
 from controller.platform.temporal.workflow import CLEANUP, EXECUTE, PREPARE
-from controller.run import NO_PROGRESS, Counter, Progress, RunRequest, RunResult, execute_run
+from controller.run import (
+    NO_PROGRESS,
+    Counter,
+    Progress,
+    RunRequest,
+    RunResult,
+    RunSpec,
+    execute_run,
+)
 
 HEARTBEAT_EVERY_S = 1.0
 
 
 class LifecycleActivities:
-    """One worker's activities; ``progress`` is where ``execute`` reports, if anywhere."""
+    """One worker's activities; ``progress`` is where ``execute`` reports, if anywhere.
 
-    def __init__(self, progress: Progress | None = None) -> None:
+    ``authority`` (with the ``spec`` loaded from its request's module) makes them serve that one
+    run only; without it they serve any request on the queue, as the cluster's run worker does.
+    """
+
+    def __init__(
+        self,
+        progress: Progress | None = None,
+        *,
+        authority: RunAuthority | None = None,
+        spec: RunSpec | None = None,
+    ) -> None:
         self._progress = progress
+        self._authority = authority
+        self._spec = spec
         self._running: asyncio.Task[Any] | None = None
 
     def abort(self) -> None:
@@ -44,8 +68,10 @@ class LifecycleActivities:
             self._running.cancel()
 
     @activity.defn(name=PREPARE)
-    async def prepare(self, request: RunRequest) -> Reservation:
+    async def prepare(self, request: ProvenRequest) -> Reservation:
         """Reserve the run id, namespace and artifact directory; nothing else, no secrets."""
+        if self._authority is not None:
+            await self._authority.admit(request)
         directory = run_directory(request.artifact_root, request.run_id)
         workflow_run_id = activity.info().workflow_run_id
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -78,8 +104,10 @@ class LifecycleActivities:
         )
 
     @activity.defn(name=EXECUTE)
-    async def execute(self, request: RunRequest) -> RunResult:
+    async def execute(self, request: ProvenRequest) -> RunResult:
         """Run the controller once, heartbeating; a cancel finalizes the ledger, then re-raises."""
+        if self._authority is not None:
+            await self._authority.admit(request, execute=True)
         progress = _ReportingProgress(self._progress)
         failure: Exception | None = None
         self._running = asyncio.current_task()
@@ -87,7 +115,7 @@ class LifecycleActivities:
             async with anyio.create_task_group() as heartbeats:
                 heartbeats.start_soon(_heartbeat, progress)
                 try:
-                    result = await _execute(request, progress)
+                    result = await _execute(request, progress, self._spec)
                 except Exception as error:  # raised below, not wrapped in an exception group
                     failure = error
                 heartbeats.cancel_scope.cancel()
@@ -95,11 +123,13 @@ class LifecycleActivities:
             self._running = None
         if failure is not None:
             raise failure
-        return result
+        return result if self._authority is None else self._authority.prove(result)
 
     @activity.defn(name=CLEANUP)
     async def cleanup(self, reservation: Reservation) -> None:
         """Reap everything the run left; safe to retry and to run after any ending."""
+        if self._authority is not None:
+            await self._authority.admit_reservation(reservation)
         self._phase("cleanup: reaping the run's processes")
         root = Path(reservation.artifact_dir).parent
         await reap(reservation.run_id, root)
@@ -113,7 +143,7 @@ class LifecycleActivities:
             self._progress.phase(text)
 
 
-async def _execute(request: RunRequest, progress: Progress) -> RunResult:
+async def _execute(request: RunRequest, progress: Progress, spec: RunSpec | None) -> RunResult:
     """The controller: in this process, or in-cluster as the run's controller Job.
 
     In-cluster the worker's pod is in ``society-system``, where the run's Service and network
@@ -125,7 +155,12 @@ async def _execute(request: RunRequest, progress: Progress) -> RunResult:
         settings = KubernetesSettings.from_environment()
         if settings.runs_controller_job:
             return await run_controller_job(request, settings, progress=progress)
-    return await execute_run(request, progress=progress)
+    return await execute_run(RunRequest(**_fields(request)), progress=progress, spec=spec)
+
+
+def _fields(request: RunRequest) -> dict[str, Any]:
+    """The kernel's request, without the submitter's proof."""
+    return {name: value for name, value in request if name in RunRequest.model_fields}
 
 
 async def reap(run_id: str, artifact_root: Path) -> None:

@@ -33,6 +33,7 @@ async def live_status(
         "workflow": status.name.lower(),
         "temporal": endpoint.address,
         "ui": workflow_url(endpoint, run_id),
+        "cancelRequested": description.raw_description.workflow_extended_info.cancel_requested,
     }
     for pending in description.raw_description.pending_activities:
         document["step"] = pending.activity_type.name.removeprefix("society.")

@@ -1,7 +1,9 @@
 """Driving one run through ``SocietyRun`` from the controller process.
 
 On the local profile the ``society run`` process is also the run's worker: it polls a per-run
-task queue for the workflow and its activities, submits the workflow, and waits for it. An
+task queue for the workflow and its activities, submits the workflow, and waits for it. Its
+``RunAuthority`` makes that worker serve only this submission and lets the driver accept only the
+result its own ``execute`` proved (``submission``). An
 interrupt cancels the workflow and waits for finalization and cleanup; a second one stops at
 once (aborting the controller in-process and reaping directly).
 """
@@ -32,8 +34,9 @@ from temporalio.worker import Worker
 from controller.platform.temporal.activities import LifecycleActivities, reap
 from controller.platform.temporal.run_files import read_ledger_state, run_directory
 from controller.platform.temporal.server import TemporalEndpoint
+from controller.platform.temporal.submission import ResultUnproven, RunAuthority
 from controller.platform.temporal.workflow import EXECUTE, PREPARE, SocietyRun
-from controller.run import RunRequest, RunResult
+from controller.run import RunRequest, RunResult, RunSpec
 
 Outcome = Literal["ProgramFinished", "ClusterLost", "Interrupted"]
 
@@ -137,7 +140,11 @@ class Interrupts:
 
 
 class RunDriver:
-    """Runs the worker, submits ``SocietyRun`` and waits for it, honouring interrupts."""
+    """Runs the worker, submits ``SocietyRun`` and waits for it, honouring interrupts.
+
+    ``spec`` is the ``run_spec`` the caller loaded from ``request.module_path``; the worker runs
+    it and imports nothing a payload names.
+    """
 
     def __init__(
         self,
@@ -145,6 +152,7 @@ class RunDriver:
         endpoint: TemporalEndpoint,
         request: RunRequest,
         *,
+        spec: RunSpec,
         progress: Any,
         interrupts: Interrupts,
     ) -> None:
@@ -153,7 +161,8 @@ class RunDriver:
         self._request = request
         self._progress = progress
         self._interrupts = interrupts
-        self._activities = LifecycleActivities(progress)
+        self._authority = RunAuthority(request)
+        self._activities = LifecycleActivities(progress, authority=self._authority, spec=spec)
 
     async def drive(self) -> RunReport:
         request = self._request
@@ -173,35 +182,52 @@ class RunDriver:
             try:
                 handle = await self._client.start_workflow(
                     SocietyRun.run,
-                    request.model_dump(mode="json"),
+                    self._authority.submission(),
                     id=request.run_id,
                     task_queue=task_queue(request.run_id),
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    # the first workflow task comes back to this worker, not to the task queue
+                    request_eager_start=True,
                 )
             except WorkflowAlreadyStartedError:
                 raise RunRefused(
                     "run-id-taken", f"Temporal already has a run {request.run_id}"
                 ) from None
-            ending = await self._wait(handle)
-            if not isinstance(ending, dict):
+            assert handle.first_execution_run_id is not None
+            self._authority.started(handle.first_execution_run_id)
+            ending = self._accepted(await self._wait(handle))
+            if not isinstance(ending, RunResult):
                 # The kernel finalizes the ledger before the worker stops; the SDK would log the
                 # aborted activity's traceback as if it were a controller error.
                 logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
                 self._activities.abort()
-        if isinstance(ending, dict):
-            return RunReport.from_result(RunResult.model_validate(ending))
+        root = Path(request.artifact_root)
+        if isinstance(ending, RunResult):
+            return RunReport.from_result(ending)
         if isinstance(ending, WorkflowFailureError):
             return self._report_failure(ending)
-        root = Path(request.artifact_root)
         self._progress.phase("cleanup: reaping the run's processes from the controller")
         await reap(request.run_id, root)
         self._progress.phase("cleanup: done")
+        if isinstance(ending, ResultUnproven):
+            return RunReport.from_artifacts(root, request.run_id, "ClusterLost", str(ending))
         if isinstance(ending, RPCError):
             cause = f"the Temporal server at {self._endpoint.address} is gone: {ending}"
             return RunReport.from_artifacts(root, request.run_id, "ClusterLost", cause)
         with anyio.move_on_after(5), contextlib.suppress(RPCError):
             await handle.terminate("stopped at once by a second interrupt; reaped locally")
         return RunReport.from_artifacts(root, request.run_id, "Interrupted")
+
+    def _accepted(
+        self, ending: dict[str, Any] | WorkflowFailureError | RPCError | None
+    ) -> RunResult | ResultUnproven | WorkflowFailureError | RPCError | None:
+        """A workflow result only if this process's ``execute`` proved it."""
+        if not isinstance(ending, dict):
+            return ending
+        try:
+            return self._authority.accept(ending)
+        except ResultUnproven as refused:
+            return refused
 
     async def _wait(
         self, handle: WorkflowHandle[Any, dict[str, Any]]

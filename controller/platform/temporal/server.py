@@ -6,6 +6,10 @@ find it, one lease file per live run (``leases/<run id>``, holding the run's con
 and a lock file that serializes starting, leasing and stopping. The first run starts the server
 in its own session (so a terminal's Ctrl-C reaches the run, not the server); the last run to
 release its lease stops it; a ``society`` start stops one whose leases all belong to dead pids.
+
+The dev server authenticates no client (its ``start-dev`` has no TLS options), so the state
+directory is its owner's only (0700, ``server.json`` 0600) and each run's worker refuses what its
+own ``society run`` did not submit (``submission``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 ADDRESS_ENV = "TEMPORAL_ADDRESS"
 NAMESPACE_ENV = "TEMPORAL_NAMESPACE"
 UI_ENV = "TEMPORAL_UI_URL"
+
+STATE_DIRECTORY_MODE = 0o700
+STATE_FILE_MODE = 0o600
+DEV_SERVER_CONFIG = (
+    "system.enableEagerWorkflowStart=true",
+    "system.enableActivityEagerExecution=true",
+)
+"""A run's first workflow task and its activities go straight back to the worker that asked,
+so another poller of the run's task queue rarely sees them (it could never act on them)."""
 
 SERVER_START_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT = timedelta(seconds=5)
@@ -205,11 +218,13 @@ class DevServer:
         port, ui_port = _free_port(), _free_port()
         address = f"127.0.0.1:{port}"
         ui_url = f"http://127.0.0.1:{ui_port}"
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._make_directory()
         command = [
             str(binary), "server", "start-dev",
             "--ip", "127.0.0.1", "--port", str(port), "--ui-port", str(ui_port),
             "--db-filename", str(self.db_file), "--log-level", "warn", "--ui-disable-news-fetch",
+            *(argument for value in DEV_SERVER_CONFIG
+              for argument in ("--dynamic-config-value", value)),
         ]  # fmt: skip
         process = _spawn_detached(command, self.log_file)
         endpoint = TemporalEndpoint(address, namespace(), ui_url, dev_server_pid=process.pid)
@@ -219,8 +234,18 @@ class DevServer:
             _terminate(process.pid)
             raise
         state = {"pid": process.pid, "address": address, "uiUrl": ui_url, "binary": str(binary)}
-        self.state_file.write_text(json.dumps(state), encoding="utf-8")
+        descriptor = os.open(
+            self.state_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, STATE_FILE_MODE
+        )
+        with os.fdopen(descriptor, "w", encoding="utf-8") as state_file:
+            os.fchmod(descriptor, STATE_FILE_MODE)  # also when an older file was wider
+            state_file.write(json.dumps(state))
         return endpoint
+
+    def _make_directory(self) -> None:
+        """The state directory, its owner's only (also when an older one was wider)."""
+        self.directory.mkdir(mode=STATE_DIRECTORY_MODE, parents=True, exist_ok=True)
+        os.chmod(self.directory, STATE_DIRECTORY_MODE)
 
     async def _wait_ready(
         self, process: subprocess.Popen[bytes], endpoint: TemporalEndpoint
@@ -251,7 +276,7 @@ class DevServer:
 
     @contextlib.asynccontextmanager
     async def _locked(self) -> AsyncIterator[None]:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._make_directory()
         with (self.directory / "lock").open("a") as lock:
             await anyio.to_thread.run_sync(fcntl.flock, lock.fileno(), fcntl.LOCK_EX)
             try:

@@ -6,6 +6,10 @@ it (``access.worker_deployment``); anyone can run it beside a dev server. It pri
 once it polls, and on SIGTERM or SIGINT stops polling, lets running activities finish within
 the grace period (then cancels them: a cancelled ``execute`` finalizes its ledger) and exits 0.
 
+Unlike ``society run``'s own worker it serves other processes' submissions, so it holds no
+per-run key and checks no proof (``submission``): whoever reaches its Temporal can submit to it,
+which is why that Temporal must be reachable only in-cluster.
+
 The worker owns run namespaces (its prepare and cleanup activities), so it sets
 ``SOCIETY_KUBE_WORKER_NAMESPACES=1`` for the controllers it runs. In-cluster
 (``SOCIETY_KUBE_IN_CLUSTER=1``) its ``execute`` runs a cluster run's controller as the run's
