@@ -21,7 +21,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import anyio
@@ -40,7 +40,9 @@ class Plan:
     window: int  # sends in flight per session, throughput phase
     sends: int  # per session, latency phase
     interval: float  # seconds between one session's sends, latency phase
-    expect: list[int] = field(default_factory=list)  # deliveries per session (default: as sent)
+    drain: float = 0.0
+    """Latency phase: when > 0, deliveries may be dropped on the way; the phase ends once every
+    send is acknowledged and no delivery came for this many seconds."""
 
 
 def raise_open_files_limit() -> None:
@@ -178,9 +180,8 @@ class _Generator:
         self.remaining = 0
         self.latencies: list[float] = []
         self.errors: list[str] = []
-        self.expect = plan.expect or [
-            plan.messages if plan.phase == "throughput" else plan.sends
-        ] * len(plan.tokens)
+        self.delivered: list[tuple[int, str, float]] = []  # (session, message id, latency)
+        self.last_delivery = 0.0
         self.prefix = os.urandom(6).hex()  # client message ids stay unique across runs
         self.sends = plan.messages if plan.phase == "throughput" else plan.sends
         self.on_delivery: Callable[[_Session, dict[str, Any]], None] = (
@@ -215,9 +216,10 @@ class _Generator:
         self.sessions = []
         await asyncio.gather(*(one(n) for n in range(len(self.plan.tokens))))
         self.sessions.sort(key=lambda s: s.index)
-        # every session's own deliveries, then its own acks (throughput) count to the end
-        self.remaining = sum(self.expect) + (
-            self.sends * len(self.sessions) if self.plan.phase == "throughput" else 0
+        # what ends the phase: each session's deliveries (unless they may be dropped) and acks
+        sent = self.sends * len(self.sessions)
+        self.remaining = (0 if self.plan.drain else sent) + (
+            sent if self.plan.phase == "throughput" or self.plan.drain else 0
         )
 
     def send(self, session: _Session, text: str) -> None:
@@ -234,12 +236,15 @@ class _Generator:
             session.write(f'{{"type":"delivery-ack","messageId":"{frame["messageId"]}"}}')
             session.received += 1
             self.on_delivery(session, frame)
-            self._count()
+            if not self.plan.drain:
+                self._count()
         elif kind == "ack":
             session.acked += 1
             if self.plan.phase == "throughput":
                 if session.sent < self.sends:
                     self.send(session, f"message {session.sent} from {session.index}")
+                self._count()
+            elif self.plan.drain:
                 self._count()
         elif kind == "authenticated":
             session.authenticated.set_result(None)
@@ -253,13 +258,29 @@ class _Generator:
     def _count(self) -> None:
         self.remaining -= 1
         if self.remaining == 0 and not self.finished.done():
-            self.finished.set_result(None)
+            if self.plan.drain:
+                self._drained()
+            else:
+                self.finished.set_result(None)
+
+    def _drained(self) -> None:
+        quiet = time.monotonic() - self.last_delivery
+        if quiet >= self.plan.drain:
+            if not self.finished.done():
+                self.finished.set_result(None)
+        else:
+            asyncio.get_running_loop().call_later(self.plan.drain - quiet, self._drained)
 
     def _counted(self, session: _Session, frame: dict[str, Any]) -> None:
         pass
 
     def _timed(self, session: _Session, frame: dict[str, Any]) -> None:
-        self.latencies.append(time.monotonic() - float(frame["parts"][0]))
+        now = time.monotonic()
+        latency = now - float(frame["parts"][0])
+        self.latencies.append(latency)
+        if self.plan.drain:
+            self.last_delivery = now
+            self.delivered.append((session.index, frame["messageId"], latency))
 
     def start(self) -> None:
         plan = self.plan
@@ -300,6 +321,7 @@ async def _generate(plan: Plan) -> dict[str, Any]:
         "latencies": generator.latencies,
         "cpu": time.process_time() - cpu,
         "errors": generator.errors,
+        "delivered": generator.delivered,
     }
 
 
