@@ -329,7 +329,7 @@ async def _generate(plan: Plan) -> dict[str, Any]:
 
 
 async def _library(plan: Plan) -> dict[str, Any]:
-    """The same plan driven through ``connect_agent`` sessions (one task per send)."""
+    """The same plan driven through ``connect_agent`` sessions (``window`` sender tasks each)."""
     from contextlib import aclosing
 
     from controller.network.client import connect_agent
@@ -362,18 +362,14 @@ async def _library(plan: Plan) -> dict[str, Any]:
             await go.wait()
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(receive, sends)
-                if plan.phase == "throughput":
-                    window = anyio.Semaphore(plan.window)
+                if plan.phase == "throughput":  # a window of senders, each one send at a time
 
-                    async def send_one(k: int) -> None:
-                        try:
+                    async def sender(first: int) -> None:
+                        for k in range(first, sends, plan.window):
                             await session.send(conversation, f"message {k} from {n}")
-                        finally:
-                            window.release()
 
-                    for k in range(sends):
-                        await window.acquire()
-                        tasks.start_soon(send_one, k)
+                    for first in range(min(plan.window, sends)):
+                        tasks.start_soon(sender, first)
                 else:
                     start = time.monotonic() + 0.1 + plan.interval * n / count
                     for k in range(sends):
