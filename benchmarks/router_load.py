@@ -27,6 +27,10 @@ from typing import Any
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+CONNECTING = 32
+"""Sessions of one generator that open their connection at once (the listener's backlog is
+100)."""
+
 
 @dataclass
 class Plan:
@@ -196,7 +200,13 @@ class _Generator:
         host, _, port = self.plan.url.removeprefix("ws://").partition(":")
         loop = asyncio.get_running_loop()
 
+        opening = asyncio.Semaphore(CONNECTING)
+
         async def one(index: int) -> None:
+            async with opening:
+                await connect_one(index)
+
+        async def connect_one(index: int) -> None:
             _, session = await loop.create_connection(
                 lambda: _Session(self, index), host, int(port)
             )
