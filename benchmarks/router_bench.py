@@ -26,6 +26,7 @@ import argparse
 import gc
 import statistics
 import sys
+import tracemalloc
 from dataclasses import dataclass, field
 
 import anyio
@@ -36,7 +37,6 @@ from router_servers import (
     Served,
     cpu_seconds,
     open_sockets,
-    resident_bytes,
     serve_variant,
 )
 
@@ -82,18 +82,26 @@ def plans_for(served: Served, phase: str, sessions: int, args: argparse.Namespac
 
 
 class Footprint:
-    """Resident memory and descriptors of the server process, before and after sessions join."""
+    """Memory and sockets the server process holds per session once every session joined.
+
+    Memory is what the Python allocator traced from before the first session connected until
+    all were authenticated (tracemalloc, on for that phase only): resident-set growth would
+    depend on which server ran before in this process and left free pages behind.
+    """
 
     def __init__(self, sessions: int) -> None:
         self.sessions = sessions
         gc.collect()
-        self.rss, self.fds = resident_bytes(), open_sockets()
+        self.sockets = open_sockets()
         self.kib_per_session = self.fds_per_session = 0.0
+        tracemalloc.start()
 
     def all_connected(self) -> None:
         gc.collect()
-        self.kib_per_session = (resident_bytes() - self.rss) / 1024 / self.sessions
-        self.fds_per_session = (open_sockets() - self.fds) / self.sessions
+        held, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        self.kib_per_session = held / 1024 / self.sessions
+        self.fds_per_session = (open_sockets() - self.sockets) / self.sessions
 
 
 async def run_variant(variant: str, sessions: int, args: argparse.Namespace) -> Result:

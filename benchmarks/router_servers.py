@@ -170,12 +170,6 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def resident_bytes() -> int:
-    """This process's resident set size now."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def open_sockets() -> int:
     """This process's open socket descriptors (not the pipes to the load generators)."""
     sockets = 0
