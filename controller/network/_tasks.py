@@ -103,18 +103,30 @@ class WorkPool:
                 if self._drained is not None and not self._running:
                     self._drained.set()
                     self._drained = None
-                idle = _Idle(anyio.Event(), anyio.current_time())
-                self._idle.append(idle)
-                if not self._retiring:
-                    self._retiring = True
-                    self._tasks.start_soon(self._retire_idle)
-                await idle.woken.wait()
-                if idle.retire and not self._jobs:
+                if not await self._wait_idle():
                     return
-                if not idle.retire:
-                    self._waking -= 1
         finally:
             self._workers -= 1
+
+    async def _wait_idle(self) -> bool:
+        """Wait for a job; False when retired with none waiting."""
+        idle = _Idle(anyio.Event(), anyio.current_time())
+        self._idle.append(idle)
+        if not self._retiring:
+            self._retiring = True
+            self._tasks.start_soon(self._retire_idle)
+        try:
+            await idle.woken.wait()
+        except BaseException:  # cancelled while idle: no later job may count on this worker
+            if not idle.woken.is_set():
+                self._idle.remove(idle)
+            elif not idle.retire:
+                self._waking -= 1
+            raise
+        if idle.retire:
+            return bool(self._jobs)
+        self._waking -= 1
+        return True
 
     async def _retire_idle(self) -> None:
         """End the workers idle for ``linger``; runs while any worker is idle."""
