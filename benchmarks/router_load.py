@@ -1,7 +1,8 @@
 """Light load generators for the router benchmarks: raw WebSocket clients in separate processes.
 
 A generator speaks protocol v1 with pre-formatted frames on plain asyncio transports: no
-validation, no tasks per message, a zero masking key (legal, and the server cannot tell). It
+validation, no tasks per message, a zero masking key (the server unmasks it like any other;
+RFC 6455's unpredictable keys guard browsers against proxy poisoning, moot on loopback). It
 costs a few tens of microseconds per message, so a few generator processes saturate a server
 that costs hundreds: the benchmark then measures the server, not the clients.
 
