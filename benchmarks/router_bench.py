@@ -1,438 +1,228 @@
-"""Router benchmark: the production router against itself without durability and a bare relay.
+"""Router benchmark: the durable router, the same router writing nowhere, and a bare relay.
 
-Three servers, each driven by the same agent client library from a separate process:
+Servers (``router_servers``): (a) ``durable`` the router with the durable ledger, (b)
+``nowhere`` the same router with a ledger that encodes, chains and signs but neither writes nor
+fsyncs, (c) ``bare`` a ``websockets`` relay of the same four frames per message with no auth,
+validation or ledger. Sessions pair up (2k talks with 2k+1) and both send into their
+conversation.
 
-  (a) ``durable``  the router with the durable ledger (group commit + fsync);
-  (b) ``nowhere``  the same router with a ledger whose writes and fsyncs are no-ops;
-  (c) ``bare``     a bare ``websockets`` relay exchanging the same four frames per message
-                   (send, ack, delivery, delivery ack): no auth, no validation, no ledger.
+Load (``router_load``): light raw-WebSocket generators spread over ``--processes`` processes,
+so that the server saturates. Per server: saturated throughput with a window of sends in flight
+per session, the server process's CPU per message (every thread) and how busy it was (CPU
+seconds per wall second: ~1.0 is one core, the most a GIL-bound server uses); p50/p99 delivery
+latency (scheduled send to the receiver's hand-over) at ``--offered`` msg/s open loop, and the
+server's GC pauses meanwhile; resident memory and descriptors per connected session. The
+primary ratios are (a)/(c). Separately, the agent client library (``connect_agent``) drives the
+bare relay, and its CPU per message is printed beside the raw generator's.
 
-Clients pair up (client 2k talks with 2k+1) and both send into their conversation. Reported:
-committed-and-delivered messages/s with a window of in-flight sends per client, and p50/p99
-latency (scheduled send to the receiver's hand-over) at a fixed offered load.
-
-    .venv/bin/python benchmarks/router_bench.py                 # 10 and 100 clients
-    .venv/bin/python benchmarks/router_bench.py --clients 10 --messages 5000 --seconds 2
+    .venv/bin/python benchmarks/router_bench.py                    # 10 and 100 sessions
+    .venv/bin/python benchmarks/router_bench.py --clients 1000 --messages 20000
+    .venv/bin/python benchmarks/router_bench.py --faults           # link faults (router_faults)
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
-import resource
 import statistics
 import sys
-import tempfile
-import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, aclosing, asynccontextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+import tracemalloc
+from dataclasses import dataclass, field
 
 import anyio
-from anyio.streams.buffered import BufferedByteReceiveStream
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
-
-from controller.events.network import network_events
-from controller.network.client import connect_agent
-from controller.network.protocol import MAX_FRAME_BYTES
-from controller.network.router import Router
-from ledger import DurableFiles, Provenance, open_ledger_writer
-
-VARIANTS = ("durable", "nowhere", "bare")
-
-
-class NowhereFiles(DurableFiles):
-    """A ledger that encodes, chains and signs every record, then writes it to nowhere."""
-
-    def write(self, fd: int, data: bytes) -> None:
-        pass
-
-    def fsync(self, fd: int) -> None:
-        pass
-
-
-@dataclass
-class Plan:
-    """What one client process does: its share of the clients, for one phase."""
-
-    phase: str  # "throughput" or "latency"
-    url: str
-    tokens: list[str]
-    conversations: list[str]
-    messages: int  # per client, throughput phase
-    window: int
-    sends: int  # per client, latency phase
-    interval: float  # seconds between one client's sends, latency phase
+from router_load import Plan, raise_open_files_limit, run_generators
+from router_servers import (
+    VARIANTS,
+    GCPauses,
+    Served,
+    cpu_seconds,
+    open_sockets,
+    serve_variant,
+)
 
 
 @dataclass
 class Result:
     variant: str
-    clients: int
+    sessions: int
     throughput: float
-    p50_ms: float
-    p99_ms: float
     server_cpu_us: float
-    """Server process CPU time (all threads) per message in the throughput phase."""
-    client_cpu_us: float
-    """Client processes' CPU time per message in the throughput phase."""
-    gc_pauses: GCPauses
-    """The server process's garbage collections during the latency phase."""
+    """Server process CPU time (all threads) per message in the saturated phase."""
+    server_busy: float
+    """Server CPU seconds per wall second in the saturated phase."""
+    load_cpu_us: float
+    """Load generators' CPU per message in the saturated phase."""
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    gc_pauses: GCPauses = field(default_factory=GCPauses)
+    kib_per_session: float = 0.0
+    fds_per_session: float = 0.0
 
 
-class GCPauses:
-    """Times the garbage collector's pauses (each one stops the event loop) while in use."""
-
-    def __init__(self) -> None:
-        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
-        self._started = 0.0
-
-    def __enter__(self) -> GCPauses:
-        gc.callbacks.append(self._observe)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self._observe)
-
-    def _observe(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.pauses.append((info["generation"], time.perf_counter() - self._started))
-
-    def summary(self) -> str:
-        """Per generation: collections and the longest pause, e.g. ``41/1.0 4/2.1 0/-``."""
-        return " ".join(
-            f"{len(ms)}/{max(ms):.1f}" if ms else "0/-"
-            for ms in ([s * 1000 for g, s in self.pauses if g == gen] for gen in range(3))
+def plans_for(served: Served, phase: str, sessions: int, args: argparse.Namespace) -> list[Plan]:
+    """Pairs of sessions spread round-robin over the generator processes (a pair stays in one)."""
+    processes = max(1, min(args.processes, sessions // 2))
+    groups = [
+        [n for k in range(p * 2, sessions, processes * 2) for n in (k, k + 1)]
+        for p in range(processes)
+    ]
+    return [
+        Plan(
+            phase=phase,
+            url=served.url,
+            tokens=[served.tokens[n] for n in group],
+            conversations=[served.conversations[n] for n in group],
+            messages=max(1, args.messages // sessions),
+            window=args.window,
+            sends=max(1, round(args.offered * args.seconds / sessions)),
+            interval=sessions / args.offered,
         )
+        for group in groups
+    ]
 
 
-# ---- servers ---------------------------------------------------------------------------------
+class Footprint:
+    """Memory and sockets the server process holds per session once every session joined.
+
+    Memory is what the Python allocator traced from before the first session connected until
+    all were authenticated (tracemalloc, on for that phase only): resident-set growth would
+    depend on which server ran before in this process and left free pages behind.
+    """
+
+    def __init__(self, sessions: int) -> None:
+        self.sessions = sessions
+        gc.collect()
+        self.sockets = open_sockets()
+        self.kib_per_session = self.fds_per_session = 0.0
+        tracemalloc.start()
+
+    def all_connected(self) -> None:
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        self.kib_per_session = held / 1024 / self.sessions
+        self.fds_per_session = (open_sockets() - self.sockets) / self.sessions
 
 
-@asynccontextmanager
-async def router_server(
-    clients: int, variant: str
-) -> AsyncIterator[tuple[str, list[str], list[str]]]:
-    files = NowhereFiles() if variant == "nowhere" else DurableFiles()
-    with tempfile.TemporaryDirectory(prefix="router-bench-") as directory:
-        async with (
-            open_ledger_writer(
-                Path(directory) / "ledger",
-                catalog=network_events,
-                definition_id="bench.router/v1",
-                run_id="sr-" + "0" * 32,
-                provenance=Provenance.current("bench"),
-                files=files,
-            ) as ledger,
-            Router.serve(ledger, heartbeat_interval=30, heartbeat_timeout=120) as router,
-        ):
-            credentials = [router.register(f"agent-{n}") for n in range(clients)]
-            conversations = []
-            for n in range(0, clients, 2):
-                ref = await router.open_conversation(
-                    credentials[n].participant, [credentials[n + 1].participant]
-                )
-                conversations += [ref.conversation_id, ref.conversation_id]
-            await router.dispatch()
-            yield router.url, [c.token for c in credentials], conversations
-
-
-@asynccontextmanager
-async def bare_relay(clients: int) -> AsyncIterator[tuple[str, list[str], list[str]]]:
-    """Relays the same frames with json.loads and string building; trusts everything."""
-    connections: dict[str, ServerConnection] = {}
-    sequence = 0
-
-    def participant(name: str) -> dict[str, str]:
-        return {"id": f"agent:{name}", "name": name}
-
-    async def handler(websocket: ServerConnection) -> None:
-        nonlocal sequence
-        name = json.loads(await websocket.recv())["token"]
-        index = int(name.split("-")[1])
-        peer = f"agent-{index ^ 1}"
-        connections[name] = websocket
-        members = [participant(f"agent-{index & ~1}"), participant(f"agent-{index | 1}")]
-        await websocket.send(
-            json.dumps(
-                {
-                    "type": "authenticated",
-                    "version": 1,
-                    "participant": participant(name),
-                    "heartbeatIntervalSeconds": 30.0,
-                    "heartbeatTimeoutSeconds": 120.0,
-                    "maxFrameBytes": MAX_FRAME_BYTES,
-                }
-            )
-        )
-        try:
-            await relay(websocket, name, peer, members)
-        except ConnectionClosed:
-            pass
-
-    async def relay(
-        websocket: ServerConnection, name: str, peer: str, members: list[dict[str, str]]
-    ) -> None:
-        nonlocal sequence
-        async for raw in websocket:
-            frame = json.loads(raw)
-            if frame["type"] != "send":
-                continue  # delivery acks and heartbeats: nothing to do
-            sequence += 1
-            message_id = f"m-{sequence}"
-            await websocket.send(
-                json.dumps(
-                    {
-                        "type": "ack",
-                        "requestId": frame["requestId"],
-                        "clientMessageId": frame["clientMessageId"],
-                        "messageId": message_id,
-                        "routerSequence": sequence,
-                    }
-                )
-            )
-            receiver = connections.get(peer)
-            if receiver is not None:
-                await receiver.send(
-                    json.dumps(
-                        {
-                            "type": "delivery",
-                            "messageId": message_id,
-                            "conversationId": frame["conversationId"],
-                            "sender": participant(name),
-                            "participants": members,
-                            "parts": frame["parts"],
-                            "routerSequence": sequence,
-                        }
-                    )
-                )
-
-    async with serve(
-        handler, "127.0.0.1", 0, compression=None, ping_interval=None, max_size=MAX_FRAME_BYTES
-    ) as server:
-        port = server.sockets[0].getsockname()[1]
-        tokens = [f"agent-{n}" for n in range(clients)]
-        conversations = [f"c-{n // 2 + 1}" for n in range(clients)]
-        yield f"ws://127.0.0.1:{port}", tokens, conversations
-
-
-async def run_variant(variant: str, clients: int, args: argparse.Namespace) -> Result:
+async def run_variant(variant: str, sessions: int, args: argparse.Namespace) -> Result:
     gc.collect()  # each server starts from the same heap, not the garbage of the one before
-    server = bare_relay(clients) if variant == "bare" else router_server(clients, variant)
-    async with server as (url, tokens, conversations):
-        processes = min(args.client_processes, clients // 2)
-        shares = [range(p * 2, clients, processes * 2) for p in range(processes)]
-        members = [[n for k in share for n in (k, k + 1)] for share in shares]
+    async with serve_variant(variant, sessions) as served:
+        footprint = Footprint(sessions)
+        started: list[float] = []
 
-        def plans(phase: str) -> list[Plan]:
-            return [
-                Plan(
-                    phase=phase,
-                    url=url,
-                    tokens=[tokens[n] for n in group],
-                    conversations=[conversations[n] for n in group],
-                    messages=args.messages // clients,
-                    window=args.window,
-                    sends=max(1, round(args.offered * args.seconds / clients)),
-                    interval=clients / args.offered,
-                )
-                for group in members
-            ]
+        def all_connected() -> None:  # the CPU clock starts once every session is connected
+            footprint.all_connected()
+            started.append(cpu_seconds())
 
-        cpu_before, clients_cpu_before = _cpu_seconds(), _cpu_seconds(resource.RUSAGE_CHILDREN)
-        counted = await run_clients(plans("throughput"))
-        cpu = _cpu_seconds() - cpu_before
-        clients_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - clients_cpu_before
-        total = sum(r["messages"] for r in counted)
-        elapsed = max(r["finished"] for r in counted) - min(r["started"] for r in counted)
+        plans = plans_for(served, "throughput", sessions, args)
+        saturated = await run_generators(plans, on_ready=all_connected)
+        cpu = cpu_seconds() - started[0]
+        total = sum(r["messages"] for r in saturated)
+        elapsed = max(r["finished"] for r in saturated) - min(r["started"] for r in saturated)
         with GCPauses() as gc_pauses:
-            timed = await run_clients(plans("latency"))
+            timed = await run_generators(plans_for(served, "latency", sessions, args))
     latencies = sorted(x for r in timed for x in r["latencies"])
     return Result(
         variant,
-        clients,
+        sessions,
         throughput=total / elapsed,
-        p50_ms=statistics.median(latencies) * 1000,
-        p99_ms=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         server_cpu_us=cpu / total * 1e6,
-        client_cpu_us=clients_cpu / total * 1e6,
+        server_busy=cpu / elapsed,
+        load_cpu_us=sum(r["cpu"] for r in saturated) / total * 1e6,
+        p50_ms=statistics.median(latencies) * 1000,
+        p99_ms=percentile(latencies, 0.99) * 1000,
         gc_pauses=gc_pauses,
+        kib_per_session=footprint.kib_per_session,
+        fds_per_session=footprint.fds_per_session,
     )
 
 
-def _cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
-    usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
+def percentile(ordered: list[float], fraction: float) -> float:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
-async def run_clients(plans: list[Plan]) -> list[dict[str, Any]]:
-    """Start one process per plan, let all connect, start them together, collect results."""
-    async with AsyncExitStack() as stack:
-        processes = []
-        for plan in plans:
-            process = await stack.enter_async_context(
-                await anyio.open_process([sys.executable, __file__, "--client-side"], stderr=None)
-            )
-            assert process.stdin is not None and process.stdout is not None
-            await process.stdin.send(json.dumps(plan.__dict__).encode() + b"\n")
-            processes.append((process, BufferedByteReceiveStream(process.stdout)))
-        for _, lines in processes:
-            assert await lines.receive_until(b"\n", 64) == b"ready"
-        for process, _ in processes:
-            assert process.stdin is not None
-            await process.stdin.send(b"go\n")
-        results = [json.loads(await lines.receive_until(b"\n", 1 << 24)) for _, lines in processes]
-        for process, _ in processes:
-            await process.wait()
-    return results
-
-
-# ---- clients (separate processes, so the server keeps a core of its own) -------------------
-
-
-async def client_side(plan: Plan) -> dict[str, Any]:
-    count = len(plan.tokens)
-    connected, go = anyio.Event(), anyio.Event()
-    ready = finished = 0
-    all_finished = anyio.Event()
-    latencies: list[float] = []
-    measured: dict[str, Any] = {}
-
-    async def client(n: int) -> None:
-        nonlocal ready, finished
-        async with connect_agent(plan.url, plan.tokens[n]) as session:
-            ready += 1
-            if ready == count:
-                connected.set()
-            conversation = plan.conversations[n]
-
-            async def receive(total: int, on_message: Any) -> None:
-                if total == 0:
-                    return
-                received = 0
-                async with aclosing(session.deliveries()) as stream:
-                    async for delivery in stream:
-                        on_message(delivery)
-                        received += 1
-                        if received == total:
-                            return
-
-            await go.wait()
-            async with anyio.create_task_group() as tasks:
-                if plan.phase == "throughput":  # a window of sends in flight
-                    window = anyio.Semaphore(plan.window)
-
-                    async def send_one(k: int) -> None:
-                        try:
-                            await session.send(conversation, f"message {k} from {n}")
-                        finally:
-                            window.release()
-
-                    tasks.start_soon(receive, plan.messages, lambda _d: None)
-                    for k in range(plan.messages):
-                        await window.acquire()
-                        tasks.start_soon(send_one, k)
-                else:  # an open-loop schedule: each send at its time, whatever came before
-
-                    def record(delivery: Any) -> None:
-                        latencies.append(anyio.current_time() - float(delivery.parts[0]))
-
-                    async def send_at(due: float) -> None:
-                        await session.send(conversation, repr(due))
-
-                    start = anyio.current_time() + 0.1 + plan.interval * n / count
-                    tasks.start_soon(receive, plan.sends, record)
-                    for k in range(plan.sends):
-                        due = start + k * plan.interval
-                        await anyio.sleep_until(due)
-                        tasks.start_soon(send_at, due)
-            finished += 1
-            if finished == count:
-                all_finished.set()
-            await all_finished.wait()  # keep every session up until all are done
-
-    async with anyio.create_task_group() as tasks:
-        for n in range(count):
-            tasks.start_soon(client, n)
-        with anyio.fail_after(120):
-            await connected.wait()
-        print("ready", flush=True)
-        assert (await anyio.to_thread.run_sync(sys.stdin.readline)).strip() == "go"
-        measured["started"] = time.time()
-        go.set()
-        await all_finished.wait()
-        measured["finished"] = time.time()
-    measured["messages"] = plan.messages * count
-    measured["latencies"] = latencies
-    return measured
-
-
-# ---- report ----------------------------------------------------------------------------------
+async def library_cpu(sessions: int, args: argparse.Namespace) -> tuple[float, float]:
+    """CPU per message of the agent client library and of the raw generator, same server (bare)."""
+    async with serve_variant("bare", sessions) as served:
+        plans = plans_for(served, "throughput", sessions, args)
+        library = await run_generators(plans, library=True)
+        raw = await run_generators(plans)
+    per_message = [
+        sum(r["cpu"] for r in results) / sum(r["messages"] for r in results) * 1e6
+        for results in (library, raw)
+    ]
+    return per_message[0], per_message[1]
 
 
 def report(results: list[Result]) -> None:
     print(
-        f"{'clients':>7} {'server':>8} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'server CPU us/msg':>17} {'client CPU us/msg':>17} {'GC gen0 gen1 gen2':>23}"
+        f"{'sessions':>8} {'server':>8} {'msgs/s':>8} {'busy':>5} {'CPU us/msg':>10} "
+        f"{'load us/msg':>11} {'p50 ms':>7} {'p99 ms':>7} {'KiB/sess':>8} {'fd/sess':>7} "
+        f"{'GC gen0 gen1 gen2':>20}"
     )
     for r in results:
         print(
-            f"{r.clients:>7} {r.variant:>8} {r.throughput:>9.0f} {r.p50_ms:>8.2f} "
-            f"{r.p99_ms:>8.2f} {r.server_cpu_us:>17.0f} {r.client_cpu_us:>17.0f} "
-            f"{r.gc_pauses.summary():>23}"
+            f"{r.sessions:>8} {r.variant:>8} {r.throughput:>8.0f} {r.server_busy:>5.2f} "
+            f"{r.server_cpu_us:>10.0f} {r.load_cpu_us:>11.0f} {r.p50_ms:>7.2f} {r.p99_ms:>7.2f} "
+            f"{r.kib_per_session:>8.1f} {r.fds_per_session:>7.2f} {r.gc_pauses.summary():>20}"
         )
     print()
-    for clients in sorted({r.clients for r in results}):
-        by = {r.variant: r for r in results if r.clients == clients}
-        if set(by) != set(VARIANTS):
+    for sessions in sorted({r.sessions for r in results}):
+        by = {r.variant: r for r in results if r.sessions == sessions}
+        if "durable" not in by or "bare" not in by:
             continue
-        a, b, c = by["durable"], by["nowhere"], by["bare"]
-        print(
-            f"{clients} clients: throughput (a)/(b) = {a.throughput / b.throughput:.2f} "
-            f"(target >= 0.6), (a)/(c) = {a.throughput / c.throughput:.2f} (target >= 0.4); "
-            f"p99 (a)/(c) = {a.p99_ms / c.p99_ms:.2f} (target <= 2)"
+        a, c = by["durable"], by["bare"]
+        line = (
+            f"{sessions} sessions, durable/bare: server CPU per message "
+            f"{a.server_cpu_us / c.server_cpu_us:.2f}x (goal <= 1.5), saturated throughput "
+            f"{a.throughput / c.throughput:.2f}x, p99 {a.p99_ms / c.p99_ms:.2f}x (goal <= 2)"
         )
+        if "nowhere" in by:
+            b = by["nowhere"]
+            line += f"; durable/nowhere: CPU {a.server_cpu_us / b.server_cpu_us:.2f}x"
+        print(line)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, nargs="+", default=[10, 100])
-    parser.add_argument("--messages", type=int, default=10_000, help="total per throughput run")
-    parser.add_argument("--window", type=int, default=16, help="in-flight sends per client")
+    parser.add_argument("--clients", type=int, nargs="+", default=[10, 100], help="sessions")
+    parser.add_argument("--messages", type=int, default=20_000, help="total, saturated phase")
+    parser.add_argument("--window", type=int, default=16, help="in-flight sends per session")
     parser.add_argument("--offered", type=float, default=1000.0, help="messages/s for latency")
     parser.add_argument("--seconds", type=float, default=3.0, help="length of the latency run")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    parser.add_argument(
-        "--client-processes", type=int, default=1, help="processes the clients are spread over"
-    )
-    parser.add_argument("--client-side", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--processes", type=int, default=2, help="load generator processes")
+    parser.add_argument("--no-library", action="store_true", help="skip the client library run")
+    parser.add_argument("--faults", action="store_true", help="the link-fault comparison")
     args = parser.parse_args()
-    if args.client_side:
-        plan = Plan(**json.loads(sys.stdin.readline()))
-        print(json.dumps(anyio.run(client_side, plan)), flush=True)
+    raise_open_files_limit()
+    if args.faults:
+        from router_faults import main as faults_main
+
+        faults_main(args)
         return
     results = []
-    for clients in args.clients:
-        if clients % 2:
-            parser.error("clients pair up; use an even number")
+    for sessions in args.clients:
+        if sessions % 2:
+            parser.error("sessions pair up; use an even number")
         for variant in args.variants:
-            result = anyio.run(run_variant, variant, clients, args)
+            result = anyio.run(run_variant, variant, sessions, args)
             print(
-                f"  {variant:>8} x {clients:>3}: {result.throughput:.0f} msgs/s, "
-                f"p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms, "
-                f"CPU/msg: server {result.server_cpu_us:.0f} us, "
-                f"clients {result.client_cpu_us:.0f} us; GC (count/longest ms per generation) "
-                f"{result.gc_pauses.summary()}",
+                f"  {variant:>8} x {sessions:>4}: {result.throughput:.0f} msgs/s, server "
+                f"{result.server_cpu_us:.0f} us/msg (busy {result.server_busy:.2f}), load "
+                f"{result.load_cpu_us:.0f} us/msg; p50 {result.p50_ms:.2f} ms, p99 "
+                f"{result.p99_ms:.2f} ms; GC {result.gc_pauses.summary()}",
                 file=sys.stderr,
             )
             results.append(result)
     report(results)
+    if not args.no_library:
+        sessions = min(args.clients)
+        library, raw = anyio.run(library_cpu, sessions, args)
+        print(
+            f"\nclient CPU per message ({sessions} sessions, bare relay): agent client library "
+            f"{library:.0f} us, raw generator {raw:.0f} us ({library / raw:.1f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Task helpers: a task group owned by a block, and a pool of long-lived worker tasks."""
+"""Task helpers: a task group owned by a block, a pool of worker tasks, and a wake-up signal."""
 
 from __future__ import annotations
 
@@ -80,3 +80,22 @@ class WorkPool:
             if self._drained is not None and not self._jobs and not self._running:
                 self._drained.set()
                 self._drained = None
+
+
+class Signal:
+    """Wakes every current waiter; waiters check their condition before waiting."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None
+
+    def notify(self) -> None:
+        if self._event is not None:  # nobody waits: nothing to do (the common case)
+            self._event.set()
+            self._event = None
+
+    async def wait(self) -> None:
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from controller.network._tasks import owned_task_group
+from controller.network._tasks import Signal, owned_task_group
 from controller.network.errors import CLOSE_REASONS, NetworkError
 from controller.network.protocol import (
     MAX_FRAME_BYTES,
@@ -36,7 +36,6 @@ from controller.network.protocol import (
     ConversationOpenedFrame,
     ConversationRef,
     Delivery,
-    DeliveryAck,
     DeliveryFrame,
     ErrorFrame,
     Heartbeat,
@@ -46,6 +45,7 @@ from controller.network.protocol import (
     SendAckFrame,
     SendMessage,
     encode,
+    encode_delivery_ack,
     parse_router_frame,
 )
 
@@ -96,7 +96,10 @@ class AgentSession:
         self._inbox: deque[Delivery] = deque()
         self._buffered: set[str] = set()
         self._seen: set[str] = set()
-        self._inbox_changed = anyio.Event()
+        self._inbox_changed = Signal()
+        # client message ids: a random session prefix and a counter (no entropy per send)
+        self._message_ids = itertools.count(1)
+        self._message_prefix = f"cm-{secrets.token_hex(8)}-"
         self._ended: NetworkError | None = None
         self._closing = False
 
@@ -130,7 +133,8 @@ class AgentSession:
         frame = SendMessage(
             request_id=self._next_request_id(),
             conversation_id=conversation_id,
-            client_message_id=client_message_id or f"cm-{secrets.token_hex(12)}",
+            client_message_id=client_message_id
+            or f"{self._message_prefix}{next(self._message_ids)}",
             parts=list(parts),
         )
         result = await self._request(frame)
@@ -147,7 +151,7 @@ class AgentSession:
             if self._inbox:
                 delivery = self._inbox.popleft()
                 self._buffered.discard(delivery.message_id)
-                await self._transmit(encode(DeliveryAck(message_id=delivery.message_id)))
+                await self._transmit(encode_delivery_ack(delivery.message_id))
                 yield delivery
                 continue
             if self._ended is not None:
@@ -329,7 +333,7 @@ class AgentSession:
         message_id = frame.message_id
         if message_id in self._seen:
             if message_id not in self._buffered:  # handed over already; its ack was lost
-                await websocket.send(encode(DeliveryAck(message_id=message_id)))
+                await websocket.send(encode_delivery_ack(message_id))
             return
         self._seen.add(message_id)
         self._buffered.add(message_id)
@@ -346,8 +350,7 @@ class AgentSession:
         self._wake_receivers()
 
     def _wake_receivers(self) -> None:
-        self._inbox_changed.set()
-        self._inbox_changed = anyio.Event()
+        self._inbox_changed.notify()
 
     def _end(self, error: NetworkError) -> None:
         self._ended = error

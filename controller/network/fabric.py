@@ -23,7 +23,7 @@ from controller.events.network import (
     LinkMessageHeld,
     RouterMessageDelivered,
 )
-from controller.network._tasks import WorkPool
+from controller.network._tasks import Signal, WorkPool
 from controller.network.links import (
     Delay,
     Deliver,
@@ -38,31 +38,14 @@ from ledger.errors import LedgerError
 from ledger.events import Event
 from ledger.writer import LedgerWriter
 
+__all__ = ["DEFAULT_RECEIVER_CAPACITY", "Fabric", "Inbox", "Message", "Signal"]
+
 RECEIVER_OVERFLOW = "receiver-overflow"
 RECORDERS = 64
 """Delivery-stage records (delivered, dropped, delayed, held) awaiting their commit at once."""
 DELIVERED_LINGER_SECONDS = 0.05
 """How long a ``RouterMessageDelivered`` may wait to share the next message's commit."""
 DEFAULT_RECEIVER_CAPACITY = 1024
-
-
-class Signal:
-    """Wakes every current waiter; waiters check their condition before waiting."""
-
-    __slots__ = ("_event",)
-
-    def __init__(self) -> None:
-        self._event: anyio.Event | None = None
-
-    def notify(self) -> None:
-        if self._event is not None:  # nobody waits: nothing to do (the common case)
-            self._event.set()
-            self._event = None
-
-    async def wait(self) -> None:
-        if self._event is None:
-            self._event = anyio.Event()
-        await self._event.wait()
 
 
 @dataclass(eq=False, slots=True)

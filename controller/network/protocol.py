@@ -210,8 +210,9 @@ def encode(frame: _Frame) -> str:
     return frame.model_dump_json()
 
 
-# The two frames every message produces are spelled out: the same bytes ``encode`` gives for
-# ``SendAckFrame`` and ``DeliveryFrame`` (a test holds them equal) without building a model.
+# The frames every message produces are spelled out: the same bytes ``encode`` gives for
+# ``SendAckFrame``, ``DeliveryFrame`` and ``DeliveryAck`` (a test holds them equal) without
+# building a model.
 _json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -227,6 +228,11 @@ def encode_ack(request_id: str, client_message_id: str, ack: SendAck) -> str:
         f'"clientMessageId":{_json(client_message_id)},"messageId":{_json(ack.message_id)},'
         f'"routerSequence":{ack.router_sequence}}}'
     )
+
+
+def encode_delivery_ack(message_id: str) -> str:
+    """``encode(DeliveryAck(message_id=...))`` for an id the router sent."""
+    return f'{{"type":"delivery-ack","messageId":{_json(message_id)}}}'
 
 
 def encode_delivery(delivery: Delivery) -> str:

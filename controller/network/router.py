@@ -47,6 +47,7 @@ from controller.network.identities import (
     RouterCredential,
 )
 from controller.network.links import LinkController
+from controller.network.open_files import raise_open_files_limit
 from controller.network.protocol import (
     MAX_CONVERSATION_PARTICIPANTS,
     PROTOCOL_VERSION,
@@ -149,6 +150,7 @@ class Router:
         from controller.network.connection import serve_connection
 
         _freeze_startup_heap()
+        raise_open_files_limit()  # one socket per session
         async with owned_task_group() as tasks:
             router = cls(
                 ledger,

@@ -24,6 +24,7 @@ from controller.network.protocol import (
     MAX_FRAME_BYTES,
     MAX_PART_BYTES,
     Delivery,
+    DeliveryAck,
     DeliveryFrame,
     Participant,
     SendAck,
@@ -32,6 +33,7 @@ from controller.network.protocol import (
     encode,
     encode_ack,
     encode_delivery,
+    encode_delivery_ack,
     parse_client_frame,
     protocol_json_schema,
 )
@@ -91,7 +93,7 @@ _REQUEST_ID = st.from_regex(r"\A[\x21-\x7e]{1,20}\Z")
     request_ids=st.tuples(_REQUEST_ID, _REQUEST_ID),
     sequence=st.integers(1, 2**53),
 )
-def test_the_spelled_out_ack_and_delivery_frames_equal_the_models(
+def test_the_spelled_out_ack_delivery_and_delivery_ack_frames_equal_the_models(
     parts: list[str], ids: tuple[str, str], request_ids: tuple[str, str], sequence: int
 ) -> None:
     alice = Participant(id="agent:alice", name="alice")
@@ -117,6 +119,7 @@ def test_the_spelled_out_ack_and_delivery_frames_equal_the_models(
             router_sequence=sequence,
         )
     )
+    assert encode_delivery_ack(message_id) == encode(DeliveryAck(message_id=message_id))
 
 
 def test_a_message_is_one_to_ten_parts_of_at_most_32_kib() -> None:

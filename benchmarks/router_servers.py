@@ -1,0 +1,209 @@
+"""The servers the router benchmarks compare, and what they measure about the server process.
+
+  (a) ``durable``  the router with the durable ledger (group commit + fsync);
+  (b) ``nowhere``  the same router with a ledger whose writes and fsyncs are no-ops;
+  (c) ``bare``     a bare ``websockets`` relay exchanging the same four frames per message
+                   (send, ack, delivery, delivery ack): no auth, no validation, no ledger.
+
+Each yields a ``Served``: the URL, one token and one conversation per session (sessions 2k and
+2k+1 share a conversation), and for the router variants the router and its ledger directory.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from controller.events.network import network_events
+from controller.network.protocol import MAX_FRAME_BYTES
+from controller.network.router import Router
+from ledger import DurableFiles, LedgerWriter, Provenance, open_ledger_writer
+
+VARIANTS = ("durable", "nowhere", "bare")
+
+
+class NowhereFiles(DurableFiles):
+    """A ledger that encodes, chains and signs every record, then writes it to nowhere."""
+
+    def write(self, fd: int, data: bytes) -> None:
+        pass
+
+    def fsync(self, fd: int) -> None:
+        pass
+
+
+@dataclass
+class Served:
+    url: str
+    tokens: list[str]
+    conversations: list[str]
+    router: Router | None = None
+    ledger: LedgerWriter | None = None
+
+
+def serve_variant(variant: str, sessions: int) -> AsyncIterator[Served]:
+    if variant == "bare":
+        return bare_relay(sessions)
+    return router_server(sessions, nowhere=variant == "nowhere")
+
+
+@asynccontextmanager
+async def router_server(sessions: int, *, nowhere: bool = False) -> AsyncIterator[Served]:
+    with tempfile.TemporaryDirectory(prefix="router-bench-") as directory:
+        async with (
+            open_ledger_writer(
+                Path(directory) / "ledger",
+                catalog=network_events,
+                definition_id="bench.router/v1",
+                run_id="sr-" + "0" * 32,
+                provenance=Provenance.current("bench"),
+                files=NowhereFiles() if nowhere else DurableFiles(),
+            ) as ledger,
+            Router.serve(ledger, heartbeat_interval=30, heartbeat_timeout=120) as router,
+        ):
+            credentials = [router.register(f"agent-{n}") for n in range(sessions)]
+            conversations = []
+            for n in range(0, sessions, 2):
+                ref = await router.open_conversation(
+                    credentials[n].participant, [credentials[n + 1].participant]
+                )
+                conversations += [ref.conversation_id, ref.conversation_id]
+            await router.dispatch()
+            yield Served(router.url, [c.token for c in credentials], conversations, router, ledger)
+
+
+@asynccontextmanager
+async def bare_relay(sessions: int) -> AsyncIterator[Served]:
+    """Relays the same frames with json.loads and string building; trusts everything."""
+    connections: dict[str, ServerConnection] = {}
+    sequence = 0
+
+    def participant(name: str) -> dict[str, str]:
+        return {"id": f"agent:{name}", "name": name}
+
+    async def handler(websocket: ServerConnection) -> None:
+        name = json.loads(await websocket.recv())["token"]
+        index = int(name.split("-")[1])
+        peer = f"agent-{index ^ 1}"
+        connections[name] = websocket
+        members = [participant(f"agent-{index & ~1}"), participant(f"agent-{index | 1}")]
+        await websocket.send(
+            json.dumps(
+                {
+                    "type": "authenticated",
+                    "version": 1,
+                    "participant": participant(name),
+                    "heartbeatIntervalSeconds": 30.0,
+                    "heartbeatTimeoutSeconds": 120.0,
+                    "maxFrameBytes": MAX_FRAME_BYTES,
+                }
+            )
+        )
+        try:
+            await relay(websocket, name, peer, members)
+        except ConnectionClosed:
+            pass
+
+    async def relay(
+        websocket: ServerConnection, name: str, peer: str, members: list[dict[str, str]]
+    ) -> None:
+        nonlocal sequence
+        async for raw in websocket:
+            frame = json.loads(raw)
+            if frame["type"] != "send":
+                continue  # delivery acks and heartbeats: nothing to do
+            sequence += 1
+            message_id = f"m-{sequence}"
+            await websocket.send(
+                json.dumps(
+                    {
+                        "type": "ack",
+                        "requestId": frame["requestId"],
+                        "clientMessageId": frame["clientMessageId"],
+                        "messageId": message_id,
+                        "routerSequence": sequence,
+                    }
+                )
+            )
+            receiver = connections.get(peer)
+            if receiver is not None:
+                await receiver.send(
+                    json.dumps(
+                        {
+                            "type": "delivery",
+                            "messageId": message_id,
+                            "conversationId": frame["conversationId"],
+                            "sender": participant(name),
+                            "participants": members,
+                            "parts": frame["parts"],
+                            "routerSequence": sequence,
+                        }
+                    )
+                )
+
+    async with serve(
+        handler, "127.0.0.1", 0, compression=None, ping_interval=None, max_size=MAX_FRAME_BYTES
+    ) as server:
+        port = server.sockets[0].getsockname()[1]
+        tokens = [f"agent-{n}" for n in range(sessions)]
+        conversations = [f"c-{n // 2 + 1}" for n in range(sessions)]
+        yield Served(f"ws://127.0.0.1:{port}", tokens, conversations)
+
+
+# ---- what the server process spends -------------------------------------------------------
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time, every thread (the ledger's committer thread included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def open_sockets() -> int:
+    """This process's open socket descriptors (not the pipes to the load generators)."""
+    sockets = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            sockets += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass  # closed meanwhile
+    return sockets
+
+
+class GCPauses:
+    """Times the garbage collector's pauses (each one stops the event loop) while in use."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        self._started = 0.0
+
+    def __enter__(self) -> GCPauses:
+        gc.callbacks.append(self._observe)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+
+    def summary(self) -> str:
+        """Per generation: collections and the longest pause, e.g. ``41/1.0 4/2.1 0/-``."""
+        return " ".join(
+            f"{len(ms)}/{max(ms):.1f}" if ms else "0/-"
+            for ms in ([s * 1000 for g, s in self.pauses if g == gen] for gen in range(3))
+        )
