@@ -109,7 +109,8 @@ class RecordChain:
                     raise _fail(
                         "chain-broken",
                         index,
-                        f"has prevDigest {envelope.prev_digest[:16]!r}…, but line {index - 1} "
+                        f"(line {index + 1} of records.ndjson) has prevDigest "
+                        f"{envelope.prev_digest[:16]!r}…, but record {index - 1} (line {index}) "
                         f"hashes to {head[:16]}…: a record before it was changed",
                     )
                 tag = envelope.event.get("tag")

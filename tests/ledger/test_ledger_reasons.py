@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ledger import VERIFICATION_REASONS, verification_reasons
 from ledger.reasons import INPUT_REASONS, RUN_REASONS, reasons_markdown
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs" / "ledger.md"
 
 
 def test_every_reason_has_a_one_line_meaning() -> None:
@@ -19,8 +22,9 @@ def test_every_reason_has_a_one_line_meaning() -> None:
         assert meaning and "\n" not in meaning and "|" not in meaning, reason
 
 
-def test_the_format_document_carries_the_generated_table() -> None:
-    text = DOCS.read_text(encoding="utf-8")
+@pytest.mark.parametrize("document", [DOCS, ROOT / "README.md"], ids=["docs/ledger.md", "README"])
+def test_the_documents_carry_the_generated_table(document: Path) -> None:
+    text = document.read_text(encoding="utf-8")
     start = text.index("<!-- reasons:start")
     start = text.index("\n", start) + 1
     end = text.index("<!-- reasons:end -->")

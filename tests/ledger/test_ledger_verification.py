@@ -412,3 +412,14 @@ def test_an_event_value_that_only_coercion_would_accept_is_invalid(
     with pytest.raises(LedgerVerificationError) as caught:
         open_ledger_artifacts(catalog, ledger_dir, trusted_key=key.public_key)
     assert caught.value.reason == "event-invalid" and caught.value.record == 2
+
+
+def test_a_broken_chain_names_lines_as_an_editor_numbers_them(
+    ledger_dir: Path, key: SigningKey
+) -> None:
+    chain_broken(ledger_dir, key)  # record 2 (line 3) edited: record 3 (line 4) no longer chains
+    with pytest.raises(LedgerVerificationError) as caught:
+        open_ledger_artifacts(catalog, ledger_dir)
+    assert caught.value.reason == "chain-broken"
+    assert caught.value.detail.startswith("record 3 (line 4 of records.ndjson)")
+    assert "record 2 (line 3) hashes to" in caught.value.detail
