@@ -259,6 +259,9 @@
   window.societyReplay = { rows: () => rows.length, visible: () => visible.length, lanes: () => lanes.slice() };
 
   if (DATA.live) {
+    // A live page follows the newest records (as `tail -f` does) until the reader scrolls up.
+    spacer.style.height = visible.length * ROW + "px";
+    viewport.scrollTop = spacer.offsetHeight;
     const source = new EventSource(DATA.live.events + "&from=" + rows.length);
     let lanesBefore = lanes.length;
     source.addEventListener("record", (event) => {

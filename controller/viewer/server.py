@@ -168,12 +168,16 @@ async def sse_records(run_dir: Path, skip: int) -> AsyncIterator[str]:
                 "event": event,
             }
             yield f"event: record\ndata: {json.dumps(row, separators=(',', ':'))}\n\n"
-        await anyio.to_thread.run_sync(verify_ledger, None, directory, abandon_on_cancel=True)
+        await anyio.to_thread.run_sync(_verify_finished, directory, abandon_on_cancel=True)
     except LedgerError as exc:
         failure = {"reason": exc.reason, "detail": exc.detail}
         yield f"event: failed\ndata: {json.dumps(failure)}\n\n"
         return
     yield "event: complete\ndata: {}\n\n"
+
+
+def _verify_finished(directory: Path) -> None:
+    verify_ledger(None, directory, require_catalog=False)
 
 
 def _await_ledger(run_dir: Path) -> Path:
@@ -289,6 +293,7 @@ def serve(root: Path, *, port: int = 0, host: str = "127.0.0.1") -> int:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((host, port))
+    listener.listen(128)  # connections wait in the backlog until uvicorn accepts them
     bound = listener.getsockname()[1]
     print(f"http://{host}:{bound}/?token={token}", flush=True)
     print(f"society serve: runs under {root}; Ctrl-C stops", file=sys.stderr, flush=True)

@@ -1,0 +1,58 @@
+"""Real runs and a real browser: Debian's Chromium driven by Playwright (never its download)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+def society(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SOCIETY, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
+    )
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-browser.sh (Debian's chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="session")
+def partition_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run of examples/partition.py: its links drop messages during ticks 4-6."""
+    root = tmp_path_factory.mktemp("partition")
+    result = society("run", str(ROOT / "examples" / "partition.py"), "--artifacts", str(root))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return Path(json.loads(result.stdout)["ledger"]).parents[1]
+
+
+@pytest.fixture
+def run_copy(partition_run: Path, tmp_path: Path) -> Path:
+    target = tmp_path / partition_run.name
+    shutil.copytree(partition_run, target)
+    return target
