@@ -256,7 +256,11 @@
 
   for (const row of DATA.rows) ingest(row);
   renderHeads(); renderSummary(); refilter();
-  window.societyReplay = { rows: () => rows.length, visible: () => visible.length, lanes: () => lanes.slice() };
+  window.societyReplay = {
+    rows: () => rows.length, visible: () => visible.length, lanes: () => lanes.slice(),
+    firstOf: (tag) => { const i = rows.findIndex((r) => tags[r[3]] === tag); return i < 0 ? null : rows[i][0]; },
+    reveal: (seq) => { const v = visible.findIndex((i) => rows[i][0] >= seq); viewport.scrollTop = Math.max(0, v * ROW); render(); },
+  };
 
   if (DATA.live) {
     // A live page follows the newest records (as `tail -f` does) until the reader scrolls up.

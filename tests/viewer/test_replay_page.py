@@ -56,6 +56,8 @@ def test_the_replay_page_shows_lanes_a_dropped_message_and_the_verification_badg
     assert page.locator('#usage tr[data-agent="ann"]').inner_text().endswith("no model use")
     page.screenshot(path=str(tmp_path / "replay.png"))
     if os.environ.get("SOCIETY_UPDATE_DOCS"):  # refresh the README's picture on purpose only
+        down = page.evaluate("window.societyReplay.firstOf('society.link-down/v1')")
+        page.evaluate(f"window.societyReplay.reveal({down - 6})")
         page.screenshot(path=str(ROOT / "docs" / "replay.png"))
 
     _show_only(page, "society.link-message-dropped/v1")
