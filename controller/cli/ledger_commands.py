@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from controller.cli import compare_command
 from ledger import EventCatalog, LedgerError, LedgerVerificationError, ledger_catalog
 from ledger.format import MANIFEST, RECORDS
 from ledger.grading import catalog_of, grade_ledger, load_module
@@ -32,6 +33,7 @@ def add_commands(subparsers: Any) -> None:
         description="Work with the signed ledger a run leaves behind.",
     )
     commands = ledger.add_subparsers(dest="ledger_command", required=True, metavar="SUBCOMMAND")
+    compare_command.add_compare(commands)
 
     verify = commands.add_parser(
         "verify",
