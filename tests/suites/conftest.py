@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "negotiation_suite.py"
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
-JOBS = "4"
+JOBS = "6"
 
 
 def society(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
