@@ -4,43 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "negotiation_suite.py"
-SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
-JOBS = "6"
-
-
-def society(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SOCIETY, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
-    )
-
-
-def journal_entries(folder: Path) -> list[dict[str, Any]]:
-    path = folder / "attempts.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-@dataclass(frozen=True)
-class SuiteFixture:
-    folder: Path
-    interrupted_rc: int
-    interrupted_line: dict[str, Any]
-    before_resume: list[dict[str, Any]]
-    resumed: dict[str, Any]
+from suite_support import EXAMPLE, JOBS, ROOT, SOCIETY, SuiteFixture, journal_entries, society
 
 
 @pytest.fixture(scope="session")
@@ -77,10 +46,3 @@ def example_suite(tmp_path_factory: pytest.TempPathFactory) -> SuiteFixture:
         before_resume=before,
         resumed=json.loads(resumed.stdout.strip().splitlines()[-1]),
     )
-
-
-def copy_suite(fixture: SuiteFixture, destination: Path) -> Path:
-    """A copy of the suite's folder to tamper with (without the Temporal dev server's files)."""
-    target = destination / fixture.folder.name
-    shutil.copytree(fixture.folder, target, ignore=shutil.ignore_patterns(".temporal", "logs"))
-    return target

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import SuiteFixture, copy_suite, society
+from suite_support import SuiteFixture, copy_suite, society
 
 from controller.suites import load_suite
 from controller.suites.layout import Journal, SuiteFolder

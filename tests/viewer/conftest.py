@@ -4,30 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-
-
-def society(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SOCIETY, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
-    )
+from viewer_support import CHROMIUM, CHROMIUM_ARGS, ROOT, society
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import society
+from viewer_support import society
 
 from ledger.format import RECORDS
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, SOCIETY
+from viewer_support import ROOT, SOCIETY
 
 SLOW_TICKS = Path(__file__).resolve().parent / "programs" / "slow_ticks.py"
 NEW_MESSAGE_BOUND_S = 5.0

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT, society
+from viewer_support import ROOT, society
 
 from ledger.format import RECORDS
 
