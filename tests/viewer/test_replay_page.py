@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anyio
 from viewer_support import ROOT, society
 
+from controller.events import core_events
+from controller.events.run import RunStarted
+from controller.modelgateway.events import AgentModelUsage, model_gateway_catalog
+from ledger import EventCatalog, Provenance, open_ledger_writer
 from ledger.format import RECORDS
 
 
@@ -100,4 +106,69 @@ def test_a_tampered_ledger_shows_failed_with_its_reason(
     assert "chain-broken" in page.locator("#verification-reasons").inner_text()
     assert page.evaluate("window.societyReplay.rows()") > 0  # shown as found, marked unverified
     page.screenshot(path=str(tmp_path / "replay-failed.png"))
+    page.close()
+
+
+def test_usage_and_cost_per_agent_show_unknown_cost_as_unknown(
+    browser: Any, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger" / "main"
+    with ThreadPoolExecutor(1) as thread:  # Playwright's sync API holds this thread's loop
+        thread.submit(anyio.run, _write_usage_ledger, ledger).result()
+    output = tmp_path / "replay.html"
+    assert _write_page(ledger, output)["verification"] == "self"
+    page, _ = _open(browser, output)
+    priced = page.locator('#usage tr[data-agent="ada"]').inner_text().split("\t")
+    unpriced = page.locator('#usage tr[data-agent="bo"]').inner_text().split("\t")
+    assert priced[2:] == ["2", "110", "0.003000"]
+    assert unpriced[2:] == ["1", "unknown", "unknown"]
+    page.close()
+
+
+async def _write_usage_ledger(directory: Path) -> None:
+    catalog = EventCatalog.merge(core_events, model_gateway_catalog)
+    async with open_ledger_writer(
+        directory,
+        catalog=catalog,
+        definition_id="tests.usage/v1",
+        run_id="sr-" + "0" * 31 + "2",
+        provenance=Provenance.current("local"),
+    ) as writer:
+        start = RunStarted(
+            definition_id="tests.usage/v1",
+            profile="local",
+            seed=1,
+            roster=["ada", "bo"],
+            runtimes={"ada": "llm", "bo": "llm"},
+        )
+        await writer.append(start, producer="kernel")
+        for agent, prompt, cost in (("ada", 50, 0.001), ("ada", 40, 0.002), ("bo", None, None)):
+            usage = AgentModelUsage(
+                agent=agent,
+                provider="local",
+                model="m",
+                prompt_tokens=prompt,
+                completion_tokens=None if prompt is None else 10,
+                latency_ms=5.0,
+                cost_usd=cost,
+                attempts=1,
+            )
+            await writer.append(usage, producer="gateway")
+        await writer.complete()
+
+
+def test_the_agent_filter_hides_rows_of_unchecked_agents(
+    browser: Any, partition_run: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "replay.html"
+    _write_page(partition_run, output)
+    page, _ = _open(browser, output)
+    everything = page.evaluate("window.societyReplay.visible()")
+    page.click("text=agents & endpoints")
+    for lane in ("agent:ann", "agent:ben", "agent:cat"):
+        page.locator(f'#agent-filter label:has-text("{lane}") input').uncheck()
+    only_workload = page.evaluate("window.societyReplay.visible()")
+    assert 0 < only_workload < everything
+    texts = page.locator(".row .text").all_inner_texts()
+    assert not any(text.startswith("dropped") for text in texts)  # ann <-> ben only
     page.close()
