@@ -9,7 +9,7 @@ from controller import RunSpec
 from controller.agents import scripted
 from controller.run import RunContext
 
-TICKS = 40
+TICKS = 30
 EVERY_S = 0.4
 
 echo = ScriptedPolicy(rules=(Rule(match=r"^tick \d+$", texts=("{me} saw {text}",)),))
