@@ -98,7 +98,7 @@ class SuiteRunner:
         limiter = anyio.CapacityLimiter(self.jobs)
         try:
             async with anyio.create_task_group() as group:
-                group.start_soon(self._interrupt_on, stop, group.cancel_scope)
+                group.start_soon(self._interrupt_on, stop)
                 async with anyio.create_task_group() as runs:
                     for slot in pending:
                         runs.start_soon(self._run_slot, slot, journal, limiter, bar)
@@ -129,7 +129,7 @@ class SuiteRunner:
             return False
         return all(envelope.tag != INTERRUPTED for envelope in verified.envelopes)
 
-    async def _interrupt_on(self, stop: anyio.Event, scope: anyio.CancelScope) -> None:
+    async def _interrupt_on(self, stop: anyio.Event) -> None:
         await stop.wait()
         self._interrupted = True
         for process in list(self._live.values()):
@@ -174,6 +174,8 @@ class SuiteRunner:
                 env={**os.environ},
             )
             self._live[run_id] = process
+            if self._interrupted:  # the stop came while this run was being started
+                process.send_signal(signal.SIGINT)
             try:
                 with anyio.CancelScope(shield=True):
                     code = await process.wait()
