@@ -11,12 +11,14 @@ import pytest
 from viewer_support import CHROMIUM, CHROMIUM_ARGS, ROOT, society
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: run scripts/install-browser.sh (Debian's chromium)")
     from playwright.sync_api import sync_playwright
 
+    # Module scope: Playwright's sync API runs an event loop in this thread while it is open,
+    # which must be gone before any later test calls anyio.run or asyncio.run.
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield launched
