@@ -7,6 +7,7 @@ start=$(date +%s)
 # fixtures that would skip on a developer's partial machine fail instead when CI is set.
 export CI="${CI:-1}"
 scripts/bootstrap.sh
+scripts/install-browser.sh
 if [ -x scripts/build-control-plane.sh ]; then
   scripts/build-control-plane.sh
 fi

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from controller.cli import ledger_commands, run_commands
+    from controller.cli import ledger_commands, run_commands, suite_commands, view_commands
 
     parser = argparse.ArgumentParser(
         prog="society",
@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_commands.add_commands(commands)
     ledger_commands.add_commands(commands)
+    suite_commands.add_commands(commands)
+    view_commands.add_commands(commands)
     return parser
 
 

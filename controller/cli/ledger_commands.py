@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from controller.cli import compare_command
 from controller.cli.ledger_catalogs import ledger_runtimes, reader_catalog
 from ledger import LedgerError, LedgerVerificationError
 from ledger.format import MANIFEST, RECORDS
@@ -37,6 +38,7 @@ def add_commands(subparsers: Any) -> None:
         description="Work with the signed ledger a run leaves behind.",
     )
     commands = ledger.add_subparsers(dest="ledger_command", required=True, metavar="SUBCOMMAND")
+    compare_command.add_compare(commands)
 
     verify = commands.add_parser(
         "verify",

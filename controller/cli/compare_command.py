@@ -1,0 +1,57 @@
+"""``society ledger compare A B``: the first divergence between two runs' ledgers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def add_compare(commands: Any) -> None:
+    compare = commands.add_parser(
+        "compare",
+        help="compare two ledgers event by event per conversation; print the first divergence",
+        description=(
+            "Verifies both ledgers, then compares them per conversation (sender, text, who "
+            "received or lost each message) and the experiment's own events and outcome, "
+            "ignoring times and ids that must differ between runs. Prints one JSON line; exit 0 "
+            "when they agree, 1 at the first divergence or when a ledger does not verify."
+        ),
+    )
+    compare.add_argument("a", type=Path, metavar="A", help="a ledger or run directory")
+    compare.add_argument("b", type=Path, metavar="B", help="a ledger or run directory")
+    compare.set_defaults(handler=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from controller.viewer.compare import first_divergence, streams
+    from controller.viewer.records import find_ledger
+    from ledger import LedgerError
+
+    try:
+        a, b = find_ledger(args.a), find_ledger(args.b)
+        divergence = first_divergence(a, b)
+        counted = streams(a)
+    except LedgerError as exc:
+        print(json.dumps({"same": False, "reason": exc.reason, "detail": exc.detail}))
+        return 1
+    if divergence is None:
+        messages = sum(len(v) for k, v in counted.items() if k != "program")
+        print(json.dumps({"same": True, "streams": len(counted), "messages": messages}))
+        return 0
+    print(
+        json.dumps(
+            {
+                "same": False,
+                "divergence": {
+                    "stream": divergence.stream,
+                    "index": divergence.index,
+                    "a": divergence.a,
+                    "b": divergence.b,
+                },
+            },
+            ensure_ascii=False,
+        )
+    )
+    return 1

@@ -1,0 +1,171 @@
+"""``society suite run`` and ``society suite verify``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from controller.cli.run_commands import ARTIFACTS_ENV, DEFAULT_ARTIFACTS, artifact_root
+
+EXIT_SUCCESS, EXIT_FAILURE, EXIT_SETUP = 0, 1, 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+
+
+def add_commands(subparsers: Any) -> None:
+    suite = subparsers.add_parser(
+        "suite",
+        help="run a suite (competitors x seeds), rank it; verify a suite's results",
+        description="Many runs of one experiment across competitors and seeds, with a "
+        "leaderboard and ratings anyone can recompute.",
+    )
+    commands = suite.add_subparsers(dest="suite_command", required=True, metavar="SUBCOMMAND")
+    run = commands.add_parser(
+        "run",
+        help="run every run of SUITE.py, grade and rank them",
+        description=(
+            "Runs every matchup of SUITE.py's `suite` on every seed as `society run`, a few at a "
+            "time, then writes DIR/<suite id>/suite.json and leaderboard.md and prints one JSON "
+            "line. Interrupted (Ctrl-C), it stops its live runs cleanly; run it again to resume: "
+            "complete, verified runs are kept, the rest run again. Exit 0 once every run ran "
+            "(failed runs are reported, not ranked), 2 for a bad suite, 130 interrupted."
+        ),
+    )
+    run.add_argument("module", metavar="SUITE.py", type=Path, help="a module defining `suite`")
+    run.add_argument(
+        "--profile",
+        choices=["local", "kind", "gke", "kubernetes"],
+        default="local",
+        help="the profile every run uses (see `society run --help`); default local",
+    )
+    run.add_argument(
+        "--artifacts",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"where DIR/<suite id>/ goes (default: ${ARTIFACTS_ENV}, else ./{DEFAULT_ARTIFACTS})",
+    )
+    run.add_argument(
+        "--jobs", type=_positive, default=None, metavar="N", help="runs at once (default 2)"
+    )
+    run.set_defaults(handler=_run)
+
+    verify = commands.add_parser(
+        "verify",
+        help="re-verify every ledger, re-grade, recompute suite.json and leaderboard.md",
+        description=(
+            "Recomputes every field of DIR/<suite id>/suite.json (except `timing`) and all of "
+            "leaderboard.md from the ledgers and the grader. Prints one JSON line; exit 0 when "
+            '{"valid": true}, 1 on any difference.'
+        ),
+    )
+    verify.add_argument("directory", metavar="SUITE_DIR", type=Path)
+    verify.add_argument(
+        "--suite",
+        type=Path,
+        default=None,
+        metavar="SUITE.py",
+        help="the suite module (default: the one recorded in SUITE_DIR/plan.json)",
+    )
+    verify.set_defaults(handler=_verify)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from controller.cli.progress import TerminalProgress
+    from controller.suites.definition import SuiteError, load_suite
+    from controller.suites.runner import DEFAULT_JOBS, SuiteRunner
+
+    try:
+        suite = load_suite(args.module)
+        grader = suite.grader_path()
+        if not grader.is_file():
+            raise SuiteError(
+                f"the suite's grader {grader} does not exist; fix `grader=` in {args.module}",
+                reason="grader-missing",
+            )
+    except SuiteError as error:
+        return _error("suite run", error.reason, str(error), EXIT_SETUP)
+    runner = SuiteRunner(
+        suite,
+        artifact_root(args),
+        profile=args.profile,
+        jobs=args.jobs or DEFAULT_JOBS,
+        progress=TerminalProgress(),
+    )
+
+    async def main() -> Any:
+        stop = anyio.Event()
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        stop.set()
+                        return
+
+            group.start_soon(watch)
+            outcome = await runner.run(stop)
+            group.cancel_scope.cancel()
+        return outcome
+
+    try:
+        outcome = anyio.run(main)
+    except SuiteError as error:
+        return _error("suite run", error.reason, str(error), EXIT_FAILURE)
+    if outcome.interrupted:
+        _print({"suite": suite.id, "state": "interrupted", "folder": str(runner.folder.root)})
+        print(
+            "society suite run: interrupted; run the same command again to resume", file=sys.stderr
+        )
+        return EXIT_INTERRUPTED
+    report = outcome.report
+    assert report is not None  # not interrupted
+    _print(
+        {
+            "suite": suite.id,
+            "state": "finished",
+            "runs": len(report.runs),
+            "ranked": report.ranked,
+            "reported": len(report.runs) - report.ranked,
+            "kept": outcome.kept,
+            "ran": outcome.started,
+            "suiteJson": str(runner.folder.suite_json),
+            "leaderboard": str(runner.folder.leaderboard),
+        }
+    )
+    return EXIT_SUCCESS
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from controller.suites.definition import SuiteError
+    from controller.suites.verify import verify_suite
+
+    try:
+        result = verify_suite(args.directory, module=args.suite)
+    except SuiteError as error:
+        _print({"valid": False, "reason": error.reason, "detail": str(error)})
+        return EXIT_FAILURE
+    _print(result.as_json())
+    return EXIT_SUCCESS if result.valid else EXIT_FAILURE
+
+
+def _error(command: str, reason: str, message: str, code: int) -> int:
+    print(f"society {command}: error ({reason}): {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _print(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document) + "\n")
+    sys.stdout.flush()

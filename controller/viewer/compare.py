@@ -1,0 +1,86 @@
+"""Same-seed comparison of two ledgers: event by event, per conversation, ignoring what must
+differ between runs (times, ids, digests, ports, the run's own identity).
+
+Each ledger becomes streams: one per conversation (in the order conversations opened) holding
+each message's sender, text, and who received or lost it; and one of the experiment's own
+events (customer tags) and the program outcome. The first place two streams differ is the
+divergence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.verification import verify_ledger
+
+COMMITTED = "society.router-message-committed/v1"
+DELIVERED = "society.router-message-delivered/v1"
+DROPPED = "society.link-message-dropped/v1"
+OPENED = "society.conversation-opened/v1"
+OUTCOMES = (
+    "society.program-succeeded/v1",
+    "society.program-failed/v1",
+    "society.program-interrupted/v1",
+    "society.platform-failed/v1",
+)
+VARYING_FIELDS = frozenset({"elapsedMs", "startupMs", "latencyMs", "conversationId", "messageId"})
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    stream: str
+    index: int
+    a: Any
+    b: Any
+
+
+def streams(ledger_dir: Path) -> dict[str, list[Any]]:
+    """The ledger's comparable streams; raises ``LedgerVerificationError`` if it does not verify."""
+    verified = verify_ledger(None, ledger_dir, require_catalog=False)
+    conversations: dict[str, list[dict[str, Any]]] = {}
+    names: dict[str, str] = {}
+    messages: dict[str, dict[str, Any]] = {}
+    program: list[Any] = []
+    for envelope in verified.envelopes:
+        tag, event = envelope.tag, envelope.event
+        if tag == OPENED:
+            names[event["conversationId"]] = f"conversation {len(names) + 1}"
+            conversations[names[event["conversationId"]]] = []
+        elif tag == COMMITTED:
+            message = {
+                "sender": event["senderId"],
+                "parts": event["parts"],
+                "delivered": [],
+                "dropped": [],
+            }
+            messages[event["messageId"]] = message
+            stream = names.get(event["conversationId"], event["conversationId"])
+            conversations.setdefault(stream, []).append(message)
+        elif tag == DELIVERED and event["messageId"] in messages:
+            messages[event["messageId"]]["delivered"].append(event["receiverId"])
+        elif tag == DROPPED and event["messageId"] in messages:
+            entry = [event["receiverId"], event["reason"]]
+            messages[event["messageId"]]["dropped"].append(entry)
+        elif tag in OUTCOMES or not tag.startswith(("society.", "ledger.")):
+            fields = {k: v for k, v in event.items() if k not in VARYING_FIELDS}
+            program.append({"producer": envelope.producer, **fields})
+    for message in messages.values():  # who got it matters, not in which order acks came back
+        message["delivered"].sort()
+        message["dropped"].sort()
+    return {**conversations, "program": program}
+
+
+def first_divergence(a: Path, b: Path) -> Divergence | None:
+    left, right = streams(a), streams(b)
+    for name in [*left, *(key for key in right if key not in left)]:
+        one, other = left.get(name), right.get(name)
+        if one is None or other is None:
+            return Divergence(name, 0, one is not None, other is not None)
+        for index in range(max(len(one), len(other))):
+            x = one[index] if index < len(one) else None
+            y = other[index] if index < len(other) else None
+            if x != y:
+                return Divergence(name, index, x, y)
+    return None
