@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from controller.platform.temporal.server import TemporalEndpoint
+    from controller.run.module_source import ModuleSource
 
 DEFAULT_ARTIFACTS = Path("artifacts")
 ARTIFACTS_ENV = "SOCIETY_ARTIFACTS"
@@ -173,6 +174,8 @@ async def _run_async(args: argparse.Namespace) -> int:
         profile=args.profile,
         artifact_root=str(root),
         seed=args.seed,
+        # a cluster's run worker is not on this machine: it gets the module's content, no path
+        module_source=None if args.profile == "local" else _module_source(module),
     )
 
     dev_server: server.DevServer | None = None
@@ -206,6 +209,15 @@ async def _run_async(args: argparse.Namespace) -> int:
         progress.phase(f"{report.outcome}: {report.cause}")
     _print_line(report.line())
     return exit_code(report.outcome, report.exit, interrupts.signum)
+
+
+def _module_source(module: Path) -> ModuleSource:
+    from controller.run.module_source import ModuleSource, ModuleSourceError
+
+    try:
+        return ModuleSource.read(module)
+    except ModuleSourceError as error:
+        raise SetupError(error.reason, str(error)) from None
 
 
 def exit_code(outcome: str, exit: str, signum: int | None) -> int:
