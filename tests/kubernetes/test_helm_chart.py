@@ -13,7 +13,8 @@ import yaml
 from controlplane import read_versions
 
 from controller.platform.kubernetes.access import worker_deployment
-from controller.platform.kubernetes.rbac import credentials_reader_role, worker_objects
+from controller.platform.kubernetes.rbac import credentials_reader_role
+from controller.platform.kubernetes.worker_rights import worker_objects
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "society-runner"
@@ -70,7 +71,9 @@ def test_the_chart_renders_to_objects_that_parse_and_pin_every_image_by_digest()
         "Role/society-run-worker",
         "RoleBinding/society-run-worker",
         "ServiceAccount/society-run-worker",
+        "ValidatingAdmissionPolicy/society-run-namespaces",
         "ValidatingAdmissionPolicy/society-run-worker",
+        "ValidatingAdmissionPolicyBinding/society-run-namespaces",
         "ValidatingAdmissionPolicyBinding/society-run-worker",
     ]
     found = [image for obj in objects for image in images(obj)]
@@ -121,8 +124,9 @@ def test_the_worker_holds_no_cluster_wide_right_to_run_read_secrets_exec_or_dele
         ("clusterroles", "bind", ("society-run-namespace", "society-run-controller")),
     }
     policy = by_name["ValidatingAdmissionPolicy", "society-run-worker"]
-    assert policy["spec"]["failurePolicy"] == "Fail"
     assert "system:serviceaccount:society-system:society-run-worker" in str(policy["spec"])
+    policies = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert [p["spec"]["failurePolicy"] for p in policies] == ["Fail", "Fail"]
 
 
 def test_the_chart_and_the_kind_config_record_the_pinned_versions() -> None:

@@ -28,8 +28,8 @@ async def prepare_run_namespace(
     credentials reader Role (``SecretRef(secret=..., key=...)`` are read by name from it).
     """
     await ensure_run_roles(kube)
-    await _create_namespace(kube, run_id)
     username = await whoami(kube)
+    await _create_namespace(kube, run_id, username)
     await _create_or_keep(kube, rbac.worker_binding(run_id, username))
     await wait_allowed(kube, run_id, "create", "configmaps")
     owner = await kube.apply(objects.owner(run_id))
@@ -61,9 +61,12 @@ async def ensure_run_roles(kube: Kube) -> None:
             ) from None
 
 
-async def _create_namespace(kube: Kube, run_id: str) -> None:
+async def _create_namespace(kube: Kube, run_id: str, username: str) -> None:
+    """Created (never patched), annotated with its creator; a retry finds its own."""
+    manifest = objects.namespace(run_id)
+    manifest["metadata"]["annotations"] = {rbac.CREATED_BY: username}
     try:
-        await kube.create(objects.namespace(run_id))
+        await kube.create(manifest)
         return
     except KubeError as exc:
         if exc.status != 409:

@@ -10,14 +10,15 @@ three parts (docs/kubernetes.md, "Who may do what"):
   execute and cleanup do, granted in each run namespace by a RoleBinding that the worker makes
   to itself right after creating the namespace; deleting the namespace is one of those rights,
   so the worker can delete only namespaces it bound itself in.
-* the ValidatingAdmissionPolicy ``society-run-worker``: the worker may create only namespaces
-  named and labelled as runs, and RoleBindings only there (itself to ``society-run-namespace``,
-  the run's controller to ``society-run-controller``) and in the credentials namespace (a run's
-  controller to the credentials reader).
+* the admission policies (``admission_policies``): the worker may create only namespaces named
+  and labelled as runs, and RoleBindings only in the run namespaces it created (itself to
+  ``society-run-namespace``, the run's controller to ``society-run-controller``) and in the
+  credentials namespace (a run's controller to the credentials reader).
 
 The controller's rights (``CONTROLLER_RULES``) are the ClusterRole ``society-run-controller``,
 bound per run in its namespace; the worker holds none of them (``bind`` is enough to grant them).
-The Helm chart installs the cluster-scoped parts; a test checks the chart equals this module.
+The Helm chart installs the cluster-scoped parts (``worker_rights``; a test checks the chart
+equals it).
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ CONTROLLER_ROLE = "society-run-controller"
 """The ClusterRole a run's controller is bound to in its namespace."""
 WORKER_BINDING = "society-run-worker"
 """The worker's RoleBinding in a run namespace (and in the credentials namespace)."""
+CREATED_BY = "society.run/created-by"
+"""The annotation naming who created a run namespace (set at creation, never changed)."""
 CREDENTIALS_READER = "society-credentials-reader"
 """The Role, in the credentials namespace, that lets a run's controller read Secrets by name."""
-WORKER_POLICY = "society-run-worker"
-RUN_ID_PATTERN = "^sr-[0-9a-f]{32}$"
 
 
 def _rule(group: str, resources: list[str], verbs: list[str], **extra: Any) -> dict[str, Any]:
@@ -100,9 +101,8 @@ WORKER_CREDENTIALS_RULES: list[dict[str, Any]] = [
 
 
 def _cluster_object(kind: str, name: str, **body: Any) -> Obj:
-    group = "admissionregistration.k8s.io" if "Admission" in kind else RBAC
     metadata = {"name": name, "labels": dict(MANAGED_BY)}
-    return {"apiVersion": f"{group}/v1", "kind": kind, "metadata": metadata, **body}
+    return {"apiVersion": f"{RBAC}/v1", "kind": kind, "metadata": metadata, **body}
 
 
 def _namespaced(kind: str, name: str, namespace: str, **body: Any) -> Obj:
@@ -151,146 +151,6 @@ def credentials_reader_role(namespace: str) -> Obj:
     """In the credentials namespace: get Secrets by name, no list."""
     return _namespaced(
         "Role", CREDENTIALS_READER, namespace, rules=[_rule("", ["secrets"], ["get"])]
-    )
-
-
-def worker_objects(
-    namespace: str = SYSTEM_NAMESPACE, credentials_namespace: str = "society-credentials"
-) -> list[Obj]:
-    """Everything that gives the run worker (ServiceAccount in ``namespace``) its rights."""
-    worker = _account(WORKER_ACCOUNT, namespace)
-    return [
-        _cluster_object("ClusterRole", WORKER_CLUSTER_ROLE, rules=WORKER_RULES),
-        _cluster_object(
-            "ClusterRoleBinding",
-            WORKER_CLUSTER_ROLE,
-            roleRef=_role_ref("ClusterRole", WORKER_CLUSTER_ROLE),
-            subjects=[worker],
-        ),
-        *run_cluster_roles(),
-        _namespaced("Role", WORKER_BINDING, credentials_namespace, rules=WORKER_CREDENTIALS_RULES),
-        _namespaced(
-            "RoleBinding",
-            WORKER_BINDING,
-            credentials_namespace,
-            roleRef=_role_ref("Role", WORKER_BINDING),
-            subjects=[worker],
-        ),
-        worker_admission_policy(namespace, credentials_namespace),
-        _cluster_object(
-            "ValidatingAdmissionPolicyBinding",
-            WORKER_POLICY,
-            spec={"policyName": WORKER_POLICY, "validationActions": ["Deny"]},
-        ),
-    ]
-
-
-def _labelled(obj: str, label: str, value: str) -> str:
-    labels = f"{obj}.metadata.labels"
-    return f"has({labels}) && '{label}' in {labels} && {labels}['{label}'] == {value}"
-
-
-def worker_admission_policy(namespace: str, credentials_namespace: str) -> Obj:
-    """Where the worker's cluster-wide ``create`` (namespaces, RoleBindings) may land."""
-    run_namespace = (
-        f"namespaceObject != null && namespaceObject.metadata.name.matches('{RUN_ID_PATTERN}') && "
-        + _labelled("namespaceObject", RUN_LABEL, "namespaceObject.metadata.name")
-    )
-    is_self = "'system:serviceaccount:' + s.namespace + ':' + s.name == request.userInfo.username"
-    account = "s.kind == 'ServiceAccount' && has(s.namespace)"
-    subjects = "has(variables.binding.subjects) && variables.binding.subjects.all(s, {})"
-    run_binding = (
-        f"variables.binding.roleRef.kind == 'ClusterRole' && ("
-        f"(variables.binding.roleRef.name == '{RUN_NAMESPACE_ROLE}' && "
-        + subjects.format(f"{account} && {is_self}")
-        + f") || (variables.binding.roleRef.name == '{CONTROLLER_ROLE}' && "
-        + subjects.format(
-            f"{account} && s.name == '{CONTROLLER_ACCOUNT}' && "
-            "s.namespace == namespaceObject.metadata.name"
-        )
-        + "))"
-    )
-    credentials_binding = (
-        f"variables.binding.roleRef.kind == 'Role' && "
-        f"variables.binding.roleRef.name == '{CREDENTIALS_READER}' && "
-        "has(variables.binding.subjects) && variables.binding.subjects.all(s, "
-        f"{account} && s.name == '{CONTROLLER_ACCOUNT}' && s.namespace.matches('{RUN_ID_PATTERN}')"
-        f" && variables.binding.metadata.name == '{CREDENTIALS_READER}-' + s.namespace)"
-    )
-    validations = [
-        (
-            "request.resource.resource != 'namespaces' || "
-            f"(object.metadata.name.matches('{RUN_ID_PATTERN}') && "
-            + _labelled("object", RUN_LABEL, "object.metadata.name")
-            + " && "
-            + _labelled("object", "app.kubernetes.io/managed-by", "'society-runner'")
-            + ")",
-            "the run worker creates only run namespaces: sr-<32 hex>, labelled society.run/id "
-            "with their name and app.kubernetes.io/managed-by=society-runner",
-        ),
-        (
-            "request.resource.resource != 'rolebindings' || "
-            "(variables.runNamespace && request.operation != 'DELETE') || variables.credentials",
-            "the run worker binds roles only in run namespaces and the credentials namespace",
-        ),
-        (
-            "request.resource.resource != 'rolebindings' || !variables.runNamespace || "
-            f"({run_binding})",
-            f"in a run namespace the run worker binds only itself to {RUN_NAMESPACE_ROLE} and the "
-            f"run's {CONTROLLER_ACCOUNT} ServiceAccount to {CONTROLLER_ROLE}",
-        ),
-        (
-            "request.resource.resource != 'rolebindings' || !variables.credentials || "
-            f"({credentials_binding})",
-            f"in the credentials namespace the run worker binds only a run's "
-            f"{CONTROLLER_ACCOUNT} ServiceAccount to {CREDENTIALS_READER}, "
-            f"as {CREDENTIALS_READER}-<run id>",
-        ),
-    ]
-    return _cluster_object(
-        "ValidatingAdmissionPolicy",
-        WORKER_POLICY,
-        spec={
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE"],
-                        "resources": ["namespaces"],
-                    },
-                    {
-                        "apiGroups": [RBAC],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE", "UPDATE", "DELETE"],
-                        "resources": ["rolebindings"],
-                    },
-                ]
-            },
-            "matchConditions": [
-                {
-                    "name": "the-run-worker",
-                    "expression": f"request.userInfo.username == '{worker_subject(namespace)}'",
-                }
-            ],
-            "variables": [
-                {
-                    "name": "binding",
-                    "expression": "request.operation == 'DELETE' ? oldObject : object",
-                },
-                {"name": "runNamespace", "expression": run_namespace},
-                {
-                    "name": "credentials",
-                    "expression": "namespaceObject != null && "
-                    f"namespaceObject.metadata.name == '{credentials_namespace}'",
-                },
-            ],
-            "validations": [
-                {"expression": expression, "message": message, "reason": "Forbidden"}
-                for expression, message in validations
-            ],
-        },
     )
 
 
