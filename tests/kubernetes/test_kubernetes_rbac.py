@@ -478,7 +478,7 @@ async def test_no_right_outside_the_list_is_granted_to_the_run_worker_anywhere(
 
 
 async def test_a_cluster_run_never_reads_a_path_on_the_worker_and_refuses_altered_content(
-    worker_rights: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    worker_rights: str, tmp_path: Path
 ) -> None:
     """The old worker read any local file named by ``module_path`` and published it to the run's
     namespace in a ConfigMap; now only content the submitter sent travels, checked by digest."""

@@ -1,16 +1,15 @@
-"""Who may do what on a cluster: the run worker's and the controller's roles, their bindings and
-the admission policy that confines the worker to the namespaces it created.
+"""Who may do what on a cluster: the run worker's and the controller's roles and bindings.
 
 RBAC cannot scope a rule by label or by who created a namespace, so the worker's rights come in
-three parts (docs/kubernetes.md, "Who may do what"):
+three parts (docs/kubernetes.md, "RBAC"):
 
 * cluster-wide (``WORKER_RULES``): create namespaces, read them, create RoleBindings, and
-  ``bind`` only the two ClusterRoles below. Nothing else: no Secrets, Jobs, Pods or exec.
+  ``get`` and ``bind`` only the two ClusterRoles below. No Secrets, Jobs, Pods or exec.
 * per run (``RUN_NAMESPACE_RULES``, the ClusterRole ``society-run-namespace``): what prepare,
   execute and cleanup do, granted in each run namespace by a RoleBinding that the worker makes
   to itself right after creating the namespace; deleting the namespace is one of those rights,
   so the worker can delete only namespaces it bound itself in.
-* the admission policies (``admission_policies``): the worker may create only namespaces named
+* the admission policies (``worker_rights``): the worker may create only namespaces named
   and labelled as runs, and RoleBindings only in the run namespaces it created (itself to
   ``society-run-namespace``, the run's controller to ``society-run-controller``) and in the
   credentials namespace (a run's controller to the credentials reader).
