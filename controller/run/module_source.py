@@ -8,6 +8,7 @@ the controller checks the digest before it imports anything.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,7 +18,8 @@ from controller.run.platform import PlatformError
 MODULE_LIMIT = 512 * 1024
 """The largest module a cluster run carries (a ConfigMap holds at most 1 MiB; Temporal payloads
 2 MiB, and the request travels twice)."""
-MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}\.py$"
+MODULE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.py$"
+"""A file name that is also a ConfigMap key, with no path in it."""
 
 
 class ModuleSourceError(PlatformError):
@@ -42,6 +44,12 @@ class ModuleSource(BaseModel):
     def read(cls, path: str | Path) -> ModuleSource:
         """The module at ``path`` (on the submitter's machine) as content."""
         module = Path(path)
+        if re.match(MODULE_NAME, module.name) is None:
+            raise ModuleSourceError(
+                f"{module.name!r} cannot name a cluster run's module: use letters, digits, "
+                f"'_', '-' or '.' and end in .py",
+                reason="module-name-invalid",
+            )
         data = module.read_bytes()
         if len(data) > MODULE_LIMIT:
             raise ModuleSourceError(

@@ -63,7 +63,7 @@ from controller.platform.kubernetes.rbac import (
 from controller.platform.temporal.activities import LifecycleActivities
 from controller.platform.temporal.workflow import EXECUTE
 from controller.run import RunRequest, RunResult
-from controller.run.module_source import ModuleSource
+from controller.run.module_source import MODULE_LIMIT, ModuleSource, ModuleSourceError
 from controller.run.runid import new_run_id
 from controller.run.spec import load_run_spec
 from ledger import open_ledger_artifacts
@@ -573,3 +573,23 @@ def test_the_controller_imports_a_mounted_module_only_when_it_matches_its_digest
     assert line["controller"] == "refused" and line["reason"] == "module-digest-mismatch"
     assert "Traceback" not in done.stderr
     assert not marker.exists()
+
+
+def test_a_module_that_cannot_travel_is_refused_with_a_typed_reason(tmp_path: Path) -> None:
+    """What ``society run --profile <cluster>`` reports instead of a traceback."""
+    cases = {
+        "a b.py": (b"run_spec = None\n", "module-name-invalid"),
+        "big.py": (b"#" * (MODULE_LIMIT + 1), "module-too-large"),
+        "binary.py": (b"\xff\xfe", "module-not-text"),
+    }
+    reasons = {}
+    for name, (data, _) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ModuleSourceError) as refused:
+            ModuleSource.read(tmp_path / name)
+        reasons[name] = refused.value.reason
+    assert reasons == {name: reason for name, (_, reason) in cases.items()}
+    (tmp_path / "my-experiment.py").write_text("run_spec = None\n")
+    sent = ModuleSource.read(tmp_path / "my-experiment.py")
+    assert sent.verified() == "run_spec = None\n"
+    assert sent.sha256 == hashlib.sha256(b"run_spec = None\n").hexdigest()
