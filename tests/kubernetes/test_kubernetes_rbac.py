@@ -1,9 +1,9 @@
 """Least privilege on clusters: the run worker, as its ServiceAccount, runs a whole run and is
-refused everything else; a cluster run's module travels as content; the worker pod runs no
-``local`` profile.
+refused everything else (module content and the worker pod's refusals:
+``test_kubernetes_module_source``).
 
 Against the real control plane, with the Helm chart's RBAC and admission policies applied as
-``helm install`` would (rendered by ``test_helm_chart.render``). The worker runs in this process
+``helm install`` would (``rbac_support``). The worker runs in this process
 and acts as its ServiceAccount through impersonation (``SOCIETY_KUBE_IMPERSONATE``), which the
 API server authorizes and admits exactly as that ServiceAccount's own requests. Test-only
 substitution: ``pod_processes`` runs the controller Job's pod as a local process with a token of
@@ -13,17 +13,10 @@ the controller's ServiceAccount (KWOK pods run nothing).
 # ruff: noqa: F811  (pytest fixtures imported from other modules are parameters here)
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from cluster_support import (  # noqa: F401 (fixtures)
     PINNED,
@@ -34,123 +27,48 @@ from cluster_support import (  # noqa: F401 (fixtures)
 )
 from controlplane import ControlPlane
 from pod_processes import PodProcesses
+from rbac_support import (  # noqa: F401 (fixture)
+    ANYWHERE,
+    CLUSTER_WIDE,
+    CREDENTIALS,
+    OUTSIDE_ITS_RUNS,
+    THE_WORKER,
+    WORKER,
+    WORKER_GROUPS,
+    account,
+    binding,
+    forbidden,
+    job,
+    secret,
+    takeover,
+    worker_rights,
+)
 from temporalio import activity
-from temporalio.client import WorkflowFailureError
-from temporalio.exceptions import ActivityError, ApplicationError
-from test_helm_chart import render
 from test_kubernetes_incluster import controller_node, in_cluster_worker  # noqa: F401 (fixture)
 from test_kubernetes_temporal import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
 
 from controller.platform.kubernetes import (
     Kube,
-    KubeError,
-    KubernetesSettings,
     delete_run_namespace,
     objects,
     prepare_run_namespace,
-    run_controller_job,
 )
-from controller.platform.kubernetes.access import controller_job
-from controller.platform.kubernetes.controller_job import MODULE_DIGEST_ENV
 from controller.platform.kubernetes.rbac import (
     CONTROLLER_ROLE,
     CREATED_BY,
     RUN_NAMESPACE_ROLE,
     WORKER_BINDING,
     credentials_binding_name,
-    worker_subject,
 )
 from controller.platform.temporal.activities import LifecycleActivities
 from controller.platform.temporal.workflow import EXECUTE
 from controller.run import RunRequest, RunResult
-from controller.run.module_source import MODULE_LIMIT, ModuleSource, ModuleSourceError
+from controller.run.module_source import ModuleSource
 from controller.run.runid import new_run_id
 from controller.run.spec import load_run_spec
 from ledger import open_ledger_artifacts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-WORKER = worker_subject()
-WORKER_GROUPS = ["system:serviceaccounts", "system:serviceaccounts:society-system"]
-CREDENTIALS = "society-credentials"
-CHART_KINDS = (
-    "Namespace",
-    "ServiceAccount",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "Role",
-    "RoleBinding",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-)
-MARKED_MODULE = """
-import pathlib
-pathlib.Path({marker!r}).write_text("imported")
-"""
-
-
-async def forbidden(call: Coroutine[Any, Any, Any]) -> bool:
-    """True when the API server refuses the call (403), by RBAC or by an admission policy."""
-    try:
-        await call
-    except KubeError as exc:
-        return exc.status == 403
-    return False
-
-
-def binding(namespace: str, role: tuple[str, str], *subjects: dict[str, str]) -> dict[str, Any]:
-    kind, name = role
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": f"probe-{name}", "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
-        "subjects": list(subjects),
-    }
-
-
-def account(name: str, namespace: str) -> dict[str, str]:
-    return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
-
-
-THE_WORKER = account("society-run-worker", "society-system")
-
-
-async def policy_enforced(admin: Kube, worker: Kube) -> None:
-    """Until the API server enforces the chart's admission policy (it loads policies
-    asynchronously): a dry-run RoleBinding outside any run namespace is refused by it."""
-    probe = binding("default", ("ClusterRole", RUN_NAMESPACE_ROLE), THE_WORKER)
-    path = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings"
-    with anyio.fail_after(60):
-        while True:
-            try:
-                await worker._request("POST", path, query={"dryRun": "All"}, body=probe)
-            except KubeError as exc:
-                if "ValidatingAdmissionPolicy" in str(exc):
-                    return
-            await anyio.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-async def worker_rights(control_plane: ControlPlane) -> AsyncIterator[str]:
-    """The chart's namespaces, ServiceAccount, roles, bindings and admission policies, applied
-    by an administrator (``helm install -n society-system``); yields the kubeconfig."""
-    kubeconfig = str(control_plane.kubeconfig)
-    chart = [obj for obj in render() if obj["kind"] in CHART_KINDS]
-    system = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "society-system"}}
-    async with (
-        Kube.connect(kubeconfig=kubeconfig) as admin,
-        Kube.connect(kubeconfig=kubeconfig, impersonate=WORKER) as worker,
-    ):
-        for obj in [system, *chart]:
-            await admin.apply(obj)
-        try:
-            await policy_enforced(admin, worker)
-            yield kubeconfig
-        finally:
-            for obj in reversed([system, *chart]):
-                meta = obj["metadata"]
-                await admin.delete(obj["kind"], meta["name"], meta.get("namespace"))
 
 
 async def test_the_run_worker_as_its_service_account_runs_a_whole_run_in_cluster(
@@ -226,29 +144,6 @@ async def test_the_run_worker_as_its_service_account_runs_a_whole_run_in_cluster
         trusted_key=outcome.receipt.public_key,
     )
     assert ledger is not None and outcome.receipt.complete
-
-
-def job(namespace: str) -> dict[str, Any]:
-    manifest = controller_job(
-        "sr-" + "0" * 32,
-        image=PINNED,
-        module_name="m.py",
-        seed=None,
-        profile="kubernetes",
-        cluster_queue="q",
-        active_deadline_s=60,
-    )
-    manifest["metadata"] = {"name": "rogue", "namespace": namespace}
-    return manifest
-
-
-def secret(namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "rogue", "namespace": namespace},
-        "stringData": {"k": "v"},
-    }
 
 
 async def test_the_run_worker_is_refused_everything_outside_the_run_namespaces_it_created(
@@ -366,52 +261,9 @@ async def test_no_right_outside_the_list_is_granted_to_the_run_worker_anywhere(
 ) -> None:
     """SubjectAccessReviews (RBAC only) across namespaces, for the verbs a takeover needs."""
     own = new_run_id()
-    checks = [
-        (verb, group, resource)
-        for verb, group, resource in [
-            *((verb, "", "secrets") for verb in ("get", "list", "watch", "create", "patch")),
-            ("delete", "", "secrets"),
-            ("create", "", "pods"),
-            ("create", "", "pods/exec"),
-            ("create", "", "pods/attach"),
-            ("create", "", "pods/portforward"),
-            ("patch", "", "pods/ephemeralcontainers"),
-            ("create", "", "serviceaccounts/token"),
-            ("impersonate", "", "serviceaccounts"),
-            ("delete", "", "configmaps"),
-            ("create", "apps", "deployments"),
-            ("create", "apps", "daemonsets"),
-            ("create", "batch", "cronjobs"),
-            ("create", "rbac.authorization.k8s.io", "roles"),
-            ("escalate", "rbac.authorization.k8s.io", "roles"),
-            ("patch", "rbac.authorization.k8s.io", "roles"),
-            ("bind", "rbac.authorization.k8s.io", "roles"),
-        ]
-    ]
-    outside = [
-        ("create", "batch", "jobs"),
-        ("patch", "", "configmaps"),
-        ("create", "", "serviceaccounts"),
-        ("delete", "rbac.authorization.k8s.io", "rolebindings"),  # in credentials: its own
-    ]
-    cluster = [
-        ("delete", "", "namespaces"),
-        ("patch", "", "namespaces"),
-        ("update", "", "namespaces"),
-        ("create", "rbac.authorization.k8s.io", "clusterroles"),
-        ("escalate", "rbac.authorization.k8s.io", "clusterroles"),
-        ("create", "rbac.authorization.k8s.io", "clusterrolebindings"),
-        ("impersonate", "", "users"),
-        ("impersonate", "", "groups"),
-        ("create", "certificates.k8s.io", "certificatesigningrequests"),
-        ("get", "", "nodes/proxy"),
-        ("create", "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
-        ("create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
-        ("delete", "admissionregistration.k8s.io", "validatingadmissionpolicies"),
-        ("patch", "admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
-        ("create", "apiextensions.k8s.io", "customresourcedefinitions"),
-        ("create", "", "persistentvolumes"),
-    ]
+    anywhere = takeover(ANYWHERE)
+    outside = takeover(OUTSIDE_ITS_RUNS)
+    cluster = takeover(CLUSTER_WIDE)
     async with (
         Kube.connect(kubeconfig=worker_rights) as admin,
         Kube.connect(kubeconfig=worker_rights, impersonate=WORKER) as worker,
@@ -435,17 +287,11 @@ async def test_no_right_outside_the_list_is_granted_to_the_run_worker_anywhere(
             return bool((await admin._request("POST", path, body=review))["status"].get("allowed"))
 
         try:
+            everywhere = ("kube-system", "default", "society-system", CREDENTIALS, namespace)
             granted = [
                 f"{verb} {resource} in {where}"
-                for where in (
-                    "kube-system",
-                    "default",
-                    "society-system",
-                    CREDENTIALS,
-                    namespace,
-                    own,
-                )
-                for verb, group, resource in checks
+                for where in (*everywhere, own)
+                for verb, group, resource in anywhere
                 if await allowed(verb, group, resource, where)
             ]
             granted += [
@@ -456,7 +302,7 @@ async def test_no_right_outside_the_list_is_granted_to_the_run_worker_anywhere(
             ]
             granted += [
                 f"delete namespace {where}"
-                for where in ("kube-system", "default", "society-system", CREDENTIALS, namespace)
+                for where in everywhere
                 if await allowed("delete", "", "namespaces", where, name=where)
             ]
             granted += [
@@ -475,121 +321,3 @@ async def test_no_right_outside_the_list_is_granted_to_the_run_worker_anywhere(
             assert await allowed("delete", "", "namespaces", own, name=own)
         finally:
             await delete_run_namespace(worker, own)
-
-
-async def test_a_cluster_run_never_reads_a_path_on_the_worker_and_refuses_altered_content(
-    worker_rights: str, tmp_path: Path
-) -> None:
-    """The old worker read any local file named by ``module_path`` and published it to the run's
-    namespace in a ConfigMap; now only content the submitter sent travels, checked by digest."""
-    private = tmp_path / "worker-private.py"
-    private.write_text("TOKEN = 'worker-local secret'\n")
-    run_id = new_run_id()
-    settings = KubernetesSettings(
-        kubeconfig=worker_rights,
-        impersonate=WORKER,
-        controller_job=True,
-        controller_image=PINNED,
-    )
-    source = ModuleSource.read(private)
-    altered = source.model_copy(update={"content": "run_spec = 'altered'\n"})
-    async with Kube.connect(kubeconfig=worker_rights, impersonate=WORKER) as worker:
-        await prepare_run_namespace(worker, run_id)
-        try:
-            reasons = []
-            for module_source in (None, altered):
-                request = RunRequest(
-                    module_path=str(private),
-                    module_source=module_source,
-                    run_id=run_id,
-                    profile="kubernetes",
-                    artifact_root=str(tmp_path),
-                )
-                with anyio.fail_after(30):
-                    try:
-                        await run_controller_job(request, settings)
-                    except Exception as error:
-                        reasons.append(getattr(error, "reason", repr(error)))
-            published = await worker.get("ConfigMap", "society-runspec", run_id)
-            job_made = await worker.get("Job", "society-controller", run_id)
-        finally:
-            await delete_run_namespace(worker, run_id)
-    assert reasons == ["module-source-missing", "module-digest-mismatch"]
-    assert published is None and job_made is None
-
-
-async def test_the_worker_pod_refuses_a_local_profile_run_before_anything_is_created(
-    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Anyone who can reach the worker's task queue chooses the profile: ``local`` would import
-    and run the module inside the worker pod, as the worker's ServiceAccount."""
-    marker = tmp_path / "imported"
-    module = tmp_path / "experiment.py"
-    module.write_text(MARKED_MODULE.format(marker=str(marker)))
-    root = artifacts(tmp_path)
-    monkeypatch.setenv("SOCIETY_KUBE_IN_CLUSTER", "1")  # what the chart's Deployment sets
-    activities = LifecycleActivities()
-    request = RunRequest(
-        module_path=str(module), run_id=new_run_id(), profile="local", artifact_root=str(root)
-    )
-    with pytest.raises(WorkflowFailureError) as failure:
-        await run_society(temporal_address, request, activities, activities.execute)
-    cause = failure.value.cause
-    assert isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError)
-    assert cause.cause.type == "local-profile-in-cluster"
-    assert cause.cause.non_retryable
-    assert "society run" in cause.cause.message  # the next step
-    assert not marker.exists()
-    assert list(root.iterdir()) == []
-
-
-def test_the_controller_imports_a_mounted_module_only_when_it_matches_its_digest(
-    tmp_path: Path,
-) -> None:
-    """The ConfigMap could be replaced between the worker's create and the pod's mount."""
-    marker = tmp_path / "imported"
-    mounted = tmp_path / "runspec" / "experiment.py"
-    mounted.parent.mkdir()
-    sent = "run_spec = None\n"  # what the submitter sent, and the digest the Job carries
-    mounted.write_text(MARKED_MODULE.format(marker=str(marker)))  # what the pod finds mounted
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("SOCIETY_")},
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-        "SOCIETY_RUN_ID": new_run_id(),
-        "SOCIETY_RUN_MODULE": str(mounted),
-        MODULE_DIGEST_ENV: hashlib.sha256(sent.encode()).hexdigest(),
-        "SOCIETY_PROFILE": "kubernetes",
-        "SOCIETY_ARTIFACT_ROOT": str(tmp_path / "artifacts"),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "controller.platform.kubernetes.incluster"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 1, done.stderr
-    line = json.loads(done.stdout.strip().splitlines()[-1])
-    assert line["controller"] == "refused" and line["reason"] == "module-digest-mismatch"
-    assert "Traceback" not in done.stderr
-    assert not marker.exists()
-
-
-def test_a_module_that_cannot_travel_is_refused_with_a_typed_reason(tmp_path: Path) -> None:
-    """What ``society run --profile <cluster>`` reports instead of a traceback."""
-    cases = {
-        "a b.py": (b"run_spec = None\n", "module-name-invalid"),
-        "big.py": (b"#" * (MODULE_LIMIT + 1), "module-too-large"),
-        "binary.py": (b"\xff\xfe", "module-not-text"),
-    }
-    reasons = {}
-    for name, (data, _) in cases.items():
-        (tmp_path / name).write_bytes(data)
-        with pytest.raises(ModuleSourceError) as refused:
-            ModuleSource.read(tmp_path / name)
-        reasons[name] = refused.value.reason
-    assert reasons == {name: reason for name, (_, reason) in cases.items()}
-    (tmp_path / "my-experiment.py").write_text("run_spec = None\n")
-    sent = ModuleSource.read(tmp_path / "my-experiment.py")
-    assert sent.verified() == "run_spec = None\n"
-    assert sent.sha256 == hashlib.sha256(b"run_spec = None\n").hexdigest()
