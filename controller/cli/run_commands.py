@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from controller.platform.temporal.server import TemporalEndpoint
     from controller.run import RunSpec
+    from controller.run.module_source import ModuleSource
 
 DEFAULT_ARTIFACTS = Path("artifacts")
 ARTIFACTS_ENV = "SOCIETY_ARTIFACTS"
@@ -187,6 +188,8 @@ async def _run_async(args: argparse.Namespace) -> int:
             profile=args.profile,
             artifact_root=str(root),
             seed=args.seed,
+            # a cluster's run worker is not on this machine: it gets the module's content, no path
+            module_source=None if args.profile == "local" else _module_source(module),
         )
     except RunRequestError as error:
         raise SetupError(error.reason, str(error)) from None
@@ -244,6 +247,15 @@ def _load_module(path: Path) -> tuple[RunSpec, Path]:
             f"{error}\n  next step: fix {path} (check it with `python {path}`) and run again; "
             "nothing was started",
         ) from None
+
+
+def _module_source(module: Path) -> ModuleSource:
+    from controller.run.module_source import ModuleSource, ModuleSourceError
+
+    try:
+        return ModuleSource.read(module)
+    except ModuleSourceError as error:
+        raise SetupError(error.reason, str(error)) from None
 
 
 def exit_code(outcome: str, exit: str, signum: int | None) -> int:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from controller.run.kernel import DEFAULT_LEDGER_REF, Run
+from controller.run.module_source import ModuleSource
 from controller.run.outcomes import ClusterLost, Outcome
 from controller.run.progress import Progress
 from controller.run.runid import check_run_id
@@ -46,6 +47,9 @@ class RunRequest(BaseModel):
     artifact_root: str
     seed: int | None = None
     ledger_ref: str = DEFAULT_LEDGER_REF
+    module_source: ModuleSource | None = None
+    """The module as content, for a worker that is not on the submitter's machine (a cluster's
+    run worker uses only this, never ``module_path``)."""
 
     @classmethod
     def build(cls, **fields: Any) -> RunRequest:

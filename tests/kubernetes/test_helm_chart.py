@@ -12,11 +12,9 @@ from typing import Any
 import yaml
 from controlplane import read_versions
 
-from controller.platform.kubernetes.access import (
-    WORKER_RULES,
-    credentials_reader_role,
-    worker_deployment,
-)
+from controller.platform.kubernetes.access import worker_deployment
+from controller.platform.kubernetes.rbac import credentials_reader_role
+from controller.platform.kubernetes.worker_rights import worker_objects
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "society-runner"
@@ -24,9 +22,10 @@ DIGEST_PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 PLACEHOLDER = re.compile(r"{{-?\s*([^}]*?)\s*-?}}")
 
 
-def render(namespace: str = "society-system") -> list[dict[str, Any]]:
-    """The chart's objects with the default values (the subset of Helm the chart uses)."""
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
+def render(namespace: str = "society-system", **values_set: Any) -> list[dict[str, Any]]:
+    """The chart's objects with the default values, changed by ``values_set`` (like
+    ``helm --set``; the subset of Helm the chart uses)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text()) | values_set
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     scope = {".Values": values, ".Release": {"Namespace": namespace}, ".Chart": {
         "AppVersion": chart["appVersion"], "Version": chart["version"]}}  # fmt: skip
@@ -61,30 +60,73 @@ def test_the_chart_renders_to_objects_that_parse_and_pin_every_image_by_digest()
     kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
     assert kinds == [
         "ClusterQueue/society-agents",
+        "ClusterRole/society-run-controller",
+        "ClusterRole/society-run-namespace",
         "ClusterRole/society-run-worker",
         "ClusterRoleBinding/society-run-worker",
         "Deployment/society-run-worker",
         "Namespace/society-credentials",
         "ResourceFlavor/society-agents",
         "Role/society-credentials-reader",
+        "Role/society-run-worker",
+        "RoleBinding/society-run-worker",
         "ServiceAccount/society-run-worker",
+        "ValidatingAdmissionPolicy/society-run-namespaces",
+        "ValidatingAdmissionPolicy/society-run-worker",
+        "ValidatingAdmissionPolicyBinding/society-run-namespaces",
+        "ValidatingAdmissionPolicyBinding/society-run-worker",
     ]
     found = [image for obj in objects for image in images(obj)]
     assert found, "the chart runs no image"
     assert [image for image in found if not DIGEST_PINNED.match(image)] == []
 
 
+def rbac_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects that grant or confine rights, in a stable order."""
+    kinds = ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmission")
+    chosen = [o for o in objects if o["kind"].startswith(kinds)]
+    return sorted(chosen, key=lambda o: (o["kind"], o["metadata"]["name"]))
+
+
 def test_the_chart_grants_exactly_what_the_code_grants() -> None:
-    by_kind = {o["kind"]: o for o in render()}
-    assert by_kind["ClusterRole"]["rules"] == WORKER_RULES
-    reader = credentials_reader_role("society-credentials")
-    assert by_kind["Role"]["rules"] == reader["rules"]
-    assert by_kind["Role"]["metadata"]["name"] == reader["metadata"]["name"]
+    objects = render("release-ns", credentialsNamespace="creds-ns")
+    coded = [*worker_objects("release-ns", "creds-ns"), credentials_reader_role("creds-ns")]
+    assert rbac_objects(objects) == rbac_objects(coded)
+    by_kind = {o["kind"]: o for o in objects}
     worker = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-    coded = worker_deployment(image="unused", temporal_address="unused")["spec"]["template"][
+    deployment = worker_deployment(image="unused", temporal_address="unused")["spec"]["template"][
         "spec"]["containers"][0]  # fmt: skip
-    assert worker["command"][:5] == coded["command"]
-    assert {e["name"] for e in coded["env"]} <= {e["name"] for e in worker["env"]}
+    assert worker["command"][:5] == deployment["command"]
+    assert {e["name"] for e in deployment["env"]} <= {e["name"] for e in worker["env"]}
+
+
+def test_the_worker_holds_no_cluster_wide_right_to_run_read_secrets_exec_or_delete() -> None:
+    """Cluster-wide the worker creates namespaces and RoleBindings (the admission policy says
+    where) and binds two named ClusterRoles; everything else it does is bound per run namespace."""
+    objects = render()
+    bound = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"}
+    assert bound == {"society-run-worker"}
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    rules = by_name["ClusterRole", "society-run-worker"]["rules"]
+    granted = {
+        (resource, verb, tuple(rule.get("resourceNames", ())))
+        for rule in rules
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == {
+        ("namespaces", "get", ()),
+        ("namespaces", "list", ()),
+        ("namespaces", "watch", ()),
+        ("namespaces", "create", ()),
+        ("rolebindings", "create", ()),
+        ("clusterroles", "get", ("society-run-namespace", "society-run-controller")),
+        ("clusterroles", "bind", ("society-run-namespace", "society-run-controller")),
+    }
+    policy = by_name["ValidatingAdmissionPolicy", "society-run-worker"]
+    assert "system:serviceaccount:society-system:society-run-worker" in str(policy["spec"])
+    policies = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert [p["spec"]["failurePolicy"] for p in policies] == ["Fail", "Fail"]
 
 
 def test_the_chart_and_the_kind_config_record_the_pinned_versions() -> None:

@@ -1,4 +1,4 @@
-"""RBAC, ownership and the in-cluster manifests, against the real local control plane.
+"""The controller's RBAC, ownership and the in-cluster manifests, against the real control plane.
 
 KWOK does not enforce NetworkPolicy (no CNI runs pods): the policies are checked as objects the
 API server accepts, not as traffic that is dropped.
@@ -31,13 +31,8 @@ from controller.platform.kubernetes import (
     objects,
     prepare_run_namespace,
 )
-from controller.platform.kubernetes.access import (
-    controller_job,
-    controller_subject,
-    runspec_configmap,
-    worker_cluster_binding,
-    worker_cluster_role,
-)
+from controller.platform.kubernetes.access import controller_job, runspec_configmap
+from controller.platform.kubernetes.rbac import controller_subject
 from controller.run import ProgramFinished, Success
 from controller.run.runid import new_run_id
 
@@ -173,27 +168,3 @@ async def test_deleting_the_owner_collects_every_run_object_including_the_contro
                 await collected()
         finally:
             await delete_run_namespace(kube, run_id)
-
-
-async def test_the_run_worker_cluster_role_is_accepted_and_may_grant_the_controller_role(
-    control_plane: ControlPlane,
-) -> None:
-    """Kubernetes refuses a RoleBinding to rules its creator lacks (escalation check)."""
-    run_id = new_run_id()
-    worker = "system:serviceaccount:society-system:society-run-worker"
-    async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as admin:
-        await admin.apply(worker_cluster_role())
-        await admin.apply(worker_cluster_binding())
-        try:
-            async with Kube.connect(
-                kubeconfig=str(control_plane.kubeconfig), impersonate=worker
-            ) as kube:
-                owner = await prepare_run_namespace(kube, run_id)
-                assert owner["metadata"]["name"] == objects.OWNER
-                assert await forbidden(kube.list("Secret", run_id))
-                await delete_run_namespace(kube, run_id)
-            assert await left_in_cluster(admin, run_id) == []
-        finally:
-            await delete_run_namespace(admin, run_id)
-            await admin.delete("ClusterRoleBinding", "society-run-worker")
-            await admin.delete("ClusterRole", "society-run-worker")

@@ -31,13 +31,13 @@ from controller import Run, RunSpec
 from controller.agents import SecretRef, scripted
 from controller.events.run import AgentRuntimeStartFailed, ReadinessGateFailed
 from controller.platform.kubernetes import Kube, delete_run_namespace
-from controller.platform.kubernetes.access import (
+from controller.platform.kubernetes.kube import KINDS, KubeError
+from controller.platform.kubernetes.namespace import prepare_run_namespace
+from controller.platform.kubernetes.rbac import (
     controller_subject,
     credentials_binding_name,
     credentials_reader_role,
 )
-from controller.platform.kubernetes.kube import KINDS, KubeError
-from controller.platform.kubernetes.namespace import prepare_run_namespace
 from controller.run import ClusterLost, ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
 from ledger import open_ledger_artifacts

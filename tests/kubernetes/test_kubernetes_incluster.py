@@ -47,6 +47,7 @@ from controller.platform.kubernetes.kube import Informer
 from controller.platform.temporal.activities import LifecycleActivities
 from controller.platform.temporal.workflow import EXECUTE
 from controller.run import RunRequest, RunResult
+from controller.run.module_source import ModuleSource
 from controller.run.runid import new_run_id
 from controller.run.spec import load_run_spec
 from ledger import open_ledger_artifacts
@@ -147,7 +148,11 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
             return result
 
         request = RunRequest(
-            module_path=str(module), run_id=run_id, profile="kubernetes", artifact_root=str(root)
+            module_path=str(module),
+            module_source=ModuleSource.read(module),  # a cluster's worker reads no local path
+            run_id=run_id,
+            profile="kubernetes",
+            artifact_root=str(root),
         )
         result = await run_society(temporal_address, request, activities, execute)
         left = await left_in_cluster(kube, run_id)
@@ -189,7 +194,11 @@ async def test_a_controller_job_that_dies_before_reporting_ends_the_run_cluster_
     root = artifacts(tmp_path)
     in_cluster_worker(monkeypatch, control_plane, cluster_queue, controller_node)
     request = RunRequest(
-        module_path=str(module), run_id=run_id, profile="kubernetes", artifact_root=str(root)
+        module_path=str(module),
+        module_source=ModuleSource.read(module),
+        run_id=run_id,
+        profile="kubernetes",
+        artifact_root=str(root),
     )
 
     async with (

@@ -1,10 +1,8 @@
-"""Who may do what: the controller's namespaced Role, the run worker's ClusterRole, and the
-workloads that carry those identities (the controller Job, the run worker Deployment).
+"""The workloads that carry the run's identities: the controller Job (the controller's
+ServiceAccount) and the run worker Deployment. What those identities may do is ``rbac``.
 
 The controller can touch only its run's namespace, and there only what a run needs; it reads no
 Secret (it writes its agents' and deletes them) and creates no pod itself (Agent Sandbox does).
-The run worker creates and deletes run namespaces and what ``prepare`` puts in them; Kubernetes
-lets it grant the controller's Role only because it holds the same rules itself.
 """
 
 from __future__ import annotations
@@ -12,122 +10,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.platform.kubernetes.kube import KUEUE, SANDBOX_GROUP, Obj
+from controller.platform.kubernetes.kube import Obj
 from controller.platform.kubernetes.objects import (
     CONTROLLER_ACCOUNT,
     MANAGED_BY,
-    OWNER,
     ROLE_LABEL,
     _meta,
     _object,
 )
+from controller.platform.kubernetes.rbac import RUNSPEC_CONFIGMAP, SYSTEM_NAMESPACE, WORKER_ACCOUNT
 
-RUNSPEC_CONFIGMAP = "society-runspec"
 RUNSPEC_DIR = "/etc/society/runspec"
 CONTROLLER_JOB = "society-controller"
 ARTIFACT_ROOT = "/var/lib/society/artifacts"
 RESULT_PATH = "/dev/termination-log"
 """The controller writes its ``RunResult`` here; the kubelet hands it back as the container's
 termination message (at most 4096 bytes), which the run worker reads."""
-SYSTEM_NAMESPACE = "society-system"
-WORKER_ACCOUNT = "society-run-worker"
-WORKER_CLUSTER_ROLE = "society-run-worker"
-CREDENTIALS_READER = "society-credentials-reader"
-"""The Role, in the credentials namespace, that lets a run's controller read Secrets by name."""
-
-
-def _rule(group: str, resources: list[str], verbs: list[str], **extra: Any) -> dict[str, Any]:
-    return {"apiGroups": [group], "resources": resources, "verbs": verbs, **extra}
-
-
-CONTROLLER_RULES: list[dict[str, Any]] = [
-    _rule("", ["configmaps"], ["get"], resourceNames=[OWNER, RUNSPEC_CONFIGMAP]),
-    _rule("", ["secrets"], ["create", "patch", "delete"]),
-    _rule("", ["services"], ["get", "create", "patch", "delete"]),
-    _rule("", ["pods"], ["get", "list", "watch"]),
-    _rule("", ["pods/log"], ["get"]),
-    _rule("", ["pods/exec"], ["get", "create"]),  # harvest reads files in the keeper container
-    _rule("networking.k8s.io", ["networkpolicies"], ["get", "create", "patch"]),
-    _rule(KUEUE, ["localqueues"], ["get", "create", "patch"]),
-    _rule(KUEUE, ["workloads"], ["get", "list", "watch", "create", "patch", "delete"]),
-    _rule(SANDBOX_GROUP, ["sandboxes"], ["get", "list", "watch", "create", "patch", "delete"]),
-]
-"""Exactly what ``KubernetesSession`` does in its namespace, and nothing else."""
-
-
-def controller_subject(run_id: str) -> str:
-    """The controller's user name, as the API server sees it (and as tests impersonate it)."""
-    return f"system:serviceaccount:{run_id}:{CONTROLLER_ACCOUNT}"
-
-
-def controller_account(run_id: str) -> Obj:
-    return _object(
-        "ServiceAccount",
-        _meta(run_id, CONTROLLER_ACCOUNT, **{ROLE_LABEL: "controller"}),
-        automountServiceAccountToken=False,  # only the controller's Job mounts it
-    )
-
-
-def controller_role(run_id: str) -> Obj:
-    return _object(
-        "Role",
-        _meta(run_id, CONTROLLER_ACCOUNT, **{ROLE_LABEL: "controller"}),
-        rules=CONTROLLER_RULES,
-    )
-
-
-def controller_binding(run_id: str) -> Obj:
-    return _object(
-        "RoleBinding",
-        _meta(run_id, CONTROLLER_ACCOUNT, **{ROLE_LABEL: "controller"}),
-        roleRef={
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": CONTROLLER_ACCOUNT,
-        },
-        subjects=[{"kind": "ServiceAccount", "name": CONTROLLER_ACCOUNT, "namespace": run_id}],
-    )
-
-
-def credentials_reader_role(namespace: str) -> Obj:
-    """Installed once (Helm chart) in the credentials namespace: get Secrets by name, no list."""
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {
-            "name": CREDENTIALS_READER,
-            "namespace": namespace,
-            "labels": dict(MANAGED_BY),
-        },
-        "rules": [_rule("", ["secrets"], ["get"])],
-    }
-
-
-def credentials_binding_name(run_id: str) -> str:
-    return f"{CREDENTIALS_READER}-{run_id}"
-
-
-def credentials_binding(run_id: str, namespace: str) -> Obj:
-    """Per run, in the credentials namespace: the run's controller may read Secrets there.
-
-    It lives outside the run's namespace (an ownerReference cannot cross namespaces), so
-    ``delete_run_namespace`` deletes it explicitly.
-    """
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {
-            "name": credentials_binding_name(run_id),
-            "namespace": namespace,
-            "labels": {**MANAGED_BY, "society.run/id": run_id},
-        },
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": CREDENTIALS_READER,
-        },
-        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_ACCOUNT, "namespace": run_id}],
-    }
 
 
 def runspec_configmap(run_id: str, module_name: str, source: bytes) -> Obj:
@@ -236,45 +134,6 @@ def ledger_claim(run_id: str, name: str, *, storage_class: str | None, size: str
 
 
 # ---- the run worker (system namespace) ------------------------------------------------------
-
-WORKER_RULES: list[dict[str, Any]] = [
-    _rule("", ["namespaces"], ["get", "list", "watch", "create", "patch", "delete"]),
-    _rule("", ["serviceaccounts"], ["get", "create", "patch"]),
-    _rule("", ["configmaps"], ["get", "create", "patch"]),
-    _rule("rbac.authorization.k8s.io", ["roles"], ["get", "create", "patch"]),
-    _rule("rbac.authorization.k8s.io", ["rolebindings"], ["get", "create", "patch", "delete"]),
-    # binds the credentials reader per run without holding Secret reads itself
-    _rule("rbac.authorization.k8s.io", ["roles"], ["bind"], resourceNames=[CREDENTIALS_READER]),
-    # execute runs the controller as a Job; deleting it (foreground) relays cancellation
-    _rule("batch", ["jobs"], ["get", "list", "watch", "create", "patch", "delete"]),
-    _rule("", ["persistentvolumeclaims"], ["get", "create", "patch"]),  # the ledger volume
-    *CONTROLLER_RULES[1:],  # held so that it may grant them (RBAC escalation check)
-]
-
-
-def worker_cluster_role() -> Obj:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": WORKER_CLUSTER_ROLE, "labels": dict(MANAGED_BY)},
-        "rules": WORKER_RULES,
-    }
-
-
-def worker_cluster_binding() -> Obj:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": WORKER_CLUSTER_ROLE, "labels": dict(MANAGED_BY)},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": WORKER_CLUSTER_ROLE,
-        },
-        "subjects": [
-            {"kind": "ServiceAccount", "name": WORKER_ACCOUNT, "namespace": SYSTEM_NAMESPACE}
-        ],
-    }
 
 
 def worker_account() -> Obj:

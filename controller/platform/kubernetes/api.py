@@ -58,6 +58,16 @@ KINDS: dict[str, Kind] = {
     "ClusterQueue": Kind(KUEUE, KUEUE_VERSION, "clusterqueues", namespaced=False),
     "ResourceFlavor": Kind(KUEUE, KUEUE_VERSION, "resourceflavors", namespaced=False),
     "Sandbox": Kind(SANDBOX_GROUP, SANDBOX_VERSION, "sandboxes"),
+    "ValidatingAdmissionPolicy": Kind(
+        "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", namespaced=False
+    ),
+    "ValidatingAdmissionPolicyBinding": Kind(
+        "admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", namespaced=False
+    ),
+    "SelfSubjectReview": Kind("authentication.k8s.io", "v1", "selfsubjectreviews", False),
+    "SelfSubjectAccessReview": Kind(
+        "authorization.k8s.io", "v1", "selfsubjectaccessreviews", namespaced=False
+    ),
 }
 
 

@@ -1,6 +1,7 @@
 """The run worker's ``execute`` in-cluster: the controller as a Job in the run's namespace.
 
-The worker puts the RunSpec module in the immutable ``ConfigMap/society-runspec``, the ledger
+The worker puts the RunSpec module, as the submitter sent its content (``module_source``, never
+a path on the worker's disk), in the immutable ``ConfigMap/society-runspec``, the ledger
 claim (``SOCIETY_LEDGER_PVC``) when configured, and ``Job/society-controller``
 (``access.controller_job``: ``backoffLimit: 0``, so the program runs at most once); then it
 watches the Job and its pod until the controller reports. The controller
@@ -13,7 +14,6 @@ its pod gets SIGTERM and the controller finalizes the ledger before it exits.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -21,6 +21,7 @@ import anyio
 from controller.platform.kubernetes import access, objects
 from controller.platform.kubernetes.kube import Informer, Kube, Obj, condition, is_true
 from controller.platform.kubernetes.settings import KubernetesSettings
+from controller.platform.kubernetes.worker_requests import module_source_of
 from controller.run import NO_PROGRESS, Progress, RunRequest, RunResult
 from controller.run.platform import PlatformError
 from ledger.records import LedgerReceipt
@@ -28,6 +29,8 @@ from ledger.records import LedgerReceipt
 T = TypeVar("T")
 CONTROLLER_SELECTOR = f"{objects.ROLE_LABEL}=controller"
 CONTAINER = "controller"
+MODULE_DIGEST_ENV = "SOCIETY_RUN_MODULE_SHA256"
+"""The controller checks the mounted module against this digest before importing it."""
 FORWARDED_SETTINGS = (
     "SOCIETY_ADMISSION_TIMEOUT_S",
     "SOCIETY_STARTUP_TIMEOUT_S",
@@ -52,8 +55,8 @@ async def run_controller_job(
             reason="controller-image-missing",
         )
     run_id = request.run_id
-    module = Path(request.module_path)
-    source = await anyio.Path(module).read_bytes()
+    module = module_source_of(request)
+    source = module.content.encode("utf-8")
     async with Kube.connect(
         kubeconfig=settings.kubeconfig,
         context=settings.context,
@@ -88,7 +91,7 @@ async def run_controller_job(
             cluster_queue=settings.cluster_queue,
             active_deadline_s=int(settings.run_deadline_s),
             ledger_claim=settings.ledger_claim,
-            environment=_forwarded(settings),
+            environment={**_forwarded(settings), MODULE_DIGEST_ENV: module.sha256},
             node_selector=settings.controller_node_selector,
         )
         await kube.apply(objects.owned(job, owner))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import os
 
-from controller.platform.kubernetes import access
+from controller.platform.kubernetes import rbac
 from controller.platform.kubernetes.kube import Kube, KubeError, Obj
 from controller.run.platform import AgentLaunch, SandboxStartError
 
@@ -54,8 +54,8 @@ class CredentialResolver:
                     raise
                 return None, (
                     f"the controller may not read Secret {namespace}/{secret} (is the run's "
-                    f"RoleBinding {access.credentials_binding_name(self.run_id)} there? the Role "
-                    f"{access.CREDENTIALS_READER} must exist in {namespace})"
+                    f"RoleBinding {rbac.credentials_binding_name(self.run_id)} there? the Role "
+                    f"{rbac.CREDENTIALS_READER} must exist in {namespace})"
                 )
             self._secrets_read[secret] = found
         if not found:

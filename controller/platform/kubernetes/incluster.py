@@ -1,26 +1,32 @@
 """The controller Job's entrypoint: run the mounted RunSpec once, in-cluster, report the result.
 
 ``python -m controller.platform.kubernetes.incluster``; everything comes from the Job's
-environment (``access.controller_job``): ``SOCIETY_RUN_ID``, ``SOCIETY_RUN_MODULE``,
-``SOCIETY_RUN_SEED``, ``SOCIETY_PROFILE``, ``SOCIETY_ARTIFACT_ROOT``, ``SOCIETY_RESULT_PATH``
-and the cluster settings. The ``RunResult`` is printed and written to ``SOCIETY_RESULT_PATH``
-(the container's termination message, which the run worker reads). SIGTERM (the pod deleted,
+environment (``access.controller_job``): ``SOCIETY_RUN_ID``, ``SOCIETY_RUN_MODULE`` (the mounted
+module, imported only once it matches ``SOCIETY_RUN_MODULE_SHA256``), ``SOCIETY_RUN_SEED``,
+``SOCIETY_PROFILE``, ``SOCIETY_ARTIFACT_ROOT``, ``SOCIETY_RESULT_PATH`` and the cluster settings.
+The ``RunResult`` is printed and written to ``SOCIETY_RESULT_PATH`` (the container's
+termination message, which the run worker reads). SIGTERM (the pod deleted,
 the Job deleted by a cancelled ``execute``) cancels the run: the kernel finalizes the ledger,
 then the process exits 143 without a result. The exit status is 0 for a successful program,
-1 otherwise.
+1 otherwise; a module that does not match its digest is refused (one JSON line, exit 1) before
+anything is imported.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 import anyio
 
+from controller.platform.kubernetes.controller_job import MODULE_DIGEST_ENV
 from controller.run import RunRequest, RunResult, execute_run
+from controller.run.module_source import ModuleSourceError, digest
 
 MESSAGE_LIMIT = 4096
 """The kubelet keeps at most this many bytes of a termination message."""
@@ -35,6 +41,24 @@ def request_from_environment(env: Mapping[str, str]) -> RunRequest:
         artifact_root=env.get("SOCIETY_ARTIFACT_ROOT", "/var/lib/society/artifacts"),
         seed=int(env["SOCIETY_RUN_SEED"]) if env.get("SOCIETY_RUN_SEED") else None,
     )
+
+
+def check_module(env: Mapping[str, str]) -> None:
+    """The mounted module is the one the submitter sent (its digest travelled separately)."""
+    path = Path(env["SOCIETY_RUN_MODULE"])
+    expected = env.get(MODULE_DIGEST_ENV)
+    if not expected:
+        raise ModuleSourceError(
+            f"{MODULE_DIGEST_ENV} is not set: the controller imports a module only against its "
+            f"digest; run it through the run worker's controller Job",
+            reason="module-digest-missing",
+        )
+    if digest(path.read_text("utf-8")) != expected:
+        raise ModuleSourceError(
+            f"the mounted module {path} does not match its SHA-256 {expected}: it changed after "
+            f"the run was submitted; submit the run again",
+            reason="module-digest-mismatch",
+        )
 
 
 def termination_message(result: RunResult) -> str:
@@ -55,6 +79,7 @@ def termination_message(result: RunResult) -> str:
 async def run_controller(env: Mapping[str, str] | None = None) -> RunResult:
     """Run the request the environment names; SIGTERM cancels it (the kernel finalizes first)."""
     env = os.environ if env is None else env
+    check_module(env)
     request = request_from_environment(env)
     task = asyncio.current_task()
     assert task is not None
@@ -72,6 +97,9 @@ async def run_controller(env: Mapping[str, str] | None = None) -> RunResult:
 def main() -> int:
     try:
         result = anyio.run(run_controller)
+    except ModuleSourceError as error:
+        print(json.dumps({"controller": "refused", "reason": error.reason, "detail": str(error)}))
+        return 1
     except (asyncio.CancelledError, KeyboardInterrupt):
         print('{"controller": "terminated"}', flush=True)
         return EXIT_TERMINATED

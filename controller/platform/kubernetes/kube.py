@@ -1,6 +1,7 @@
 """A small typed seam over the official asyncio client (``kubernetes.aio``): objects are dicts.
 
-Writes are server-side apply (one field manager, forced), reads are gets and list-then-watch.
+Writes are server-side apply (one field manager, forced), or a plain create where a role grants
+``create`` only; reads are gets and list-then-watch.
 Only the kinds a run uses are known (``KINDS``); paths are built from that table, so one
 ``apply`` serves every manifest ``objects`` builds. The kinds, ``KubeError`` and conditions
 live in ``api``, the informer in ``informer``; both are importable from here too.
@@ -133,6 +134,14 @@ class Kube:
         result: Obj = await self._request(
             "PATCH", path, query=query, body=obj, content_type="application/apply-patch+yaml"
         )
+        return result
+
+    async def create(self, obj: Obj) -> Obj:
+        """Create ``obj`` (a plain POST, for rights that grant ``create`` without ``patch``);
+        raises ``KubeError`` with status 409 when it exists."""
+        meta = obj["metadata"]
+        path = KINDS[obj["kind"]].path(meta.get("namespace"))
+        result: Obj = await self._request("POST", path, body=obj)
         return result
 
     async def get(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:

@@ -19,6 +19,7 @@ class KubernetesSettings:
     | ``SOCIETY_KUBECONFIG`` | ``kubeconfig`` | ``$KUBECONFIG``, then ``~/.kube/config`` |
     | ``SOCIETY_KUBE_CONTEXT`` | ``context`` | the kubeconfig's current context |
     | ``SOCIETY_KUBE_IN_CLUSTER=1`` | ``in_cluster`` | off (the controller Job sets it) |
+    | ``SOCIETY_KUBE_IMPERSONATE`` | ``impersonate`` | none (act as the kubeconfig's user) |
     | ``SOCIETY_CLUSTER_QUEUE`` | ``cluster_queue`` | ``society-agents`` |
     | ``SOCIETY_ADMISSION_TIMEOUT_S`` | ``admission_timeout_s`` | 3600 |
     | ``SOCIETY_STARTUP_TIMEOUT_S`` | ``startup_timeout_s`` | 600 |
@@ -50,7 +51,8 @@ class KubernetesSettings:
     """Delete the namespace when the session ends (default: when out of cluster; in-cluster the
     run worker's cleanup does)."""
     impersonate: str | None = None
-    """Act as this user (tests: the controller's ServiceAccount)."""
+    """Act as this user (like ``kubectl --as``; tests act as the worker's or the controller's
+    ServiceAccount)."""
     credentials_namespace: str = DEFAULT_CREDENTIALS_NAMESPACE
     """Where ``SecretRef(secret=..., key=...)`` Secrets live; the controller reads them by name
     through a per-run RoleBinding that ``prepare_run_namespace`` creates there."""
@@ -89,6 +91,7 @@ class KubernetesSettings:
             kubeconfig=env.get("SOCIETY_KUBECONFIG") or None,
             context=env.get("SOCIETY_KUBE_CONTEXT") or None,
             in_cluster=env.get("SOCIETY_KUBE_IN_CLUSTER") == "1",
+            impersonate=env.get("SOCIETY_KUBE_IMPERSONATE") or None,
             cluster_queue=env.get("SOCIETY_CLUSTER_QUEUE") or DEFAULT_CLUSTER_QUEUE,
             admission_timeout_s=float(env.get("SOCIETY_ADMISSION_TIMEOUT_S") or 3600),
             startup_timeout_s=float(env.get("SOCIETY_STARTUP_TIMEOUT_S") or 600),

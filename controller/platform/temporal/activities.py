@@ -70,6 +70,7 @@ class LifecycleActivities:
     @activity.defn(name=PREPARE)
     async def prepare(self, request: ProvenRequest) -> Reservation:
         """Reserve the run id, namespace and artifact directory; nothing else, no secrets."""
+        _check_in_cluster(request)
         if self._authority is not None:
             await self._authority.admit(request)
         directory = run_directory(request.artifact_root, request.run_id)
@@ -149,6 +150,7 @@ async def _execute(request: RunRequest, progress: Progress, spec: RunSpec | None
     In-cluster the worker's pod is in ``society-system``, where the run's Service and network
     policies cannot reach it; there the controller runs as a Job in the run's namespace.
     """
+    _check_in_cluster(request)
     if request.profile in CLUSTER_PROFILES:
         from controller.platform.kubernetes import KubernetesSettings, run_controller_job
 
@@ -161,6 +163,21 @@ async def _execute(request: RunRequest, progress: Progress, spec: RunSpec | None
 def _fields(request: RunRequest) -> dict[str, Any]:
     """The kernel's request, without the submitter's proof."""
     return {name: value for name, value in request if name in RunRequest.model_fields}
+
+
+def _check_in_cluster(request: RunRequest) -> None:
+    """A run worker in a cluster refuses what it must not run (``worker_requests``), typed and
+    final, before it creates or imports anything."""
+    if os.environ.get("SOCIETY_KUBE_IN_CLUSTER") != "1":
+        return
+    from controller.platform.kubernetes import KubernetesSettings
+    from controller.platform.kubernetes.worker_requests import check_worker_request
+    from controller.run.platform import PlatformError
+
+    try:
+        check_worker_request(request, KubernetesSettings.from_environment())
+    except PlatformError as error:
+        raise ApplicationError(str(error), type=error.reason, non_retryable=True) from None
 
 
 async def reap(run_id: str, artifact_root: Path) -> None:
@@ -176,7 +193,10 @@ async def prepare_namespace(run_id: str) -> None:
 
     settings = KubernetesSettings.from_environment()
     async with Kube.connect(
-        kubeconfig=settings.kubeconfig, context=settings.context, in_cluster=settings.in_cluster
+        kubeconfig=settings.kubeconfig,
+        context=settings.context,
+        in_cluster=settings.in_cluster,
+        impersonate=settings.impersonate,
     ) as kube:
         await prepare_run_namespace(
             kube, run_id, credentials_namespace=settings.credentials_namespace
@@ -189,7 +209,10 @@ async def delete_namespace(namespace: str) -> None:
 
     settings = KubernetesSettings.from_environment()
     async with Kube.connect(
-        kubeconfig=settings.kubeconfig, context=settings.context, in_cluster=settings.in_cluster
+        kubeconfig=settings.kubeconfig,
+        context=settings.context,
+        in_cluster=settings.in_cluster,
+        impersonate=settings.impersonate,
     ) as kube:
         await delete_run_namespace(  # inside the 2 min attempt
             kube, namespace, timeout_s=100, credentials_namespace=settings.credentials_namespace

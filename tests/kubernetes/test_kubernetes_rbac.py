@@ -1,0 +1,323 @@
+"""Least privilege on clusters: the run worker, as its ServiceAccount, runs a whole run and is
+refused everything else (module content and the worker pod's refusals:
+``test_kubernetes_module_source``).
+
+Against the real control plane, with the Helm chart's RBAC and admission policies applied as
+``helm install`` would (``rbac_support``). The worker runs in this process
+and acts as its ServiceAccount through impersonation (``SOCIETY_KUBE_IMPERSONATE``), which the
+API server authorizes and admits exactly as that ServiceAccount's own requests. Test-only
+substitution: ``pod_processes`` runs the controller Job's pod as a local process with a token of
+the controller's ServiceAccount (KWOK pods run nothing).
+"""
+
+# ruff: noqa: F811  (pytest fixtures imported from other modules are parameters here)
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_support import (  # noqa: F401 (fixtures)
+    PINNED,
+    anyio_backend,
+    artifacts,
+    cluster_queue,
+    left_in_cluster,
+)
+from controlplane import ControlPlane
+from pod_processes import PodProcesses
+from rbac_support import (  # noqa: F401 (fixture)
+    ANYWHERE,
+    CLUSTER_WIDE,
+    CREDENTIALS,
+    OUTSIDE_ITS_RUNS,
+    THE_WORKER,
+    WORKER,
+    WORKER_GROUPS,
+    account,
+    binding,
+    forbidden,
+    job,
+    secret,
+    takeover,
+    worker_rights,
+)
+from temporalio import activity
+from test_kubernetes_incluster import controller_node, in_cluster_worker  # noqa: F401 (fixture)
+from test_kubernetes_temporal import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
+
+from controller.platform.kubernetes import (
+    Kube,
+    delete_run_namespace,
+    objects,
+    prepare_run_namespace,
+)
+from controller.platform.kubernetes.rbac import (
+    CONTROLLER_ROLE,
+    CREATED_BY,
+    RUN_NAMESPACE_ROLE,
+    WORKER_BINDING,
+    credentials_binding_name,
+)
+from controller.platform.temporal.activities import LifecycleActivities
+from controller.platform.temporal.workflow import EXECUTE
+from controller.run import RunRequest, RunResult
+from controller.run.module_source import ModuleSource
+from controller.run.runid import new_run_id
+from controller.run.spec import load_run_spec
+from ledger import open_ledger_artifacts
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+async def test_the_run_worker_as_its_service_account_runs_a_whole_run_in_cluster(
+    control_plane: ControlPlane,
+    worker_rights: str,
+    cluster_queue: str,
+    controller_node: str,
+    temporal_address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run_id = new_run_id()
+    module = tmp_path / "experiment.py"
+    module.write_text(textwrap.dedent(MODULE.format(image=PINNED)))
+    root = artifacts(tmp_path)
+    in_cluster_worker(monkeypatch, control_plane, cluster_queue, controller_node)
+    monkeypatch.setenv("SOCIETY_KUBE_IMPERSONATE", WORKER)
+    credentials = credentials_binding_name(run_id)
+    seen: dict[str, Any] = {}
+
+    async with (
+        Kube.connect(kubeconfig=worker_rights) as admin,
+        PodProcesses.running(
+            admin,
+            run_id,
+            role="controller",
+            artifact_root=root,
+            admin_kubeconfig=worker_rights,
+            node=controller_node,
+        ) as controllers,
+    ):
+        activities = LifecycleActivities()
+
+        @activity.defn(name=EXECUTE)
+        async def execute(request: RunRequest) -> RunResult:
+            seen["namespace"] = await admin.get("Namespace", run_id)
+            seen["binding"] = await admin.get("RoleBinding", WORKER_BINDING, run_id)
+            seen["controller"] = await admin.get("RoleBinding", "society-controller", run_id)
+            seen["credentials"] = await admin.get("RoleBinding", credentials, CREDENTIALS)
+            return await activities.execute(request)
+
+        request = RunRequest(
+            module_path=str(tmp_path / "not-on-the-worker.py"),  # the worker reads no path
+            module_source=ModuleSource.read(module),
+            run_id=run_id,
+            profile="kubernetes",
+            artifact_root=str(root),
+        )
+        result = await run_society(temporal_address, request, activities, execute)
+        left = await left_in_cluster(admin, run_id)
+        credentials_left = await admin.get("RoleBinding", credentials, CREDENTIALS)
+
+    outcome = RunResult.model_validate(result)
+    assert outcome.outcome == "ProgramFinished" and outcome.exit == "success", outcome.cause
+    assert [entry.returncode for entry in controllers.started.values()] == [0]
+    # prepare, as the worker: the namespace names its creator, and the worker bound itself there
+    assert seen["namespace"]["metadata"]["annotations"][CREATED_BY] == WORKER
+    assert seen["binding"]["roleRef"]["name"] == RUN_NAMESPACE_ROLE
+    assert seen["binding"]["subjects"] == [THE_WORKER]
+    assert seen["controller"]["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": CONTROLLER_ROLE,
+    }
+    assert seen["credentials"] is not None and credentials_left is None
+    # cleanup, as the worker: the namespace and everything in it are gone
+    assert left == []
+    spec = load_run_spec(str(module))
+    ledger = open_ledger_artifacts(
+        spec.catalog,
+        outcome.receipt.ledger_dir,
+        expected_definition_id=spec.id,
+        trusted_key=outcome.receipt.public_key,
+    )
+    assert ledger is not None and outcome.receipt.complete
+
+
+async def test_the_run_worker_is_refused_everything_outside_the_run_namespaces_it_created(
+    worker_rights: str, namespace: str
+) -> None:
+    """Each attempt is one the old ClusterRole allowed, or one an admission policy must stop
+    because RBAC alone cannot (cluster-wide ``create`` on RoleBindings and namespaces)."""
+    own, foreign = new_run_id(), new_run_id()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "rogue", "namespace": own},
+        "spec": {"containers": [{"name": "x", "image": PINNED}]},
+    }
+    exec_args: dict[str, Any] = {"container": "x", "command": ["true"], "limit_bytes": 10}
+    run_role, controller_role = (
+        ("ClusterRole", RUN_NAMESPACE_ROLE),
+        ("ClusterRole", CONTROLLER_ROLE),
+    )
+    impostor = objects.namespace(new_run_id())
+    impostor["metadata"]["annotations"] = {CREATED_BY: "someone-else"}
+    async with (
+        Kube.connect(kubeconfig=worker_rights) as admin,
+        Kube.connect(kubeconfig=worker_rights, impersonate=WORKER) as worker,
+    ):
+        await prepare_run_namespace(worker, own, credentials_namespace=CREDENTIALS)
+        # a run namespace the worker did not create: labelled as a run's, created by an admin
+        await prepare_run_namespace(admin, foreign)
+        try:
+            attempts = {
+                "create a Job in kube-system": worker.create(job("kube-system")),
+                "create a Job in a namespace it did not create": worker.create(job(namespace)),
+                "create a Job in a run namespace it did not create": worker.create(job(foreign)),
+                "read a Secret in kube-system": worker.get("Secret", "rogue", "kube-system"),
+                "list Secrets in its own run namespace": worker.list("Secret", own),
+                "create a Secret in its own run namespace": worker.create(secret(own)),
+                "patch a Secret in another namespace": worker.apply(secret(namespace)),
+                "create a Pod in its own run namespace": worker.create(pod),
+                "exec in a pod in kube-system": worker.exec("rogue", "kube-system", **exec_args),
+                "exec in a pod in its own run namespace": worker.exec("rogue", own, **exec_args),
+                "create a Role in its own run namespace": worker.create(
+                    {
+                        "apiVersion": "rbac.authorization.k8s.io/v1",
+                        "kind": "Role",
+                        "metadata": {"name": "rogue", "namespace": own},
+                        "rules": [],
+                    }
+                ),
+                "bind itself in kube-system": worker.create(
+                    binding("kube-system", run_role, THE_WORKER)
+                ),
+                "bind itself in a namespace it did not create": worker.create(
+                    binding(namespace, run_role, THE_WORKER)
+                ),
+                "bind itself in a run namespace it did not create": worker.create(
+                    binding(foreign, run_role, THE_WORKER)
+                ),
+                "bind itself to the controller's rights": worker.create(
+                    binding(own, controller_role, THE_WORKER)
+                ),
+                "bind another account to its own rights": worker.create(
+                    binding(own, run_role, account("default", own))
+                ),
+                "bind a foreign account to the controller's rights": worker.create(
+                    binding(own, controller_role, account("default", "kube-system"))
+                ),
+                "bind itself to cluster-admin in its run namespace": worker.create(
+                    binding(own, ("ClusterRole", "cluster-admin"), THE_WORKER)
+                ),
+                "bind itself to the credentials reader": worker.create(
+                    binding(CREDENTIALS, ("Role", "society-credentials-reader"), THE_WORKER)
+                ),
+                "unbind itself from the credentials namespace": worker.delete(
+                    "RoleBinding", WORKER_BINDING, CREDENTIALS
+                ),
+                "create a namespace that is not a run's": worker.create(
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rogue-ns"}}
+                ),
+                "create a run namespace naming another creator": worker.create(impostor),
+                "delete a namespace it did not create": worker.delete("Namespace", namespace),
+                "delete a run namespace it did not create": worker.delete("Namespace", foreign),
+                "relabel kube-system": worker.apply(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Namespace",
+                        "metadata": {"name": "kube-system", "labels": {"x": "y"}},
+                    }
+                ),
+                "remove its admission policy": worker.delete(
+                    "ValidatingAdmissionPolicyBinding", "society-run-worker"
+                ),
+                "widen its ClusterRole": worker.apply(
+                    {
+                        "apiVersion": "rbac.authorization.k8s.io/v1",
+                        "kind": "ClusterRole",
+                        "metadata": {"name": "society-run-worker"},
+                        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}],
+                    }
+                ),
+            }
+            allowed = [what for what, call in attempts.items() if not await forbidden(call)]
+            assert allowed == []
+            # ... while in its own run namespace it does what a run needs
+            assert not await forbidden(worker.create(job(own)))
+            assert await admin.get("Job", "rogue", own) is not None
+        finally:
+            await delete_run_namespace(worker, own, credentials_namespace=CREDENTIALS)
+            await delete_run_namespace(admin, foreign)
+            await admin.delete("Namespace", "rogue-ns")  # only if the worker could create it
+        assert await left_in_cluster(admin, own) == []
+
+
+async def test_no_right_outside_the_list_is_granted_to_the_run_worker_anywhere(
+    worker_rights: str, namespace: str
+) -> None:
+    """SubjectAccessReviews (RBAC only) across namespaces, for the verbs a takeover needs."""
+    own = new_run_id()
+    anywhere = takeover(ANYWHERE)
+    outside = takeover(OUTSIDE_ITS_RUNS)
+    cluster = takeover(CLUSTER_WIDE)
+    async with (
+        Kube.connect(kubeconfig=worker_rights) as admin,
+        Kube.connect(kubeconfig=worker_rights, impersonate=WORKER) as worker,
+    ):
+        await prepare_run_namespace(worker, own)
+
+        async def allowed(
+            verb: str, group: str, resource: str, namespace: str = "", name: str = ""
+        ) -> bool:
+            kind, _, subresource = resource.partition("/")
+            attributes = {"verb": verb, "group": group, "resource": kind}
+            attributes |= {"subresource": subresource} if subresource else {}
+            attributes |= {"namespace": namespace} if namespace else {}
+            attributes |= {"name": name} if name else {}
+            review = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {"user": WORKER, "groups": WORKER_GROUPS, "resourceAttributes": attributes},
+            }
+            path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+            return bool((await admin._request("POST", path, body=review))["status"].get("allowed"))
+
+        try:
+            everywhere = ("kube-system", "default", "society-system", CREDENTIALS, namespace)
+            granted = [
+                f"{verb} {resource} in {where}"
+                for where in (*everywhere, own)
+                for verb, group, resource in anywhere
+                if await allowed(verb, group, resource, where)
+            ]
+            granted += [
+                f"{verb} {resource} in {where}"
+                for where in ("kube-system", "default", namespace)
+                for verb, group, resource in outside
+                if await allowed(verb, group, resource, where)
+            ]
+            granted += [
+                f"delete namespace {where}"
+                for where in everywhere
+                if await allowed("delete", "", "namespaces", where, name=where)
+            ]
+            granted += [
+                f"{verb} {resource} cluster-wide"
+                for verb, group, resource in cluster
+                if await allowed(verb, group, resource)
+            ]
+            granted += [
+                f"bind {name}"
+                for name in ("cluster-admin", "admin", "edit", "system:controller:job-controller")
+                if await allowed("bind", "rbac.authorization.k8s.io", "clusterroles", own, name)
+            ]
+            assert granted == []
+            # the reviews can say yes: the worker's own run namespace grants what a run needs
+            assert await allowed("create", "batch", "jobs", own)
+            assert await allowed("delete", "", "namespaces", own, name=own)
+        finally:
+            await delete_run_namespace(worker, own)
