@@ -61,7 +61,9 @@ from ledger.signing import SigningKey
 from ledger.writer import LedgerWriter, open_ledger_writer
 
 DEFAULT_LEDGER_REF = "main"
-ARTIFACT_ROOT_VARIABLE = "SOCIETY_ARTIFACT_ROOT"
+ARTIFACT_ROOT_VARIABLE = "SOCIETY_ARTIFACTS"
+"""The artifact root's one environment variable: the CLI, the kernel and the in-cluster controller
+all read it."""
 
 
 def default_artifact_root() -> Path:

@@ -2,7 +2,7 @@
 
 ``python -m controller.platform.kubernetes.incluster``; everything comes from the Job's
 environment (``access.controller_job``): ``SOCIETY_RUN_ID``, ``SOCIETY_RUN_MODULE``,
-``SOCIETY_RUN_SEED``, ``SOCIETY_PROFILE``, ``SOCIETY_ARTIFACT_ROOT``, ``SOCIETY_RESULT_PATH``
+``SOCIETY_RUN_SEED``, ``SOCIETY_PROFILE``, ``SOCIETY_ARTIFACTS``, ``SOCIETY_RESULT_PATH``
 and the cluster settings. The ``RunResult`` is printed and written to ``SOCIETY_RESULT_PATH``
 (the container's termination message, which the run worker reads). SIGTERM (the pod deleted,
 the Job deleted by a cancelled ``execute``) cancels the run: the kernel finalizes the ledger,
@@ -32,7 +32,7 @@ def request_from_environment(env: Mapping[str, str]) -> RunRequest:
         module_path=env["SOCIETY_RUN_MODULE"],
         run_id=env["SOCIETY_RUN_ID"],
         profile=env.get("SOCIETY_PROFILE", "kubernetes"),
-        artifact_root=env.get("SOCIETY_ARTIFACT_ROOT", "/var/lib/society/artifacts"),
+        artifact_root=env.get("SOCIETY_ARTIFACTS", "/var/lib/society/artifacts"),
         seed=int(env["SOCIETY_RUN_SEED"]) if env.get("SOCIETY_RUN_SEED") else None,
     )
 
