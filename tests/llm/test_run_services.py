@@ -16,9 +16,10 @@ from llm_support import agent_pid, environment_of, verified
 from agent_images.scripted.policy import ScriptedPolicy
 from controller import RunSpec
 from controller.agents import RuntimeDescriptorError, scripted
-from controller.agents.services import RunService, ServiceGrant, ServiceScope
 from controller.events.run import AgentRuntimeReady, PlatformFailed
+from controller.platform.local import LocalPlatform
 from controller.run import ClusterLost, ProgramFinished, Run, RunContext, RunResult, Success
+from controller.services import RunService, ServiceGrant, ServiceScope
 
 pytestmark = pytest.mark.anyio
 
@@ -80,7 +81,7 @@ async def test_a_service_opens_once_for_its_agents_grants_them_and_reports_after
         },
         execute=execute,
     )
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     assert JOURNAL == [("open", ["alice", "bob"]), ("close", [])]
     assert seen["alice"] == {"ACME_SERVICE_TOKEN": "token-alice"} and seen["cy"] == {}
@@ -103,7 +104,7 @@ async def test_a_service_that_cannot_start_loses_the_run_before_any_agent_starts
         agents={"alice": with_service(StandIn(fail=True))},
         execute=execute,
     )
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ClusterLost) and outcome.cause.reason == "service-down"
     ledger = verified(spec, outcome)
     assert list(ledger.events(AgentRuntimeReady)) == []

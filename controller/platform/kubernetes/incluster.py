@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import anyio
 
+import controller.platform
 from controller.run import RunRequest, RunResult, execute_run
 
 MESSAGE_LIMIT = 4096
@@ -61,7 +62,7 @@ async def run_controller(env: Mapping[str, str] | None = None) -> RunResult:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, task.cancel)  # edge-triggered, like Temporal's cancel
     try:
-        result = await execute_run(request)
+        result = await execute_run(request, controller.platform.platform_for(request.profile))
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
     if env.get("SOCIETY_RESULT_PATH"):
