@@ -1,15 +1,19 @@
 """An interrupted or cancelled run's result line carries the model usage its ledger records.
 
-The ledger here is written by the real ``LedgerWriter`` with the model gateway's own events, and
-left incomplete, as a run stopped mid-way leaves it; the report is read from disk as ``society
-run`` and ``society cancel`` read it for a run that returned no result."""
+End to end: ``society run`` of two llm agents on the scripted fake provider (a paid provider
+cannot run here), interrupted after their calls were recorded. Then the reading alone: a ledger
+written by the real ``LedgerWriter`` with the model gateway's own events and left incomplete,
+read from disk as ``society run`` and ``society cancel`` read a run that returned no result."""
 
 from __future__ import annotations
 
+import signal
+import sys
 from pathlib import Path
 
 import anyio
 import pytest
+from lifecycle_support import PROGRAMS, SocietyCommand, wait_until
 
 from controller.modelgateway.events import (
     AgentModelCallFailed,
@@ -22,6 +26,9 @@ from controller.platform.temporal.lifecycle import RunReport
 from controller.run.runid import new_run_id
 from ledger.format import Provenance, ledger_directory
 from ledger.writer import open_ledger_writer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "modelgateway"))
+from fake_provider import FakeProviderServer
 
 
 def _usage(agent: str, prompt: int, completion: int) -> AgentModelUsage:
@@ -96,3 +103,31 @@ def test_a_stopped_runs_line_carries_the_usage_its_ledger_records(
 def test_a_run_without_a_model_gateway_reports_no_usage(tmp_path: Path) -> None:
     run_id = new_run_id()
     assert RunReport.from_artifacts(tmp_path, run_id, "Interrupted").line()["usage"] is None
+
+
+@pytest.mark.slow
+def test_an_interrupted_llm_run_prints_the_usage_its_ledger_holds(
+    society: SocietyCommand,
+) -> None:
+    with FakeProviderServer() as provider:
+        society.env["LIFECYCLE_FAKE_PROVIDER_URL"] = provider.base_url
+        society.env["ACME_LLM_API_KEY"] = "sk-acme-test"
+        run = society.run(PROGRAMS / "llm_endless.py")
+        run.wait_for_stderr("running program")
+        records = society.artifacts.glob
+        assert wait_until(
+            lambda: any(
+                b"lifecycle-test.llm-tick/v1" in path.read_bytes()
+                for path in records("sr-*/ledger/main/records.ndjson")
+            ),
+            90,
+        ), run.stderr  # alice took her turn: her call is recorded, the program ticks
+        run.interrupt(signal.SIGINT)
+        assert run.finish() == 130, run.stderr
+    result = run.result()
+    assert result["outcome"] == "Interrupted"
+    usage = result["usage"]
+    assert isinstance(usage, dict), result
+    assert usage["total"]["calls"] >= 1
+    assert usage["agents"]["alice"]["calls"] >= 1
+    assert usage["total"]["promptTokens"] > 0
