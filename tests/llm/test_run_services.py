@@ -16,8 +16,10 @@ from llm_support import agent_pid, environment_of, verified
 from agent_images.scripted.policy import ScriptedPolicy
 from controller import RunSpec
 from controller.agents import RuntimeDescriptorError, scripted
+from controller.agents.llm import llm
 from controller.events.run import AgentRuntimeReady, PlatformFailed
 from controller.platform.local import LocalPlatform
+from controller.platform.local_model import start_local_model
 from controller.run import ClusterLost, ProgramFinished, Run, RunContext, RunResult, Success
 from controller.services import RunService, ServiceGrant, ServiceScope
 
@@ -110,6 +112,32 @@ async def test_a_service_that_cannot_start_loses_the_run_before_any_agent_starts
     assert list(ledger.events(AgentRuntimeReady)) == []
     [failed] = ledger.events(PlatformFailed)
     assert failed.reason == "service-down" and "cannot start" in failed.detail
+
+
+class ServesNoLocalModel(LocalPlatform):
+    """A platform that starts no local model server (as a platform may)."""
+
+    def local_model(self) -> None:
+        return None
+
+
+async def test_the_platform_hands_the_local_model_server_down_to_the_model_service(
+    artifact_root: Path,
+) -> None:
+    """The local model server is a process, so the platform starts it; the model service only
+    gets the starter. Without one, an agent with no provider loses the run before it starts."""
+    assert LocalPlatform().local_model() is start_local_model
+
+    async def execute(ctx: RunContext) -> None:
+        raise AssertionError("the program must not run")
+
+    spec = RunSpec.define(
+        id="acme.services-test/v1", agents={"alice": llm("A local agent.")}, execute=execute
+    )
+    outcome = await Run.execute(spec, platform=ServesNoLocalModel(), artifact_root=artifact_root)
+    assert isinstance(outcome, ClusterLost), outcome
+    assert outcome.cause.reason == "local-model-unavailable"
+    assert list(verified(spec, outcome).events(AgentRuntimeReady)) == []
 
 
 def test_a_descriptor_refuses_a_service_that_is_not_a_hashable_run_service() -> None:
