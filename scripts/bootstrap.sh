@@ -2,6 +2,9 @@
 # Idempotent install of everything Society Runner needs into ./.venv (safe to run again).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every line of install chatter (pip, apt, the llama.cpp build) goes to stderr: stdout stays
+# free for the one JSON result line that scripts/setup.sh promises.
+exec 1>&2
 
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -1,36 +1,138 @@
-"""The layer rule: imports point downward only, and importing the controller stays cheap."""
+"""The layer rule: imports point downward only, and importing the controller stays cheap.
+
+``LAYERS`` mirrors the numbered list "Layers" in ARCHITECTURE.md exactly, bottom first; every
+module of ``ledger``, ``controller`` and ``agent_images`` belongs to one, and every import (also
+under ``TYPE_CHECKING`` and inside functions) points to its own layer or one below. There is no
+exception list. Two positions frame the list: ``controller._lazy`` (the lazy-export helper, which
+imports no project code) sits below layer 1, and the package facade ``controller`` (whose public
+names load lazily) sits above layer 11, so nothing in a layer may import the facade.
+"""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("ledger", "controller", "agent_images")
+
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("package plumbing", ("controller._lazy",)),
+    ("1. ledger", ("ledger",)),
+    ("2. controller.events", ("controller.events",)),
+    ("3. controller.network", ("controller.network",)),
+    ("4. agent_images", ("agent_images",)),
+    ("5. Run-service contracts", ("controller.services",)),
+    ("6. controller.modelgateway", ("controller.modelgateway",)),
+    ("7. controller.agents", ("controller.agents",)),
+    ("8. controller.run", ("controller.run",)),
+    ("9. controller.platform", ("controller.platform",)),
+    ("10. Suites and viewers", ("controller.suites", "controller.viewer")),
+    ("11. controller.cli", ("controller.cli",)),
+    ("the package facade", ("controller",)),
+)
+FACADE = "controller"
+"""Only the module itself: ``controller.anything`` must sit in a numbered layer."""
 
 
-def _imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    names: set[str] = set()
-    for node in ast.walk(tree):
+def layer_of(module: str) -> int | None:
+    """The index of ``module``'s layer (the longest matching prefix wins), or ``None``."""
+    best: tuple[int, int] | None = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or (prefix != FACADE and module.startswith(prefix + ".")):
+                if best is None or len(prefix) > best[1]:
+                    best = (index, len(prefix))
+    return None if best is None else best[0]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(module: str, source: str, is_package: bool) -> Iterator[str]:
+    """Every module ``source`` imports, relative imports resolved."""
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                base = node.module or ""
+            else:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join([*package, *([node.module] if node.module else [])])
+            yield base
+            # ``from controller import run`` imports the submodule ``controller.run``.
+            yield from (f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
 
 
-def test_nothing_in_ledger_imports_controller() -> None:
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(
-            name for name in _imported_modules(path) if name.split(".")[0] == "controller"
+def upward_imports(module: str, source: str, *, is_package: bool = False) -> list[str]:
+    """The violations in one module: imports of a higher layer, or a module outside the order."""
+    own = layer_of(module)
+    if own is None:
+        return [f"{module} is in no layer of ARCHITECTURE.md"]
+    found = []
+    for target in _imports(module, source, is_package):
+        if target.split(".")[0] not in PACKAGES:
+            continue
+        theirs = layer_of(target)
+        if theirs is None or theirs > own:
+            where = "no layer" if theirs is None else LAYERS[theirs][0]
+            found.append(f"{module} ({LAYERS[own][0]}) imports {target} ({where})")
+    return sorted(set(found))
+
+
+def test_every_import_points_to_its_own_layer_or_below() -> None:
+    violations = [
+        violation
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for violation in upward_imports(
+            _module_name(path),
+            path.read_text(encoding="utf-8"),
+            is_package=path.name == "__init__.py",
         )
-        for path in (ROOT / "ledger").rglob("*.py")
-    }
-    assert {path: names for path, names in offenders.items() if names} == {}
+    ]
+    assert violations == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("controller.run.request", "from controller.platform import platform_for"),
+        ("controller.run.request", "def f():\n    import controller.platform.local\n"),
+        ("controller.modelgateway.service", "from controller.agents import llm"),
+        ("controller.modelgateway.service", "from controller import agents"),
+        ("controller.agents.llm", "from ..run import kernel"),
+        (
+            "controller.services",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from controller.agents.runtime import RuntimeDescriptor\n",
+        ),
+        ("ledger.records", "import controller.events"),
+        ("controller.network.router", "from controller import Run"),
+        ("controller.newthing", "import ledger"),
+    ],
+)
+def test_an_upward_import_fails_the_check(module: str, source: str) -> None:
+    assert upward_imports(module, source) != []
+
+
+def test_a_downward_import_passes_the_check() -> None:
+    source = "from controller.modelgateway.config import ProviderConfig\nfrom . import runtime\n"
+    assert upward_imports("controller.agents.llm", source) == []
+
+
+def test_the_layers_are_the_eleven_of_architecture_md_in_order() -> None:
+    numbered = [name for name, _ in LAYERS if name[0].isdigit()]
+    assert [int(name.split(".")[0]) for name in numbered] == list(range(1, 12))
 
 
 def _modules_after_import(statement: str) -> set[str]:

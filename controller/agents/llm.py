@@ -33,10 +33,10 @@ from controller.agents.runtime import (
     SandboxAccess,
     SecretRef,
 )
-from controller.agents.services import RunService
 from controller.modelgateway.config import ProviderConfig, named_provider
 from controller.modelgateway.events import model_gateway_catalog
 from controller.modelgateway.service import MODEL_SERVICE
+from controller.services import RunService
 from ledger.events import Event, EventCatalog
 
 LLM_IMAGE = "society/llm:dev"

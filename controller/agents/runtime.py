@@ -16,8 +16,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
-from controller.agents.services import RunService
 from controller.agents.termination import Observation, ProcessExit, Termination
+from controller.services import RunService
 from ledger.events import Event, EventCatalog
 
 G = TypeVar("G")
@@ -135,7 +135,7 @@ class RuntimeDescriptor(ABC):
     ready_timeout_s: float = 60.0
     """How long the application may take to become usable once its process started."""
     services: tuple[RunService, ...] = ()
-    """What the agent needs once per run, shared (``controller.agents.services``)."""
+    """What the agent needs once per run, shared (``controller.services``)."""
 
     runtime: ClassVar[str]
 

@@ -35,6 +35,17 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Each stops the run cleanly (finalize, clean up, print the line); a second one stops at once."""
 
 
+RUN_HELP = """\
+Run one experiment once; progress on stderr, one JSON result line on stdout.
+  1. write MODULE.py with run_spec = RunSpec(roster, catalogs, execute)   (see examples/)
+  2. society run MODULE.py         admit the roster, start every agent, wait until all are
+                                   ready, run execute(ctx) once, finalize the signed ledger
+  3. society ledger verify DIR     check the result's ledger directory offline
+  4. society grade GRADER.py DIR   verify, then grade it with your grader (examples/graders/)
+Exit: 0 success, 1 program failed or cluster lost, 2 could not start, 130/143/129 stopped
+(SIGINT or `society cancel`/SIGTERM/SIGHUP; the ledger is finalized first)."""
+
+
 class SetupError(Exception):
     """The run could not start; ``reason`` is machine-readable, the message says what to do."""
 
@@ -47,24 +58,19 @@ def add_commands(subparsers: Any) -> None:
     run = subparsers.add_parser(
         "run",
         help="run one experiment module and print its result as one JSON line",
-        description=(
-            "Run MODULE.py's run_spec once through Temporal: admit the roster, start one agent "
-            "per roster entry, wait for readiness, run execute(ctx) once, finalize the ledger, "
-            "clean up. Progress goes to stderr; stdout gets exactly one JSON line. Exit codes: "
-            "0 success, 1 program failure or cluster lost, 2 could not start, 130 interrupted "
-            "(SIGINT or `society cancel`), 143 terminated (SIGTERM), 129 hung up (SIGHUP)."
-        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=RUN_HELP,
     )
-    run.add_argument("module", metavar="MODULE.py", type=Path, help="a module defining run_spec")
+    run.add_argument(
+        "module", metavar="MODULE.py", type=Path, help="defines run_spec = RunSpec(...)"
+    )
     run.add_argument(
         "--profile",
         choices=["local", "kind", "gke", "kubernetes"],
         default="local",
-        help=(
-            "local (default): one child process per agent. kind/gke/kubernetes: one Agent "
-            "Sandbox per agent in a per-run namespace, admitted by Kueue, on the cluster named by "
-            "SOCIETY_KUBECONFIG / SOCIETY_KUBE_CONTEXT (queue: SOCIETY_CLUSTER_QUEUE)"
-        ),
+        metavar="NAME",
+        help="local (default): a sandboxed process per agent; kind, gke, kubernetes: an Agent "
+        "Sandbox pod per agent (cluster: SOCIETY_KUBECONFIG, SOCIETY_KUBE_CONTEXT)",
     )
     _add_artifacts(run)
     run.add_argument("--seed", type=int, default=None, help="seed passed to the run")
@@ -72,10 +78,7 @@ def add_commands(subparsers: Any) -> None:
     run.add_argument(
         "--unsandboxed",
         action="store_true",
-        help=(
-            "local profile: run agents as plain child processes of your user, without the "
-            "bubblewrap sandbox (same as SOCIETY_UNSANDBOXED=1); the ledger records it"
-        ),
+        help="local: agents run without the bubblewrap sandbox (the ledger records it)",
     )
     run.set_defaults(handler=_run)
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from agent_images.llm.config import GATEWAY_TOKEN_CREDENTIAL, GATEWAY_URL_VARIABLE, MODEL_VARIABLE
-from controller.agents.services import RunService, ServiceGrant, ServiceScope
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import ModelGatewayStarted, ServedProvider
+from controller.services import RunService, ServiceGrant, ServiceScope
 
 MODEL_SERVER_LOG = "model-server.log"
 """The local model server's output, in the run's directory."""
@@ -50,7 +50,7 @@ class ModelServiceError(Exception):
 @dataclass(frozen=True)
 class ModelService(RunService):
     """One ``ModelGateway`` for the run, in front of its agents' providers and, when one of them
-    names none, of a ``LocalModelServer`` started and stopped with the run."""
+    names none, of the local model server that the platform starts and stops with the run."""
 
     local_n_ctx: int = 2048
 
@@ -63,16 +63,25 @@ class ModelService(RunService):
             local: ProviderConfig | None = None
             credentials: Mapping[str, str] | None = None  # None: the controller's environment
             if any(user.model_provider is None for user in users.values()):
-                # A model server is a process, and only controller.platform spawns processes.
-                from controller.platform.local_model import LocalModelServer
-
+                # A model server is a process: the platform, which owns processes, starts it.
+                if scope.start_local_model is None:
+                    raise ModelServiceError(
+                        "an agent names no model provider, and this platform serves no local "
+                        "model; give every llm agent a provider",
+                        reason="local-model-unavailable",
+                    )
                 server = await stack.enter_async_context(
-                    LocalModelServer(
-                        n_ctx=self.local_n_ctx, log_path=Path(scope.run_dir) / MODEL_SERVER_LOG
+                    scope.start_local_model(
+                        self.local_n_ctx, Path(scope.run_dir) / MODEL_SERVER_LOG
                     )
                 )
-                local = server.provider()
-                credentials = ChainMap(server.credentials, os.environ)
+                local = ProviderConfig(
+                    name="local",
+                    base_url=server.base_url,
+                    model=server.model_id,
+                    api_key_name=server.api_key_name,
+                )
+                credentials = ChainMap(dict(server.credentials), os.environ)
             model_of, providers = _providers(users, local)
             gateway = await stack.enter_async_context(
                 ModelGateway(

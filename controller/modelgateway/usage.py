@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from controller.modelgateway.events import AgentModelCallFailed, AgentModelUsage, ModelUseEnd
+from controller.modelgateway.events import (
+    AgentModelBudgetReached,
+    AgentModelCallFailed,
+    AgentModelUsage,
+    ModelGatewayStarted,
+    ModelUseEnd,
+    model_gateway_catalog,
+)
 
 N = TypeVar("N", int, float)
 
@@ -87,6 +96,38 @@ def summarize(tallies: dict[str, UsageTally]) -> UsageSummary:
         agents={agent: tally.snapshot() for agent, tally in sorted(tallies.items())},
         total=total.snapshot(),
     )
+
+
+def usage_from_records(lines: Iterable[bytes | str]) -> UsageSummary | None:
+    """The usage summary a run's ledger records (lines of ``records.ndjson``), for a run that
+    returned no result (interrupted, cancelled); ``None`` when its gateway never started.
+
+    It counts what the gateway recorded: answered and failed calls, tokens, cost and why model
+    use ended. Calls the gateway refused leave no record, so ``refusedCalls`` stays 0 here. A
+    torn last line (a run killed mid-write) is skipped."""
+    tallies: dict[str, UsageTally] | None = None
+    for line in lines:
+        try:
+            event = json.loads(line)["event"]
+            tag = event["tag"]
+            if tag not in model_gateway_catalog:
+                continue
+            decoded = model_gateway_catalog.decode(event)
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(decoded, ModelGatewayStarted):
+            tallies = tallies if tallies is not None else {}
+            for agent in decoded.agents:
+                tallies.setdefault(agent, UsageTally())
+        elif tallies is None:
+            continue
+        elif isinstance(decoded, AgentModelUsage):
+            tallies.setdefault(decoded.agent, UsageTally()).add_usage(decoded)
+        elif isinstance(decoded, AgentModelCallFailed):
+            tallies.setdefault(decoded.agent, UsageTally()).add_failure(decoded)
+        elif isinstance(decoded, AgentModelBudgetReached):
+            tallies.setdefault(decoded.agent, UsageTally()).ended_by = "token_budget"
+    return None if tallies is None else summarize(tallies)
 
 
 def _plus(total: N | None, value: N | None) -> N | None:

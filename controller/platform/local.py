@@ -82,6 +82,7 @@ from controller.run.platform import (
     Sandbox,
     SandboxStartError,
 )
+from controller.services import LocalModelStarter
 from ledger import Event
 
 __all__ = [
@@ -121,6 +122,11 @@ class LocalPlatform(Platform):
 
     def run_evidence(self) -> Sequence[Event]:
         return (self.isolation.as_event(),)
+
+    def local_model(self) -> LocalModelStarter:
+        from controller.platform.local_model import start_local_model
+
+        return start_local_model
 
     def router_socket(self, run_dir: Path) -> socket.socket | None:
         if self.isolation.sandbox is None:

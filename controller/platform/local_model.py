@@ -138,6 +138,10 @@ class LocalModelServer:
         """The server's key under ``LOCAL_MODEL_KEY_NAME``, for ``ModelGateway(credentials=)``."""
         return {LOCAL_MODEL_KEY_NAME: self._key}
 
+    @property
+    def api_key_name(self) -> str:
+        return LOCAL_MODEL_KEY_NAME
+
     def provider(self, name: str = "local") -> ProviderConfig:
         """This server as a gateway provider; change its limits with ``dataclasses.replace``."""
         return ProviderConfig(
@@ -256,6 +260,11 @@ class LocalModelServer:
         if log is not None:
             log.close()
         self._port = None
+
+
+def start_local_model(n_ctx: int, log_path: Path) -> LocalModelServer:
+    """The ``LocalModelStarter`` a platform hands to the run's services."""
+    return LocalModelServer(n_ctx=n_ctx, log_path=log_path)
 
 
 class _PortTaken(Exception):

@@ -61,7 +61,9 @@ from ledger.signing import SigningKey
 from ledger.writer import LedgerWriter, open_ledger_writer
 
 DEFAULT_LEDGER_REF = "main"
-ARTIFACT_ROOT_VARIABLE = "SOCIETY_ARTIFACT_ROOT"
+ARTIFACT_ROOT_VARIABLE = "SOCIETY_ARTIFACTS"
+"""The artifact root's one environment variable: the CLI, the kernel and the in-cluster controller
+all read it."""
 
 
 def default_artifact_root() -> Path:
@@ -83,7 +85,7 @@ class Run:
     async def execute(
         spec: RunSpec,
         *,
-        platform: Platform | None = None,
+        platform: Platform,
         run_id: str | None = None,
         artifact_root: str | Path | None = None,
         seed: int | None = None,
@@ -95,12 +97,10 @@ class Run:
 
         Raises when the ledger cannot be created. On cancellation the run is finalized
         (``ProgramInterrupted``, teardown, harvest, completed ledger), then the cancellation
-        propagates. The platform defaults to the local profile.
+        propagates. ``platform`` runs the agents
+        (``controller.platform.local.LocalPlatform()`` for the local profile); the kernel never
+        picks one itself.
         """
-        if platform is None:
-            from controller.platform.local import LocalPlatform
-
-            platform = LocalPlatform()
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()
         seed = seed if seed is not None else secrets.randbits(32)
         root = (
@@ -238,6 +238,7 @@ class _Kernel:
                 placement,
                 host=self.platform.router_host,
                 ledger=self.writer,
+                start_local_model=self.platform.local_model(),
                 progress=self.progress,
             ),
             self.platform.session(placement) as session,

@@ -24,6 +24,7 @@ from ledger import Event
 
 if TYPE_CHECKING:
     from controller.network.tls import RouterTLS
+    from controller.services import LocalModelStarter
 
 
 class PlatformError(Exception):
@@ -171,3 +172,8 @@ class Platform(ABC):
     def run_evidence(self) -> Sequence[Event]:
         """Core events the kernel records right after ``RunStarted`` (how agents are isolated)."""
         return ()
+
+    def local_model(self) -> LocalModelStarter | None:
+        """How this platform starts the run's local model server for the run's services (it owns
+        the processes); ``None``: it serves no local model."""
+        return None

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from controller.run.kernel import DEFAULT_LEDGER_REF, Run
 from controller.run.module_source import ModuleSource
 from controller.run.outcomes import ClusterLost, Outcome
+from controller.run.platform import Platform
 from controller.run.progress import Progress
 from controller.run.runid import check_run_id
 from controller.run.spec import RunSpec, load_run_spec
@@ -164,20 +165,24 @@ class RunResult(BaseModel):
 
 
 async def execute_run(
-    request: RunRequest, *, progress: Progress | None = None, spec: RunSpec | None = None
+    request: RunRequest,
+    platform: Platform,
+    *,
+    progress: Progress | None = None,
+    spec: RunSpec | None = None,
 ) -> RunResult:
-    """Run the module's ``run_spec`` once on the request's profile, finalize.
+    """Run the module's ``run_spec`` once on ``platform``, finalize.
+
+    The entry point that runs the request (the Temporal activity, the in-cluster controller)
+    resolves ``request.profile`` to ``platform``: the kernel never picks a platform by name.
 
     ``spec`` is that ``run_spec`` when the caller already loaded it from ``request.module_path``
     (``society run`` does, before anything starts); otherwise the module is loaded here, late.
     Raises ``RunSpecError`` for a bad module (before anything starts), and whatever stops the
     ledger from being created. Cancellation propagates after the run was finalized.
     """
-    from controller.platform import platform_for
-
     if spec is None:
         spec = load_run_spec(request.module_path)
-    platform = platform_for(request.profile)
     outcome = await Run.execute(
         spec,
         platform=platform,

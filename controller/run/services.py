@@ -8,9 +8,15 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from controller.agents.runtime import RuntimeDescriptor
-from controller.agents.services import EventAppender, RunService, ServiceGrant, ServiceScope
 from controller.run.platform import RunPlacement
 from controller.run.progress import NO_PROGRESS, Progress
+from controller.services import (
+    EventAppender,
+    LocalModelStarter,
+    RunService,
+    ServiceGrant,
+    ServiceScope,
+)
 
 
 class RunServices:
@@ -33,13 +39,16 @@ class RunServices:
         *,
         host: str,
         ledger: EventAppender,
+        start_local_model: LocalModelStarter | None = None,
         progress: Progress = NO_PROGRESS,
     ) -> AsyncIterator[RunServices]:
         """Open every service in roster order; on leaving, collect the reports, then close them."""
         async with AsyncExitStack() as stack:
             for service, agents in self._users.items():
                 progress.phase(f"starting run service {type(service).__name__}")
-                scope = ServiceScope(placement.run_id, placement.run_dir, host, agents, ledger)
+                scope = ServiceScope(
+                    placement.run_id, placement.run_dir, host, agents, ledger, start_local_model
+                )
                 self._grants.append(await stack.enter_async_context(service.open(scope)))
             try:
                 yield self

@@ -130,7 +130,7 @@ def test_the_controller_imports_a_mounted_module_only_when_it_matches_its_digest
         "SOCIETY_RUN_MODULE": str(mounted),
         MODULE_DIGEST_ENV: hashlib.sha256(sent.encode()).hexdigest(),
         "SOCIETY_PROFILE": "kubernetes",
-        "SOCIETY_ARTIFACT_ROOT": str(tmp_path / "artifacts"),
+        "SOCIETY_ARTIFACTS": str(tmp_path / "artifacts"),
     }
     done = subprocess.run(
         [sys.executable, "-m", "controller.platform.kubernetes.incluster"],

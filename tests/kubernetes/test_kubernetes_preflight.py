@@ -58,7 +58,7 @@ def test_society_run_refuses_an_unreachable_cluster_before_anything_starts(
     )
     assert completed.returncode == 2, completed.stderr
     assert completed.stdout == ""
-    assert "cannot use the cluster" in completed.stderr
+    assert f"no kubeconfig at {missing}" in completed.stderr
     assert "SOCIETY_KUBECONFIG" in completed.stderr
     assert not (tmp_path / "artifacts").exists() or not any(
         p.name.startswith("sr-") for p in (tmp_path / "artifacts").iterdir()

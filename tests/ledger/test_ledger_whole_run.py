@@ -14,6 +14,7 @@ import pytest
 from test_ledger_cli import society
 
 from controller import Run
+from controller.platform.local import LocalPlatform
 from controller.run import load_run_spec
 from controller.run.outcomes import ProgramFinished
 from ledger.format import RecordEnvelope
@@ -76,7 +77,9 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (folder / "other_grader.py").write_text(OTHER_SPEC_GRADER)
     (folder / "no_spec_grader.py").write_text(NO_SPEC_GRADER)
     spec = load_run_spec(folder / "spec.py")
-    outcome = anyio.run(lambda: Run.execute(spec, artifact_root=folder / "root"))
+    outcome = anyio.run(
+        lambda: Run.execute(spec, platform=LocalPlatform(), artifact_root=folder / "root")
+    )
     assert isinstance(outcome, ProgramFinished), outcome
     (run_dir,) = (folder / "root").iterdir()
     return run_dir

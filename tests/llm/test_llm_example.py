@@ -10,6 +10,7 @@ import pytest
 from llm_support import verified
 
 from controller.events.run import AgentRuntimeCompleted, AgentRuntimeFailed
+from controller.platform.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunResult, Success, load_run_spec
 
 pytestmark = pytest.mark.anyio
@@ -31,7 +32,7 @@ async def test_the_llm_negotiation_example_runs_keyless_and_its_grader_reports_i
     require_llama_cpp: None, artifact_root: Path
 ) -> None:
     spec = load_run_spec(EXAMPLES / "llm_negotiation.py")
-    outcome = await Run.execute(spec, artifact_root=artifact_root, seed=5)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root, seed=5)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     grading = grader()  # it decodes the ledger with its own catalog, as `society grade` does
     ledger = verified(grading.run_spec, outcome)

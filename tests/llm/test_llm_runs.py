@@ -34,6 +34,7 @@ from controller.modelgateway.events import (
     ModelGatewayStarted,
 )
 from controller.modelgateway.pricing import SMOLLM2_MODEL_ID
+from controller.platform.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunContext, RunResult, Success
 
 pytestmark = pytest.mark.anyio
@@ -88,7 +89,9 @@ async def test_the_real_local_model_drives_a_two_agent_conversation_through_the_
         alice=llm("You are Alice, a cheerful baker.", **talk),
         bob=llm("You are Bob, a careful accountant.", **talk),
     )
-    outcome = await Run.execute(spec, artifact_root=artifact_root, seed=11)
+    outcome = await Run.execute(
+        spec, platform=LocalPlatform(), artifact_root=artifact_root, seed=11
+    )
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success)
     ledger = verified(spec, outcome)
 
@@ -157,7 +160,7 @@ async def test_the_provider_key_appears_nowhere_but_the_providers_requests(
         alice=keyed(fake_provider, budget=Budget(max_turns=2)),
         bob=keyed(fake_provider, budget=Budget(max_turns=5)),
     )
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     ledger = verified(spec, outcome)
 
@@ -218,7 +221,7 @@ async def test_an_agent_that_reaches_its_token_budget_stops_and_says_why(
     spec = spec_of(
         execute, alice=keyed(fake_provider, budget=Budget(max_tokens=budget, max_turns=90))
     )
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     ledger = verified(spec, outcome)
 
@@ -254,7 +257,7 @@ async def test_an_agent_stops_at_its_wall_time_budget_counted_from_its_first_mes
                 assert isinstance(await alice.termination, Completed)
 
     spec = spec_of(execute, alice=keyed(fake_provider, budget=Budget(max_wall_s=1.0)))
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     [stopped] = verified(spec, outcome).events(LLMAgentStopped)
     assert (stopped.reason, stopped.turns, stopped.failed) == ("wall-time-budget", 1, False)

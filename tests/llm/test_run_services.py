@@ -16,9 +16,12 @@ from llm_support import agent_pid, environment_of, verified
 from agent_images.scripted.policy import ScriptedPolicy
 from controller import RunSpec
 from controller.agents import RuntimeDescriptorError, scripted
-from controller.agents.services import RunService, ServiceGrant, ServiceScope
+from controller.agents.llm import llm
 from controller.events.run import AgentRuntimeReady, PlatformFailed
+from controller.platform.local import LocalPlatform
+from controller.platform.local_model import start_local_model
 from controller.run import ClusterLost, ProgramFinished, Run, RunContext, RunResult, Success
+from controller.services import RunService, ServiceGrant, ServiceScope
 
 pytestmark = pytest.mark.anyio
 
@@ -80,7 +83,7 @@ async def test_a_service_opens_once_for_its_agents_grants_them_and_reports_after
         },
         execute=execute,
     )
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     assert JOURNAL == [("open", ["alice", "bob"]), ("close", [])]
     assert seen["alice"] == {"ACME_SERVICE_TOKEN": "token-alice"} and seen["cy"] == {}
@@ -103,12 +106,38 @@ async def test_a_service_that_cannot_start_loses_the_run_before_any_agent_starts
         agents={"alice": with_service(StandIn(fail=True))},
         execute=execute,
     )
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ClusterLost) and outcome.cause.reason == "service-down"
     ledger = verified(spec, outcome)
     assert list(ledger.events(AgentRuntimeReady)) == []
     [failed] = ledger.events(PlatformFailed)
     assert failed.reason == "service-down" and "cannot start" in failed.detail
+
+
+class ServesNoLocalModel(LocalPlatform):
+    """A platform that starts no local model server (as a platform may)."""
+
+    def local_model(self) -> None:
+        return None
+
+
+async def test_the_platform_hands_the_local_model_server_down_to_the_model_service(
+    artifact_root: Path,
+) -> None:
+    """The local model server is a process, so the platform starts it; the model service only
+    gets the starter. Without one, an agent with no provider loses the run before it starts."""
+    assert LocalPlatform().local_model() is start_local_model
+
+    async def execute(ctx: RunContext) -> None:
+        raise AssertionError("the program must not run")
+
+    spec = RunSpec.define(
+        id="acme.services-test/v1", agents={"alice": llm("A local agent.")}, execute=execute
+    )
+    outcome = await Run.execute(spec, platform=ServesNoLocalModel(), artifact_root=artifact_root)
+    assert isinstance(outcome, ClusterLost), outcome
+    assert outcome.cause.reason == "local-model-unavailable"
+    assert list(verified(spec, outcome).events(AgentRuntimeReady)) == []
 
 
 def test_a_descriptor_refuses_a_service_that_is_not_a_hashable_run_service() -> None:

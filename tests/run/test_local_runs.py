@@ -83,7 +83,7 @@ async def test_a_run_succeeds_and_its_ledger_verifies(artifact_root: Path) -> No
         return " | ".join(sorted(heard))
 
     spec = spec_of(execute)
-    outcome = await Run.execute(spec, artifact_root=artifact_root, seed=3)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root, seed=3)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success)
     assert outcome.exit.value == "alice heard: say hello | bob heard: say hello"
     ledger = verified(spec, outcome)
@@ -115,7 +115,7 @@ async def test_a_failing_program_finishes_with_a_failure_exit_and_a_complete_rec
         raise ValueError("the experiment broke")
 
     spec = spec_of(execute)
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Failure)
     assert isinstance(outcome.exit.error, ValueError)
     failed = only(verified(spec, outcome).events(ProgramFailed))
@@ -129,7 +129,7 @@ async def test_emitting_an_undeclared_event_fails_the_program_with_a_clear_error
         await ctx.events.emit(Undeclared())
 
     spec = spec_of(execute)
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Failure)
     assert outcome.exit.reason == "undeclared-event"
     assert "list its catalog in RunSpec.define(events=[...])" in outcome.exit.detail
@@ -153,7 +153,7 @@ async def test_an_agent_killed_mid_run_is_evidence_and_the_program_goes_on(
         return "nothing"
 
     spec = spec_of(execute)
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and outcome.exit == Success(
         "alice heard: say still here"
     )
@@ -187,7 +187,7 @@ async def test_an_agent_that_never_becomes_ready_fails_the_gate_and_nothing_runs
 
     broken = with_command(scripted(echo), *command, ready_timeout_s=3.0)
     spec = spec_of(execute, alice=scripted(echo), bob=broken)
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ClusterLost) and outcome.cause.reason == "readiness-gate-failed"
     assert not ran
     ledger = verified(spec, outcome)
@@ -237,7 +237,7 @@ async def test_the_gateway_instructs_reports_and_stops_its_agent(artifact_root: 
         return state
 
     spec = spec_of(execute, alice=scripted(greeter), bob=scripted(echo))
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success)
     state = outcome.exit.value
     assert state["name"] == "alice" and state["authenticated"] and state["sent"] == 1
@@ -273,7 +273,7 @@ async def test_declared_files_and_logs_are_harvested_by_digest_with_explicit_out
         harvest=harvest,
     )
     spec = spec_of(execute, alice=alice)
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success)
     ledger = verified(spec, outcome)
     run_dir = artifact_root / ledger.run_id
@@ -322,7 +322,7 @@ async def test_a_missing_credential_fails_the_agents_start(
 
     alice = scripted(echo, credentials={"KEY": SecretRef(env="SR_TEST_ABSENT_KEY")})
     spec = spec_of(execute, alice=alice)
-    outcome = await Run.execute(spec, artifact_root=artifact_root)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ClusterLost)
     assert (
         only(verified(spec, outcome).events(AgentRuntimeStartFailed)).reason == "credential-missing"
@@ -345,7 +345,7 @@ async def test_cancellation_finalizes_the_run_and_stays_a_cancellation(
 
         async def run() -> None:
             nonlocal finished
-            await Run.execute(spec, artifact_root=artifact_root)
+            await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
             finished = True
 
         tasks.start_soon(run)
@@ -396,7 +396,9 @@ async def test_a_turn_taking_society_repeats_its_conversations_under_the_same_se
     spec = RunSpec.define(id="acme.turns/v1", agents=turn_taking(), execute=execute)
 
     async def conversations(seed: int) -> dict[str, list[tuple[str, list[str]]]]:
-        outcome = await Run.execute(spec, artifact_root=artifact_root, seed=seed)
+        outcome = await Run.execute(
+            spec, platform=LocalPlatform(), artifact_root=artifact_root, seed=seed
+        )
         assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success)
         by_conversation: dict[str, list[tuple[str, list[str]]]] = {}
         for message in verified(spec, outcome).events(RouterMessageCommitted):
@@ -420,7 +422,9 @@ async def test_a_native_task_cancel_finalizes_the_run_too(artifact_root: Path) -
         await anyio.sleep_forever()
 
     spec = spec_of(execute)
-    task = asyncio.get_running_loop().create_task(Run.execute(spec, artifact_root=artifact_root))
+    task = asyncio.get_running_loop().create_task(
+        Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    )
     with anyio.fail_after(30):
         await running.wait()
     task.cancel()

@@ -86,10 +86,12 @@ run_spec = RunSpec.define(
 CONTROLLER = """\
 import sys
 import anyio
+from controller.platform.local import LocalPlatform
 from controller.run import RunRequest, execute_run
 
 module, run_id, root = sys.argv[1:4]
-result = anyio.run(execute_run, RunRequest(module_path=module, run_id=run_id, artifact_root=root))
+request = RunRequest(module_path=module, run_id=run_id, artifact_root=root)
+result = anyio.run(execute_run, request, LocalPlatform())
 print(result.model_dump_json())
 """
 

@@ -11,6 +11,7 @@ import pytest
 from controller import Event, EventCatalog, RunSpec
 from controller.agents import scripted
 from controller.events.run import RunStarted
+from controller.platform.local import LocalPlatform
 from controller.run import RunRequest, RunSpecError, execute_run, load_run_spec, new_run_id
 from ledger import CatalogError
 
@@ -132,7 +133,8 @@ async def test_execute_run_refuses_a_bad_module_before_anything_starts(tmp_path:
     run_id = new_run_id()
     with pytest.raises(RunSpecError):
         await execute_run(
-            RunRequest(module_path=str(module), run_id=run_id, artifact_root=str(root))
+            RunRequest(module_path=str(module), run_id=run_id, artifact_root=str(root)),
+            LocalPlatform(),
         )
     assert not (root / run_id).exists()
 

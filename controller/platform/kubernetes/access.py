@@ -65,7 +65,7 @@ def controller_job(
         {"name": "SOCIETY_PROFILE", "value": profile},
         {"name": "SOCIETY_KUBE_IN_CLUSTER", "value": "1"},
         {"name": "SOCIETY_CLUSTER_QUEUE", "value": cluster_queue},
-        {"name": "SOCIETY_ARTIFACT_ROOT", "value": ARTIFACT_ROOT},
+        {"name": "SOCIETY_ARTIFACTS", "value": ARTIFACT_ROOT},
         {"name": "SOCIETY_RESULT_PATH", "value": RESULT_PATH},
         *({"name": k, "value": v} for k, v in sorted((environment or {}).items())),
     ]

@@ -3,7 +3,7 @@
 ``python -m controller.platform.kubernetes.incluster``; everything comes from the Job's
 environment (``access.controller_job``): ``SOCIETY_RUN_ID``, ``SOCIETY_RUN_MODULE`` (the mounted
 module, imported only once it matches ``SOCIETY_RUN_MODULE_SHA256``), ``SOCIETY_RUN_SEED``,
-``SOCIETY_PROFILE``, ``SOCIETY_ARTIFACT_ROOT``, ``SOCIETY_RESULT_PATH`` and the cluster settings.
+``SOCIETY_PROFILE``, ``SOCIETY_ARTIFACTS``, ``SOCIETY_RESULT_PATH`` and the cluster settings.
 The ``RunResult`` is printed and written to ``SOCIETY_RESULT_PATH`` (the container's
 termination message, which the run worker reads). SIGTERM (the pod deleted,
 the Job deleted by a cancelled ``execute``) cancels the run: the kernel finalizes the ledger,
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import anyio
 
+import controller.platform
 from controller.platform.kubernetes.controller_job import MODULE_DIGEST_ENV
 from controller.run import RunRequest, RunResult, execute_run
 from controller.run.module_source import ModuleSourceError, digest
@@ -38,7 +39,7 @@ def request_from_environment(env: Mapping[str, str]) -> RunRequest:
         module_path=env["SOCIETY_RUN_MODULE"],
         run_id=env["SOCIETY_RUN_ID"],
         profile=env.get("SOCIETY_PROFILE", "kubernetes"),
-        artifact_root=env.get("SOCIETY_ARTIFACT_ROOT", "/var/lib/society/artifacts"),
+        artifact_root=env.get("SOCIETY_ARTIFACTS", "/var/lib/society/artifacts"),
         seed=int(env["SOCIETY_RUN_SEED"]) if env.get("SOCIETY_RUN_SEED") else None,
     )
 
@@ -86,7 +87,7 @@ async def run_controller(env: Mapping[str, str] | None = None) -> RunResult:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, task.cancel)  # edge-triggered, like Temporal's cancel
     try:
-        result = await execute_run(request)
+        result = await execute_run(request, controller.platform.platform_for(request.profile))
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
     if env.get("SOCIETY_RESULT_PATH"):

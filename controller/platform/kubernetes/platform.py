@@ -30,6 +30,7 @@ from controller.run.platform import (
     PlatformSession,
     RunPlacement,
 )
+from controller.services import LocalModelStarter
 
 
 async def _service_address(run_id: str, agent: str, default: tuple[str, int]) -> tuple[str, int]:
@@ -53,6 +54,12 @@ class KubernetesPlatform(Platform):
         self.roster: Mapping[str, RuntimeDescriptor] = {}
         self.pod_sets: list[objects.PodSet] = []
         self._tls: dict[str, RouterTLS] = {}
+
+    def local_model(self) -> LocalModelStarter:
+        """The controller's own process serves the local model (the gateway fronts it)."""
+        from controller.platform.local_model import start_local_model
+
+        return start_local_model
 
     @classmethod
     def for_profile(cls, profile: str) -> KubernetesPlatform:

@@ -157,7 +157,11 @@ async def _execute(request: RunRequest, progress: Progress, spec: RunSpec | None
         settings = KubernetesSettings.from_environment()
         if settings.runs_controller_job:
             return await run_controller_job(request, settings, progress=progress)
-    return await execute_run(RunRequest(**_fields(request)), progress=progress, spec=spec)
+    import controller.platform
+
+    # The entry point resolves the profile; the kernel is handed the platform.
+    platform = controller.platform.platform_for(request.profile)
+    return await execute_run(RunRequest(**_fields(request)), platform, progress=progress, spec=spec)
 
 
 def _fields(request: RunRequest) -> dict[str, Any]:

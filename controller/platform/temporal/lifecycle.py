@@ -37,6 +37,7 @@ from controller.platform.temporal.server import TemporalEndpoint
 from controller.platform.temporal.submission import ResultUnproven, RunAuthority
 from controller.platform.temporal.workflow import EXECUTE, PREPARE, SocietyRun
 from controller.run import RunRequest, RunResult, RunSpec
+from ledger.format import RECORDS
 
 Outcome = Literal["ProgramFinished", "ClusterLost", "Interrupted"]
 
@@ -105,7 +106,22 @@ class RunReport:
             records=ledger.records,
             public_key=ledger.public_key,
             cause=cause,
+            usage=_usage_on_disk(ledger.directory),
         )
+
+
+def _usage_on_disk(ledger_dir: str | None) -> dict[str, Any] | None:
+    """The model usage the ledger records, as ``RunResult.usage`` reports it."""
+    if ledger_dir is None:
+        return None
+    from controller.modelgateway.usage import usage_from_records
+
+    try:
+        with open(Path(ledger_dir) / RECORDS, "rb") as records:
+            summary = usage_from_records(records)
+    except OSError:
+        return None
+    return None if summary is None else summary.model_dump(mode="json", by_alias=True)
 
 
 @dataclass

@@ -1,4 +1,8 @@
-"""Run services: what a runtime needs once per run and shares between its agents.
+"""Run-service contracts: what a runtime needs once per run and shares between its agents.
+
+This layer sits below the services (``controller.modelgateway``), the runtimes
+(``controller.agents``), the kernel (``controller.run``) and the platforms: it names what a
+service gets and grants, never a runtime or a service implementation.
 
 A descriptor lists its services in ``RuntimeDescriptor.services`` (the ``llm`` runtime lists the
 model gateway). The kernel opens each distinct service once, after admission and before any agent
@@ -14,12 +18,9 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ledger.events import Event
-
-if TYPE_CHECKING:
-    from controller.agents.runtime import RuntimeDescriptor
 
 
 class EventAppender(Protocol):
@@ -37,10 +38,34 @@ class ServiceScope:
     """The run's directory under the artifact root (service logs go here)."""
     host: str
     """The address to listen on so that the platform's sandboxes reach the service."""
-    agents: Mapping[str, RuntimeDescriptor]
-    """The roster agents whose descriptors list this service."""
+    agents: Mapping[str, object]
+    """The roster agents whose runtime descriptors list this service."""
     ledger: EventAppender
     """Where the service records its events; they must be in its runtimes' catalogs."""
+    start_local_model: LocalModelStarter | None = None
+    """Starts the local model server: the platform owns processes and hands this down; ``None``
+    where the platform serves no local model."""
+
+
+class LocalModel(Protocol):
+    """A running local model server (OpenAI-compatible), as a service sees it."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def api_key_name(self) -> str:
+        """The name its key has in ``credentials``."""
+
+    @property
+    def credentials(self) -> Mapping[str, str]: ...
+
+
+LocalModelStarter = Callable[[int, Path], AbstractAsyncContextManager[LocalModel]]
+"""``start(n_ctx, log_path)``: an ``async with`` scope that runs the server while it is open."""
 
 
 def _no_report() -> Mapping[str, Any]:
