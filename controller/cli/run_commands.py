@@ -37,7 +37,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 RUN_HELP = """\
 Run one experiment once; progress on stderr, one JSON result line on stdout.
-  1. write MODULE.py with run_spec = RunSpec(roster, catalogs, execute)   (see examples/)
+  1. write MODULE.py with run_spec = RunSpec.define(id=, agents=, events=, execute=)  (examples/)
   2. society run MODULE.py         admit the roster, start every agent, wait until all are
                                    ready, run execute(ctx) once, finalize the signed ledger
   3. society ledger verify DIR     check the result's ledger directory offline
@@ -62,7 +62,7 @@ def add_commands(subparsers: Any) -> None:
         description=RUN_HELP,
     )
     run.add_argument(
-        "module", metavar="MODULE.py", type=Path, help="defines run_spec = RunSpec(...)"
+        "module", metavar="MODULE.py", type=Path, help="defines run_spec = RunSpec.define(...)"
     )
     run.add_argument(
         "--profile",
