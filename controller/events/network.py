@@ -84,6 +84,22 @@ class RouterMessageCommitted(Event):
     parts: list[str]
 
 
+class RouterMessageRefused(Event):
+    """The router refused a message it could not commit (``reason``); it was never delivered.
+
+    The message itself is not recorded (the ledger could not encode it), only who sent it where.
+    """
+
+    tag: ClassVar[str] = "society.router-message-refused/v1"
+
+    conversation_id: str
+    message_id: str
+    sender_id: str
+    router_sequence: int = Field(ge=1)
+    reason: str
+    detail: str
+
+
 class RouterMessageDelivered(Event):
     """``receiver_id`` acknowledged the delivery of ``message_id`` (its application has it)."""
 
@@ -222,6 +238,7 @@ network_events = EventCatalog.make(
     RouterStopFailed,
     ConversationOpened,
     RouterMessageCommitted,
+    RouterMessageRefused,
     RouterMessageDelivered,
     EndpointOpened,
     EndpointClosed,

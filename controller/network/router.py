@@ -9,6 +9,7 @@ each agent's connection is ``connection``'s.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import socket
@@ -24,6 +25,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve, unix_serv
 from controller.events.network import (
     ConversationOpened,
     RouterMessageCommitted,
+    RouterMessageRefused,
     RouterStarted,
     RouterStartFailed,
     RouterStopFailed,
@@ -58,7 +60,7 @@ from controller.network.protocol import (
     SendAck,
 )
 from controller.network.tls import RouterTLS
-from ledger.errors import LedgerError
+from ledger.errors import LedgerEncodingError, LedgerError
 from ledger.writer import LedgerWriter
 
 __all__ = ["STOP_TIMEOUT_SECONDS", "Consumer", "ParticipantKind", "Router", "RouterCredential"]
@@ -407,17 +409,35 @@ class Router:
         with anyio.CancelScope(shield=True):
             try:
                 await self.ledger.append(event, producer="router")
+            except (LedgerEncodingError, ValueError, TypeError) as exc:
+                # this record only; the ledger goes on, and the refusal is evidence
+                await self._record_refusal(event, exc)
+                raise NetworkError(
+                    f"the ledger could not encode {type(event).__name__}: {exc}",
+                    reason="unencodable-message",
+                ) from exc
             except LedgerError as exc:
                 raise NetworkError(
                     f"the ledger refused {type(event).__name__}: {exc}",
                     reason="ledger-unavailable",
                 ) from exc
-            except (ValueError, TypeError) as exc:  # this record only; the ledger goes on
-                _log.warning("the ledger could not encode %s: %s", type(event).__name__, exc)
-                raise NetworkError(
-                    f"the ledger could not encode {type(event).__name__}: {exc}",
-                    reason="unencodable-message",
-                ) from exc
+
+    async def _record_refusal(
+        self, event: RouterMessageCommitted | ConversationOpened, error: Exception
+    ) -> None:
+        _log.warning("the ledger could not encode %s: %s", type(event).__name__, error)
+        if not isinstance(event, RouterMessageCommitted):
+            return
+        refusal = RouterMessageRefused(
+            conversation_id=event.conversation_id,
+            message_id=event.message_id,
+            sender_id=event.sender_id,
+            router_sequence=event.router_sequence,
+            reason="unencodable-message",
+            detail=f"{type(error).__name__}: {error}".encode("ascii", "backslashreplace").decode(),
+        )
+        with contextlib.suppress(LedgerError):  # a failed ledger keeps what it has
+            await self.ledger.append(refusal, producer="router")
 
     def _release(self, sequence: int, message: Message | None) -> None:
         """Hand committed messages to the delivery stage in router-sequence order."""

@@ -20,7 +20,11 @@ from network_support import events, make_ledger, poll_until
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from controller.events.network import LinkMessageDropped, RouterMessageCommitted
+from controller.events.network import (
+    LinkMessageDropped,
+    RouterMessageCommitted,
+    RouterMessageRefused,
+)
 from controller.network import AgentSession, Delivery, NetworkError, connect_agent
 from controller.network.connection import EdgeLimits
 from controller.network.errors import CLOSE_CODES, ERROR_CODES
@@ -60,6 +64,11 @@ async def test_a_message_the_ledger_cannot_encode_is_refused_and_later_messages_
         assert (delivery.message_id, delivery.parts) == (ack.message_id, ("still flowing",))
     committed = await events(ledger, RouterMessageCommitted)
     assert [c.parts for c in committed] == [["still flowing"]]
+    [refused_record] = await events(ledger, RouterMessageRefused)  # the refusal is evidence
+    assert (refused_record.sender_id, refused_record.reason) == (
+        host.participant.id,
+        "unencodable-message",
+    )
 
 
 LIMITS = EdgeLimits(max_unauthenticated=8, authenticate_within_s=1.0)
