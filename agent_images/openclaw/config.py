@@ -26,6 +26,9 @@ AGENT_ID = "main"
 TRANSCRIPT_DB = f"{STATE_DIR}/agents/{AGENT_ID}/agent/openclaw-agent.sqlite"
 """OpenClaw's session transcripts (SQLite); harvested and recorded by digest."""
 GATEWAY_LOG = "openclaw-gateway.log"
+"""The gateway process's output."""
+OPENCLAW_LOG = "openclaw.log"
+"""OpenClaw's own log file (by default it writes under /tmp/openclaw)."""
 PROVIDER_ID = "society"
 """The provider name OpenClaw sees: the run's model gateway, through the sandbox's relay."""
 PROTOCOL = 4
@@ -121,6 +124,7 @@ def openclaw_config(
             }
         },
         "tools": tools,
+        "logging": {"file": str(workdir / OPENCLAW_LOG)},
         "models": {
             "providers": {
                 PROVIDER_ID: {

@@ -36,3 +36,24 @@ def require_llama_cpp() -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{message} (CI must run the real-model tests)")
     pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def require_openclaw_module() -> None:
+    """``require_openclaw`` and the local model, for module-scoped runs."""
+    missing = [
+        what
+        for what, present in (
+            ("OpenClaw (scripts/install-openclaw.sh)", openclaw_executable().is_file()),
+            (
+                "llama_cpp (scripts/install-llm.sh)",
+                importlib.util.find_spec("llama_cpp") is not None,
+            ),
+        )
+        if not present
+    ]
+    if not missing:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"missing {', '.join(missing)} (CI must run the OpenClaw tests)")
+    pytest.skip(f"missing {', '.join(missing)}")
