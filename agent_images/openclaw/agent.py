@@ -120,7 +120,7 @@ async def _adapt(
 
             tasks.start_soon(splice)
             tasks.start_soon(watch_openclaw)
-            await _converse(session, rpc, options, session.identity.id)
+            await _converse(session, rpc, options)
             tasks.cancel_scope.cancel()
     except* OpenClawEnded as ended:
         failure = str(ended.exceptions[0])
@@ -133,7 +133,7 @@ async def _adapt(
     return 0
 
 
-async def _converse(session: Any, rpc: OpenClawRPC, options: AgentOptions, me: str) -> None:
+async def _converse(session: Any, rpc: OpenClawRPC, options: AgentOptions) -> None:
     """One OpenClaw session per conversation. What arrived while a turn ran is answered together
     in one ``agent`` run; its reply goes back in the same conversation, until ``max_turns``
     replies are spent (then the agent only listens)."""
