@@ -28,3 +28,7 @@ fi
 if [ -x scripts/install-sandbox.sh ]; then
   scripts/install-sandbox.sh
 fi
+
+if [ -x scripts/install-openclaw.sh ]; then
+  scripts/install-openclaw.sh
+fi

@@ -4,8 +4,8 @@ What an agent sees and may do:
 
 - files: a fresh root with the system (``/usr``), the Python runtime and the packages an agent
   program imports, all read-only; its working directory at ``/home/agent``, the only writable
-  place; the run's sockets under ``/run/society``. Not the run directory, other agents, the
-  controller.
+  place besides a private, empty ``/tmp`` (a tmpfs of its own); the run's sockets under
+  ``/run/society``. Not the run directory, other agents, the controller.
 - processes: its own PID namespace (``/proc`` shows only the sandbox) in a new session; bwrap
   kills all of it when the controller dies (``--die-with-parent``), and the agent's cgroup
   (``local_cgroup``) holds every process it starts.
@@ -107,6 +107,9 @@ class Bubblewrap:
             argv += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
             argv += ["--cap-drop", "ALL"]
         argv += ["--proc", "/proc", "--dev", "/dev"]
+        # A private, empty /tmp (a tmpfs that dies with the sandbox): programs such as OpenClaw
+        # put lock files under a hard-coded /tmp.
+        argv += ["--perms", "1777", "--tmpfs", "/tmp"]
         for directory in _parents_to_create(d for _, _, d in binds):
             argv += ["--perms", "0755", "--dir", directory]
         for option, source, destination in binds:

@@ -1,0 +1,3 @@
+from agent_images.openclaw.agent import main
+
+main()
