@@ -41,11 +41,11 @@ from controller.agents.runtime import (
     RuntimeDescriptorError,
     SandboxAccess,
 )
-from controller.agents.services import RunService
 from controller.agents.termination import Observation, Termination
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import model_gateway_catalog
 from controller.modelgateway.service import ModelService
+from controller.services import RunService
 from ledger.events import Event, EventCatalog
 
 OPENCLAW_IMAGE = "society/openclaw:dev"

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from controller.platform.local import LocalPlatform
 from controller.run import ProgramFinished, Run, Success, load_run_spec
 from ledger import open_ledger_artifacts
 
@@ -30,7 +31,7 @@ async def test_the_openclaw_negotiation_runs_keyless_and_its_grader_reports_it(
     require_openclaw_module: None, tmp_path: Path
 ) -> None:
     spec = load_run_spec(EXAMPLES / "openclaw_negotiation.py")
-    outcome = await Run.execute(spec, artifact_root=tmp_path, seed=7)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=tmp_path, seed=7)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     grading = grader()
     report = grading.grade(

@@ -28,6 +28,7 @@ from controller.events.run import (
     AgentWorkspaceFileHarvested,
 )
 from controller.modelgateway.events import AgentModelUsage
+from controller.platform.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunContext, Success
 from ledger import LedgerArtifacts, open_ledger_artifacts
 
@@ -80,7 +81,7 @@ async def _one_run(artifact_root: Path) -> dict[str, Any]:
         },
         execute=execute,
     )
-    outcome = await Run.execute(spec, artifact_root=artifact_root, seed=3)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root, seed=3)
     return {"spec": spec, "outcome": outcome, "seen": seen}
 
 
