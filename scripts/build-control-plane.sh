@@ -65,22 +65,28 @@ export GONOSUMDB="${GONOSUMDB:+${GONOSUMDB},}sigs.k8s.io/agent-sandbox"
 
 START_ALL=${SECONDS}
 log "versions: kubernetes ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, kueue ${KUEUE_VERSION}, agent-sandbox ${AGENT_SANDBOX_VERSION}"
-log "output: ${OUT_DIR}"
+log "output: ${OUT_DIR} (Go tool output: ${OUT_DIR}/build.log)"
 
 have() { [[ -x "${BIN_DIR}/$1" ]]; }
 
 # step NAME CMD... : run CMD with timing; any failing command inside fails the
 # whole script through the ERR trap (errexit alone is ignored inside `if`/`||`).
 CURRENT_STEP=""
-trap 'die "building ${CURRENT_STEP:-the control plane} failed (see the output above)"' ERR
+# The Go tool's own output (module downloads, compiler chatter) goes to BUILD_LOG; the terminal
+# gets one line per component with its time, and the log's tail if a step fails.
+BUILD_LOG="${OUT_DIR}/build.log"
+: >"${BUILD_LOG}"
+exec 3>&2 # the terminal, also from inside a step whose output goes to the log
+trap 'if [[ "${BASHPID}" == "$$" && -n "${CURRENT_STEP}" ]]; then { echo; tail -n 30 "${BUILD_LOG}"; echo "build-control-plane: ERROR: building ${CURRENT_STEP} failed; the whole Go output is in ${BUILD_LOG}"; } >&3; CURRENT_STEP=""; fi; exit 1' ERR
 set -E
 step() {
     CURRENT_STEP="$1"
     shift
     local t0=${SECONDS}
-    log "building ${CURRENT_STEP} ..."
-    "$@"
-    log "built ${CURRENT_STEP} in $((SECONDS - t0))s"
+    printf 'build-control-plane: %s ... ' "${CURRENT_STEP}" >&2
+    echo "=== ${CURRENT_STEP}" >>"${BUILD_LOG}"
+    "$@" >>"${BUILD_LOG}" 2>&1
+    echo "built in $((SECONDS - t0))s" >&2
     CURRENT_STEP=""
 }
 

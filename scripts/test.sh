@@ -9,7 +9,7 @@ export CI="${CI:-1}"
 scripts/bootstrap.sh
 scripts/install-browser.sh
 if [ -x scripts/build-control-plane.sh ]; then
-  scripts/build-control-plane.sh
+  scripts/build-control-plane.sh >/dev/null  # progress on stderr; stdout is its directory
 fi
 echo "test: ruff and mypy" >&2
 .venv/bin/ruff check ledger controller tests benchmarks examples agent_images

@@ -55,3 +55,34 @@ def test_setup_prints_exactly_one_json_line(tmp_path: Path) -> None:
     assert len(lines) == 1, done.stdout
     assert json.loads(lines[0])["exit"] == "success"
     assert "Building wheel" in done.stderr
+
+
+FAKE_GO = """#!/bin/sh
+echo "go: downloading example.com/chatter v1.0.0" >&2
+exit 1
+"""
+
+
+def test_the_control_plane_build_keeps_the_go_tools_chatter_in_its_log(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "go").write_text(FAKE_GO)
+    (tools / "go").chmod(0o755)
+    out = tmp_path / "cache"
+    build = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build-control-plane.sh")],
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": f"{tools}:/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "SOCIETY_CONTROL_PLANE_DIR": str(out),
+        },
+        check=False,
+    )
+    assert build.returncode == 1 and build.stdout == ""  # stdout carries only the directory
+    first_step = next(line for line in build.stderr.splitlines() if " ... " in line)
+    assert first_step.startswith("build-control-plane: etcd")  # one line per component
+    [log] = out.glob("*/build.log")
+    assert "go: downloading example.com/chatter" in log.read_text()
+    assert f"the whole Go output is in {log}" in build.stderr  # and a failure shows its tail
