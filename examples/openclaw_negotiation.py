@@ -26,8 +26,10 @@ from controller.run import RunContext
 
 TURNS = 2
 """Each agent's reply budget (one OpenClaw ``agent`` run per reply)."""
-TOKEN_BUDGET = 12_000
-"""Each agent's model tokens, enforced by the run's model gateway (~2k per OpenClaw turn)."""
+TOKEN_BUDGET = 40_000
+"""Each agent's model tokens, enforced by the run's model gateway (~2k per OpenClaw turn). The
+gateway admits a call only if its worst case fits (a token per request byte, ~10k for OpenClaw's
+prompt, plus its reply), so the budget leaves room for that reservation."""
 PHASE_DEADLINE_S = 240.0
 QUIET_S = 150.0
 """A phase also ends when no agent spoke for this long (an OpenClaw turn takes 20-90 s here)."""
@@ -77,8 +79,8 @@ async def negotiate(ctx: RunContext) -> dict[str, int | None]:
             with anyio.move_on_after(PHASE_DEADLINE_S):
                 while heard < count:
                     with anyio.move_on_after(QUIET_S) as lull:
-                        message = await anext(messages)
-                    if lull.cancelled_caught:
+                        message = await anext(messages, None)
+                    if lull.cancelled_caught or message is None:  # a lull, or the market closed
                         break
                     price = _last_price(message.text)
                     if price is not None:
