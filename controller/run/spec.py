@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from controller.agents.runtime import RuntimeDescriptor
@@ -117,6 +117,26 @@ def _as_catalog(item: EventCatalog | type[Event]) -> EventCatalog:
     return EventCatalog.make(item)
 
 
+class NotAPythonModule(ImportError):
+    """The file has no loader: it is not a Python module."""
+
+
+def exec_module_file(module_path: Path, name: str) -> ModuleType:
+    """Import the file at ``module_path`` as ``sys.modules[name]``; on failure, forget it and
+    re-raise (``NotAPythonModule`` when the file cannot be loaded at all)."""
+    spec = importlib.util.spec_from_file_location(name, module_path)
+    if spec is None or spec.loader is None:
+        raise NotAPythonModule(f"{module_path} is not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
 def load_run_spec(path: str | Path) -> RunSpec:
     """Import the module at ``path`` and return its one module-level ``run_spec``."""
     module_path = Path(path).resolve()
@@ -124,18 +144,13 @@ def load_run_spec(path: str | Path) -> RunSpec:
         raise RunSpecError(f"no RunSpec module at {module_path}", reason="module-not-found")
     digest = hashlib.sha256(str(module_path).encode()).hexdigest()[:12]
     name = f"_society_spec_{module_path.stem.replace('-', '_')}_{digest}"
-    spec = importlib.util.spec_from_file_location(name, module_path)
-    if spec is None or spec.loader is None:
-        raise RunSpecError(f"{module_path} is not a Python module", reason="module-not-found")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        module = exec_module_file(module_path, name)
+    except NotAPythonModule as exc:
+        raise RunSpecError(str(exc), reason="module-not-found") from None
     except RunSpecError:
-        sys.modules.pop(name, None)
         raise
     except (Exception, SystemExit) as exc:
-        sys.modules.pop(name, None)
         summary = "".join(traceback.format_exception_only(exc)).strip()
         raise RunSpecError(
             f"importing {module_path} failed before anything started: {summary}",

@@ -7,7 +7,6 @@ A suite module defines one module-level ``suite`` made by ``Suite.define``, in t
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
 import itertools
 import re
@@ -19,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from controller.run.spec import ROSTER_NAME, RunSpec
+from controller.run.spec import ROSTER_NAME, NotAPythonModule, RunSpec, exec_module_file
 
 SUITE_NAME = "suite"
 SUITE_ID = re.compile(r"^[a-z][a-z0-9.-]{0,62}$")
@@ -203,18 +202,13 @@ def load_suite(path: str | Path) -> Suite:
     name = f"_society_suite_{module_path.stem.replace('-', '_')}_{digest}"
     loaded = sys.modules.get(name)
     if loaded is None:
-        spec = importlib.util.spec_from_file_location(name, module_path)
-        if spec is None or spec.loader is None:
-            raise SuiteError(f"{module_path} is not a Python module", reason="module-not-found")
-        loaded = importlib.util.module_from_spec(spec)
-        sys.modules[name] = loaded
         try:
-            spec.loader.exec_module(loaded)
+            loaded = exec_module_file(module_path, name)
+        except NotAPythonModule as exc:
+            raise SuiteError(str(exc), reason="module-not-found") from None
         except SuiteError:
-            sys.modules.pop(name, None)
             raise
         except (Exception, SystemExit) as exc:
-            sys.modules.pop(name, None)
             summary = "".join(traceback.format_exception_only(exc)).strip()
             raise SuiteError(
                 f"importing {module_path} failed: {summary}; fix the module and run again",
