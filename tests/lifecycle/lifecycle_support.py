@@ -24,6 +24,41 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+class LineReader:
+    """Lines from a pipe, waiting on the file descriptor itself.
+
+    Selecting on a pipe and then calling a buffered ``readline()`` loses lines: the buffered
+    reader takes every line that arrived in one chunk, and the next ``select()`` waits for bytes
+    the pipe no longer holds. This reader keeps its own buffer and selects only when it is empty.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pending = b""
+        self.ended = False
+
+    def next_line(self, timeout_s: float) -> bytes | None:
+        """The next whole line, or None if none came within ``timeout_s`` or the pipe ended."""
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.pending:
+            if self.ended:
+                return None
+            with selectors.DefaultSelector() as selector:
+                selector.register(self.fd, selectors.EVENT_READ)
+                if not selector.select(max(deadline - time.monotonic(), 0.01)):
+                    return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                self.ended = True
+                if self.pending:  # a last line without its newline
+                    line, self.pending = self.pending, b""
+                    return line
+                return None
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line + b"\n"
+
+
 @dataclass
 class Society:
     """A running ``society`` command: its output so far, and ways to signal and await it."""
@@ -31,6 +66,7 @@ class Society:
     process: subprocess.Popen[bytes]
     stderr_lines: list[str] = field(default_factory=list)
     stdout_text: str = ""
+    _stderr: LineReader | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int:
@@ -46,15 +82,13 @@ class Society:
                 )
 
     def _read(self, timeout_s: float) -> bool:
-        stderr = self.process.stderr
-        assert stderr is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(stderr, selectors.EVENT_READ)
-            if not selector.select(max(timeout_s, 0.01)):
-                return True
-        line = stderr.readline()
-        if not line:
-            return False
+        """Take the next stderr line if one comes within ``timeout_s``; False once stderr ends."""
+        assert self.process.stderr is not None
+        if self._stderr is None:
+            self._stderr = LineReader(self.process.stderr.fileno())
+        line = self._stderr.next_line(timeout_s)
+        if line is None:
+            return not self._stderr.ended
         self.stderr_lines.append(line.decode(errors="replace").rstrip("\n"))
         return True
 
@@ -65,7 +99,8 @@ class Society:
     def finish(self, timeout_s: float = 240) -> int:
         out, err = self.process.communicate(timeout=timeout_s)
         self.stdout_text = out.decode()
-        self.stderr_lines.extend(err.decode(errors="replace").splitlines())
+        pending = self._stderr.pending if self._stderr is not None else b""
+        self.stderr_lines.extend((pending + err).decode(errors="replace").splitlines())
         return self.process.returncode
 
     @property

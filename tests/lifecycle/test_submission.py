@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import signal
 import stat
 import subprocess
@@ -22,7 +21,14 @@ from typing import Any
 
 import anyio
 import pytest
-from lifecycle_support import PROGRAMS, Society, SocietyCommand, processes_naming, wait_until
+from lifecycle_support import (
+    PROGRAMS,
+    LineReader,
+    Society,
+    SocietyCommand,
+    processes_naming,
+    wait_until,
+)
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
@@ -65,15 +71,20 @@ def _intruder(society: SocietyCommand, *args: str | Path) -> subprocess.Popen[st
 def _next_line(process: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
     """The process's next stdout line as JSON, or an AssertionError after ``timeout_s``."""
     assert process.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout_s):
-            raise AssertionError(f"no line from the intruder within {timeout_s:.0f}s")
-    line = process.stdout.readline()
-    assert line, "the intruder ended without a line"
+    reader = _READERS.setdefault(process.pid, LineReader(process.stdout.fileno()))
+    line = reader.next_line(timeout_s)
+    if line is None:
+        raise AssertionError(
+            "the intruder ended without a line"
+            if reader.ended
+            else f"no line from the intruder within {timeout_s:.0f}s"
+        )
     document = json.loads(line)
     assert isinstance(document, dict)
     return document
+
+
+_READERS: dict[int, LineReader] = {}  # one per intruder: it holds lines read but not yet taken
 
 
 def _lines(text: str) -> list[dict[str, Any]]:
