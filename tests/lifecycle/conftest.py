@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from lifecycle_support import SocietyCommand, free_port
 
+from controller.platform.local_reap import reap_stale_runs
 from controller.platform.temporal.server import (
     DEV_SERVER_CONFIG,
     find_temporal_binary,
@@ -72,6 +73,7 @@ def society(tmp_path: Path, temporal_address: str) -> Iterator[SocietyCommand]:
         if started.process.poll() is None:
             started.process.kill()
             started.process.wait()
+    reap_stale_runs(command.artifacts)  # what `society` does at its next start: no cgroup stays
     _stop_dev_server_under(command.artifacts)
 
 
