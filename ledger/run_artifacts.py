@@ -100,7 +100,7 @@ def locate_ledger(directory: Path | str) -> tuple[Path, Path | None]:
     ledgers = path / RUN_LEDGERS
     if (ledgers / DEFAULT_LEDGER_REF / MANIFEST).exists():
         return ledgers / DEFAULT_LEDGER_REF, path
-    refs = sorted(p.name for p in ledgers.iterdir() if (p / MANIFEST).exists())
+    refs = ledger_refs(path)
     if len(refs) == 1:
         return ledgers / refs[0], path
     raise LedgerError(
@@ -108,6 +108,14 @@ def locate_ledger(directory: Path | str) -> tuple[Path, Path | None]:
         f"({', '.join(refs) or 'none'}); pass the ledger directory {ledgers}/<ref> itself",
         reason="run-ledger-ambiguous",
     )
+
+
+def ledger_refs(run_dir: Path | str) -> list[str]:
+    """The refs under a run directory's ``ledger/`` that hold a ledger (a manifest.json)."""
+    ledgers = Path(run_dir) / RUN_LEDGERS
+    if not ledgers.is_dir():
+        return []
+    return sorted(p.name for p in ledgers.iterdir() if (p / MANIFEST).exists())
 
 
 def claimed_artifacts(envelopes: tuple[RecordEnvelope, ...]) -> list[tuple[int, str, str, Any]]:

@@ -13,9 +13,9 @@ from pydantic import ValidationError
 
 from ledger.canonical import NonCanonicalError, parse_canonical
 from ledger.chain import FORM_REASONS, first_error
-from ledger.errors import LedgerVerificationError
+from ledger.errors import LedgerError, LedgerVerificationError
 from ledger.format import COMPLETION, MANIFEST, RECORDS, RecordEnvelope
-from ledger.run_artifacts import locate_ledger
+from ledger.run_artifacts import ledger_refs, locate_ledger
 
 
 def wait_for_ledger(
@@ -30,8 +30,8 @@ def wait_for_ledger(
     exists, waiting up to ``timeout`` seconds for a run that has not created it yet."""
     deadline = clock() + max(timeout, 0.0)
     while True:
-        ledger_dir, _ = locate_ledger(directory)
-        if (ledger_dir / MANIFEST).exists():
+        ledger_dir = _located(Path(directory))
+        if ledger_dir is not None and (ledger_dir / MANIFEST).exists():
             return ledger_dir
         if clock() >= deadline:
             raise LedgerVerificationError(
@@ -40,6 +40,18 @@ def wait_for_ledger(
                 reason="manifest-missing",
             )
         sleep(max(min(poll, deadline - clock()), 0.0))
+
+
+def _located(directory: Path) -> Path | None:
+    """The ledger at ``directory``, or None while a run directory has made ``ledger/`` but no
+    ledger inside it yet (several ledgers stay an error: waiting cannot make one of them right)."""
+    try:
+        ledger_dir, _ = locate_ledger(directory)
+    except LedgerError:
+        if len(ledger_refs(directory)) > 1:
+            raise
+        return None
+    return ledger_dir
 
 
 def follow_ledger(

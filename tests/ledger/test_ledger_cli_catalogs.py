@@ -166,6 +166,23 @@ def test_follow_waits_for_a_run_directory_to_create_its_ledger(tmp_path: Path, c
     assert _line(captured.err)["notDecoded"] == {"acme.noted/v1": 1}
 
 
+def test_follow_waits_while_a_run_directory_has_an_empty_ledger_folder(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """The run makes ``ledger/`` before the ledger inside it: that moment is not an error."""
+    run_dir = tmp_path / "sr-later"
+    (run_dir / "ledger").mkdir(parents=True)
+    writer = threading.Thread(
+        target=_write, args=(run_dir / "ledger" / "main", "scripted"), kwargs={"delay": 0.3}
+    )
+    writer.start()
+    try:
+        code = society("ledger", "follow", str(run_dir), "--json", "--timeout", "30")
+    finally:
+        writer.join(30)
+    assert code == 0, capsys.readouterr().out
+
+
 def test_follow_gives_up_after_its_timeout(tmp_path: Path, capsys: Any) -> None:
     before = time.monotonic()
     code = society(
