@@ -7,7 +7,6 @@ Usage: PYTHONPATH=$PWD .venv/bin/python scripts/generate-kube-schemas.py
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -19,23 +18,11 @@ from controlplane import ControlPlane, build_control_plane  # noqa: E402
 from controller.profiles import kube_schemas  # noqa: E402
 
 
-def openapi_v2(plane: ControlPlane) -> dict[str, object]:
-    """The apiserver's OpenAPI v2 document (with the CRDs it serves)."""
-    client = plane.api_client()
-    method, url, headers, body, _ = client.param_serialize(
-        "GET", "/openapi/v2", header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )  # fmt: skip
-    response = client.call_api(method, url, header_params=headers, body=body)
-    response.read()
-    document: dict[str, object] = json.loads(response.data)
-    return document
-
-
 def main() -> int:
     build = build_control_plane()
     with ControlPlane(build, nodes=0, kueue=False, agent_sandbox=False) as plane:
-        schemas = kube_schemas.generate(openapi_v2(plane), kube_schemas.crd_files(build.manifest_dir))
+        schemas = kube_schemas.generate(
+            kube_schemas.fetch_openapi_v2(plane.api_client()), kube_schemas.crd_files(build.manifest_dir))
     kube_schemas.write(schemas)
     print(f"wrote {len(schemas)} schemas to {kube_schemas.SCHEMA_DIR.relative_to(REPO)}")
     return 0

@@ -227,3 +227,15 @@ def generate(openapi_v2: Mapping[str, Any], crd_files: Iterable[Path]) -> Schema
 def crd_files(manifest_dir: Path) -> list[Path]:
     """The pinned Kueue and Agent Sandbox CRDs under the control plane's ``manifests/``."""
     return sorted(manifest_dir.glob("*/crds/*.yaml"))
+
+
+def fetch_openapi_v2(api_client: Any) -> dict[str, Any]:
+    """The apiserver's ``/openapi/v2`` document through a ``kubernetes.client.ApiClient``."""
+    method, url, headers, body, _ = api_client.param_serialize(
+        "GET", "/openapi/v2", header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )  # fmt: skip
+    response = api_client.call_api(method, url, header_params=headers, body=body)
+    response.read()
+    document: dict[str, Any] = json.loads(response.data)
+    return document
