@@ -22,7 +22,9 @@ def main() -> int:
     build = build_control_plane()
     with ControlPlane(build, nodes=0, kueue=False, agent_sandbox=False) as plane:
         schemas = kube_schemas.generate(
-            kube_schemas.fetch_openapi_v2(plane.api_client()), kube_schemas.crd_files(build.manifest_dir))
+            kube_schemas.fetch_openapi_v2(plane.api_client()),
+            kube_schemas.crd_files(build.manifest_dir),
+        )
     kube_schemas.write(schemas)
     print(f"wrote {len(schemas)} schemas to {kube_schemas.SCHEMA_DIR.relative_to(REPO)}")
     return 0

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from controller.profiles import kube_schemas, pins, terraform_checks
 from controller.profiles.sample_objects import sample_run_objects
@@ -145,7 +145,8 @@ def check_schemas(profile: str, rendered: list[dict[str, Any]], scratch: Path) -
     manifest = scratch / f"{profile}-objects.yaml"
     manifest.write_text(yaml.safe_dump_all(objects, sort_keys=False))
     location = str(kube_schemas.SCHEMA_DIR / kube_schemas.LOCATION_TEMPLATE)
-    argv = [tool("kubeconform"), "-strict", "-summary", "-schema-location", location, manifest]
+    argv: list[str | Path] = [tool("kubeconform"), "-strict", "-summary"]
+    argv += ["-schema-location", location, manifest]
     code, output = _run(argv)
     name = f"kubeconform: {len(objects)} objects (chart + sample run) against the pinned schemas"
     return CheckOutcome(name, [] if code == 0 else [output])
@@ -169,7 +170,9 @@ def check_terraform() -> list[CheckOutcome]:
 def shell_scripts() -> list[Path]:
     """Tracked files that are bash scripts (by extension or shebang)."""
     code, output = _run(["git", "ls-files"])
-    names = output.splitlines() if code == 0 else [str(p.relative_to(REPO)) for p in REPO.rglob("*.sh")]
+    names = (
+        output.splitlines() if code == 0 else [str(p.relative_to(REPO)) for p in REPO.rglob("*.sh")]
+    )
     found = []
     for name in names:
         path = REPO / name
@@ -198,7 +201,9 @@ def check_shell() -> CheckOutcome:
     return CheckOutcome(f"bash -n and shellcheck ({len(scripts)} scripts)", problems)
 
 
-def run_checks(profile: str, progress: Callable[[CheckOutcome], None] | None = None) -> list[CheckOutcome]:
+def run_checks(
+    profile: str, progress: Callable[[CheckOutcome], None] | None = None
+) -> list[CheckOutcome]:
     """Every check of ``profile``; raises ``ToolMissing`` naming the install command."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")

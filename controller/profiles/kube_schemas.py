@@ -69,11 +69,11 @@ def core_schemas(openapi_v2: Mapping[str, Any], kinds: Iterable[tuple[str, str]]
             by_gvk[(api_version, gvk["kind"])] = name
     schemas: Schemas = {}
     for api_version, kind in kinds:
-        name = by_gvk.get((api_version, kind))
-        if name is None:
+        found = by_gvk.get((api_version, kind))
+        if found is None:
             continue  # not a built-in kind (a CRD's)
-        needed = _referenced(definitions, name)
-        root = _strict(_fixed(definitions[name]), api_version, kind)
+        needed = _referenced(definitions, found)
+        root = _strict(_fixed(definitions[found]), api_version, kind)
         root["definitions"] = {n: _strict(_fixed(definitions[n])) for n in sorted(needed)}
         root["$schema"] = "http://json-schema.org/draft-07/schema#"
         schemas[schema_path(api_version, kind)] = root
@@ -207,7 +207,7 @@ class SchemaSourceIncomplete(Exception):
 
 def generate(openapi_v2: Mapping[str, Any], crd_files: Iterable[Path]) -> Schemas:
     """Every ``VALIDATED_KINDS`` schema from the apiserver's OpenAPI v2 and the CRD files."""
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     crds = [doc for path in crd_files for doc in yaml.safe_load_all(path.read_text()) if doc]
     schemas = core_schemas(openapi_v2, VALIDATED_KINDS) | crd_schemas(crds, VALIDATED_KINDS)

@@ -20,13 +20,16 @@ def test_the_committed_schemas_match_the_pinned_control_planes_openapi_and_crds(
     )
     fresh = {path: kube_schemas.render(schema) for path, schema in generated.items()}
     committed = kube_schemas.committed()
-    assert sorted(fresh) == sorted(committed), (
-        "regenerate with scripts/generate-kube-schemas.py"
-    )
+    assert sorted(fresh) == sorted(committed), "regenerate with scripts/generate-kube-schemas.py"
     for path, text in fresh.items():
         if text != committed[path]:
-            diff = "".join(list(difflib.unified_diff(
-                committed[path].splitlines(True), text.splitlines(True), path, "generated"))[:40])
+            diff = "".join(
+                list(
+                    difflib.unified_diff(
+                        committed[path].splitlines(True), text.splitlines(True), path, "generated"
+                    )
+                )[:40]
+            )
             raise AssertionError(
                 f"{path} drifted from the pinned control plane; regenerate with "
                 f"scripts/generate-kube-schemas.py:\n{diff}"

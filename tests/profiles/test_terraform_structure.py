@@ -37,18 +37,63 @@ def test_the_checked_in_module_passes_every_structure_assertion() -> None:
 @pytest.mark.parametrize(
     ("file", "old", "new", "said"),
     [
-        ("main.tf", 'effect = "NO_SCHEDULE"', 'effect = "NO_EXECUTE"', "not what the chart's agents tolerate"),
-        ("main.tf", 'operator = "Equal", value = "agents"', 'operator = "Equal", value = "agentz"', "not what the chart's agents tolerate"),
+        (
+            "main.tf",
+            'effect = "NO_SCHEDULE"',
+            'effect = "NO_EXECUTE"',
+            "not what the chart's agents tolerate",
+        ),
+        (
+            "main.tf",
+            'operator = "Equal", value = "agents"',
+            'operator = "Equal", value = "agentz"',
+            "not what the chart's agents tolerate",
+        ),
         ("main.tf", '"ADVANCED_DATAPATH"', '"LEGACY_DATAPATH"', "Dataplane V2 is off"),
-        ("main.tf", "workload_pool = local.workload_pool", "workload_pool = null", "Workload Identity is off"),
-        ("main.tf", 'mode = "GKE_METADATA"', 'mode = "GCE_METADATA"', "does not serve Workload Identity"),
-        ("main.tf", "enable_private_nodes    = true", "enable_private_nodes    = false", "nodes are not private"),
-        ("main.tf", 'public_access_prevention    = "enforced"', 'public_access_prevention    = "inherited"', "public_access_prevention is not enforced"),
-        ("main.tf", "uniform_bucket_level_access = true", "uniform_bucket_level_access = false", "uniform_bucket_level_access is not on"),
-        ("versions.tf", 'version = "= 6.50.0"', 'version = ">= 6.0"', "not pinned to one exact version"),
-        ("outputs.tf", "tolerations  = local.agents_tolerations", "tolerations  = []", "does not hand local.agents_tolerations"),
+        (
+            "main.tf",
+            "workload_pool = local.workload_pool",
+            "workload_pool = null",
+            "Workload Identity is off",
+        ),
+        (
+            "main.tf",
+            'mode = "GKE_METADATA"',
+            'mode = "GCE_METADATA"',
+            "does not serve Workload Identity",
+        ),
+        (
+            "main.tf",
+            "enable_private_nodes    = true",
+            "enable_private_nodes    = false",
+            "nodes are not private",
+        ),
+        (
+            "main.tf",
+            'public_access_prevention    = "enforced"',
+            'public_access_prevention    = "inherited"',
+            "public_access_prevention is not enforced",
+        ),
+        (
+            "main.tf",
+            "uniform_bucket_level_access = true",
+            "uniform_bucket_level_access = false",
+            "uniform_bucket_level_access is not on",
+        ),
+        (
+            "versions.tf",
+            'version = "= 6.50.0"',
+            'version = ">= 6.0"',
+            "not pinned to one exact version",
+        ),
+        (
+            "outputs.tf",
+            "tolerations  = local.agents_tolerations",
+            "tolerations  = []",
+            "does not hand local.agents_tolerations",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_weakening_of_the_module_is_named(
     tmp_path: Path, file: str, old: str, new: str, said: str
 ) -> None:
