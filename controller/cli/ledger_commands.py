@@ -179,7 +179,7 @@ def _color_option(parser: argparse.ArgumentParser) -> None:
 
 def _location(text: str) -> str | Path:
     """A gs:// URL stays text (``Path`` would fold its ``//``); anything else is a path."""
-    from controller.profiles.gcs_ledger import is_gcs
+    from controller.platform.gcs_ledger import is_gcs
 
     return text if is_gcs(text) else Path(text)
 
@@ -190,7 +190,7 @@ def _local(handler: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         if not isinstance(args.directory, str):
             return int(handler(args))
-        from controller.profiles.gcs_ledger import downloaded
+        from controller.platform.gcs_ledger import downloaded
 
         try:
             with downloaded(args.directory) as local:
@@ -202,7 +202,7 @@ def _local(handler: Any) -> Any:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from controller.profiles.gcs_ledger import LedgerExportError, export_run
+    from controller.platform.gcs_ledger import LedgerExportError, export_run
 
     try:
         receipt = export_run(args.directory, args.bucket.rstrip("/") + "/" + args.directory.name)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from controller.profiles.check import PROFILES, CheckOutcome
+from controller.platform.profiles.check import PROFILES, CheckOutcome
 
 LIMITS = (
     "these checks prove the checked-in contracts only (chart, schemas, Terraform structure, pins, "
@@ -40,8 +40,8 @@ def add_commands(subparsers: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from controller.profiles.check import run_checks
-    from controller.profiles.tools import ToolMissing
+    from controller.platform.profiles.check import run_checks
+    from controller.platform.profiles.tools import ToolMissing
 
     unknown = [p for p in args.profiles if p not in PROFILES]
     if unknown:

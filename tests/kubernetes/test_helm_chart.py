@@ -16,7 +16,7 @@ from controlplane import read_versions
 from controller.platform.kubernetes.access import worker_deployment
 from controller.platform.kubernetes.rbac import credentials_reader_role
 from controller.platform.kubernetes.worker_rights import worker_objects
-from controller.profiles.tools import tool
+from controller.platform.profiles.tools import tool
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "society-runner"

@@ -18,8 +18,8 @@ import pytest
 from ledger_testkit import chained_record, record_lines, write_ledger, write_record_lines
 
 from controller.cli import ledger_commands
-from controller.profiles import gcs_ledger
-from controller.profiles.tools import ToolMissing, tool
+from controller.platform import gcs_ledger
+from controller.platform.profiles.tools import ToolMissing, tool
 from ledger import SigningKey
 from ledger.format import COMPLETION
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from controller.profiles import check, pins
-from controller.profiles.sample_objects import sample_run_objects
-from controller.profiles.tools import REPO, ToolMissing, tool
+from controller.platform.profiles import check, pins
+from controller.platform.profiles.sample_objects import sample_run_objects
+from controller.platform.profiles.tools import REPO, ToolMissing, tool
 
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
 

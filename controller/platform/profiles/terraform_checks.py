@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.profiles.tools import REPO
+from controller.platform.profiles.tools import REPO
 
 TERRAFORM_DIR = REPO / "terraform"
 EXACT_VERSION = re.compile(r"^=?\s*\d+\.\d+\.\d+$")

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from controller.profiles.tools import REPO
+from controller.platform.profiles.tools import REPO
 
 SCHEMA_DIR = REPO / "schemas" / "kubernetes"
 LOCATION_TEMPLATE = "{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"

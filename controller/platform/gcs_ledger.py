@@ -214,3 +214,16 @@ def downloaded(url: str, *, client: Any | None = None) -> Iterator[Path]:
 
 def is_gcs(location: str | Path) -> bool:
     return str(location).startswith(SCHEME)
+
+
+def export_if_configured(
+    run_dir: Path, run_id: str, *, progress: Callable[[str], None] | None = None
+) -> ExportReceipt | None:
+    """The worker's export step: ``run_dir`` to ``$SOCIETY_LEDGER_EXPORT/<run id>/`` when that
+    is set and the run left a ledger; ``None`` otherwise. Safe to repeat (it resumes)."""
+    import os
+
+    destination = os.environ.get(EXPORT_ENV)
+    if not destination or not (run_dir / "ledger").is_dir():
+        return None
+    return export_run(run_dir, destination.rstrip("/") + "/" + run_id, progress=progress)

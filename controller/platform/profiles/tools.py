@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 VERSIONS_FILE = REPO / "scripts" / "tool-versions.env"
 BUILD_COMMAND = "scripts/build-tools.sh"
 TOOLS_DIR_ENV = "SOCIETY_TOOLS_DIR"

@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
-from controller.profiles import kube_schemas, pins, terraform_checks
-from controller.profiles.sample_objects import sample_run_objects
-from controller.profiles.tools import REPO, read_versions, shellcheck, tool
+from controller.platform.profiles import kube_schemas, pins, terraform_checks
+from controller.platform.profiles.sample_objects import sample_run_objects
+from controller.platform.profiles.tools import REPO, read_versions, shellcheck, tool
 
 PROFILES = ("kind", "gke")
 CHART = REPO / "helm" / "society-runner"
