@@ -93,9 +93,11 @@ def _plan(run_dir: Path) -> tuple[list[tuple[str, bytes | Path]], bool, int]:
             continue
         name = path.relative_to(root).as_posix()
         if path == records_path and not complete:
-            # Only the signed prefix: records past the last checkpoint carry no signature.
+            # The signed prefix: records up to and including the last checkpoint's line (which
+            # signs the records before it); what follows it carries no signature.
             lines = records_path.read_bytes().splitlines(keepends=True)
-            objects.append((name, b"".join(lines[: verified.signed_records])))
+            keep = 0 if verified.last_checkpoint is None else verified.last_checkpoint + 1
+            objects.append((name, b"".join(lines[:keep])))
         else:
             objects.append((name, path))
     if complete:

@@ -80,11 +80,10 @@ def gcs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGcsServ
 
 
 def run_dir(tmp_path: Path, key: SigningKey, *, complete: bool = True) -> Path:
-    """A run directory: its ledger under ledger/main and two harvested artifacts."""
+    """A run directory: its ledger under ledger/main and a service log beside it."""
     directory = tmp_path / RUN_ID
     write_ledger(directory / "ledger" / "main", 6, key=key, complete=complete)
-    (directory / "artifacts" / "alice" / "logs").mkdir(parents=True)
-    (directory / "artifacts" / "alice" / "logs" / "notes.txt").write_text("not claimed\n")
+    (directory / "model-server.log").write_text("a run service's log\n")
     return directory
 
 
@@ -127,7 +126,7 @@ def test_a_complete_run_exports_every_file_with_completion_last_and_verifies_fro
 
     assert society("ledger", "verify", f"gs://{BUCKET}/{RUN_ID}") == 0
     line = last_line(capsys.readouterr().out)
-    assert line["valid"] is True and line["complete"] is True and line["signature"] == "self"
+    assert line["valid"] is True and line["signedBy"] == "completion" and line["records"] == 7
 
 
 def test_a_failure_mid_export_is_reported_leaves_no_completion_and_a_retry_resumes(
@@ -164,25 +163,26 @@ def test_an_incomplete_run_exports_its_signed_prefix_marked_incomplete(
 ) -> None:
     source = run_dir(tmp_path, SigningKey.generate(), complete=False)
     ledger_dir = source / "ledger" / "main"
-    signed = len(record_lines(ledger_dir))
+    lines = len(record_lines(ledger_dir))  # 6 events, then the checkpoint that signs them
     unsigned = chained_record(ledger_dir, "mallory", "written after the last checkpoint")
     write_record_lines(ledger_dir, [*record_lines(ledger_dir), unsigned])
     receipt = gcs_ledger.export_run(source, f"gs://{BUCKET}/{RUN_ID}")
-    assert not receipt.complete and receipt.signed_records == signed
+    assert not receipt.complete and receipt.signed_records == 6
     stored = objects()
     assert f"{RUN_ID}/ledger/main/{COMPLETION}" not in stored
     marker = stored[f"{RUN_ID}/{gcs_ledger.INCOMPLETE_MARKER}"]
     assert all(b.time_created <= marker.time_created for b in stored.values())
     assert json.loads(marker.download_as_bytes())["complete"] is False
     records = stored[f"{RUN_ID}/ledger/main/records.ndjson"].download_as_bytes()
-    assert unsigned not in records and len(records.splitlines()) == signed
+    assert unsigned not in records and len(records.splitlines()) == lines
 
     url = f"gs://{BUCKET}/{RUN_ID}"
     assert society("ledger", "verify", url) == 1
     assert last_line(capsys.readouterr().out)["reason"] == "incomplete"
     assert society("ledger", "verify", "--allow-incomplete", url) == 0
     line = last_line(capsys.readouterr().out)
-    assert line["complete"] is False and line["unsignedRecords"] == 0
+    assert line["complete"] is False and line["signedBy"] == "checkpoint"
+    assert (line["signedRecords"], line["unsignedRecords"]) == (6, 1)  # the checkpoint's own line
 
 
 def test_an_export_never_overwrites_another_runs_objects(
