@@ -3,6 +3,7 @@ broken object, digest or pin, and names the install command when a tool is missi
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,6 +75,24 @@ def test_the_gke_render_carries_terraforms_tolerations_bucket_identity_and_tempo
     assert env["SOCIETY_AGENT_NODE_SELECTOR"]["value"] == "society.run/pool=agents"
     assert env["TEMPORAL_ADDRESS"]["valueFrom"]["secretKeyRef"] == {
         "name": "temporal", "key": "address"}  # fmt: skip
+
+
+def test_agents_pods_carry_the_gke_pools_selector_and_tolerations_through_the_worker_settings(
+    tmp_path: Path,
+) -> None:
+    _, rendered = check.check_helm("gke", tmp_path)
+    settings = check.worker_settings(rendered)
+    sandboxes = [o for o in sample_run_objects(settings=settings) if o["kind"] == "Sandbox"]
+    expected = check.gke_sample_values()["agents"]
+    for sandbox in sandboxes:
+        pod = sandbox["spec"]["podTemplate"]["spec"]
+        assert pod["tolerations"] == expected["tolerations"]
+        assert pod["nodeSelector"] == expected["nodeSelector"]
+    job = next(o for o in sample_run_objects(settings=settings) if o["kind"] == "Job")
+    env = {
+        e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert json.loads(env["SOCIETY_AGENT_TOLERATIONS"]) == expected["tolerations"]
 
 
 def test_kind_render_keeps_temporal_in_values_and_exports_nothing(tmp_path: Path) -> None:

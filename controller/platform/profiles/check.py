@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
+from controller.platform.kubernetes.settings import KubernetesSettings
 from controller.platform.profiles import kube_schemas, pins, terraform_checks
 from controller.platform.profiles.sample_objects import sample_run_objects
 from controller.platform.profiles.tools import REPO, read_versions, shellcheck, tool
@@ -140,8 +141,17 @@ def _gke_wiring(rendered: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
+def worker_settings(rendered: list[dict[str, Any]]) -> KubernetesSettings:
+    """The settings the rendered worker Deployment's environment gives the platform code."""
+    worker = next((o for o in rendered if o.get("kind") == "Deployment"), None)
+    if worker is None:
+        return KubernetesSettings()
+    env = worker["spec"]["template"]["spec"]["containers"][0].get("env", [])
+    return KubernetesSettings.from_environment({e["name"]: e["value"] for e in env if "value" in e})
+
+
 def check_schemas(profile: str, rendered: list[dict[str, Any]], scratch: Path) -> CheckOutcome:
-    objects = rendered + sample_run_objects()
+    objects = rendered + sample_run_objects(settings=worker_settings(rendered))
     manifest = scratch / f"{profile}-objects.yaml"
     manifest.write_text(yaml.safe_dump_all(objects, sort_keys=False))
     location = str(kube_schemas.SCHEMA_DIR / kube_schemas.LOCATION_TEMPLATE)

@@ -7,8 +7,9 @@ import datetime
 
 from controller.agents.runtime import Resources
 from controller.agents.scripted import scripted
-from controller.platform.kubernetes import access, objects, rbac
+from controller.platform.kubernetes import access, controller_job, objects, rbac
 from controller.platform.kubernetes.kube import Obj
+from controller.platform.kubernetes.settings import KubernetesSettings
 
 SAMPLE_RUN = "sr-20260101-000000-profilecheck"
 SAMPLE_IMAGE = "registry.example/society/scripted@sha256:" + "ab" * 32
@@ -16,10 +17,13 @@ SAMPLE_UID = "00000000-0000-4000-8000-000000000000"
 
 
 def sample_run_objects(
-    run_id: str = SAMPLE_RUN, *, credentials_namespace: str = "society-credentials"
+    run_id: str = SAMPLE_RUN, *, settings: KubernetesSettings | None = None
 ) -> list[Obj]:
     """The namespace, identities, queue, Workload, Secrets, Sandboxes, Service, policies and
-    controller Job of a run with two agent shapes, one with files."""
+    controller Job of a run with two agent shapes, one with files, under ``settings`` (the
+    worker's, e.g. read from a rendered chart's environment)."""
+    settings = settings or KubernetesSettings()
+    credentials_namespace = settings.credentials_namespace
     roster = {
         "alice": scripted(image=SAMPLE_IMAGE, files={"notes.txt": "hello"}),
         "bob": scripted(image=SAMPLE_IMAGE, resources=Resources(cpu=0.5, memory_mib=256)),
@@ -38,7 +42,7 @@ def sample_run_objects(
         access.ledger_claim(run_id, "ledger", storage_class=None, size="1Gi"),
     ]
     made: list[Obj] = [  # by the session and the controller Job, owned by the run's owner
-        objects.local_queue(run_id, "society-agents"),
+        objects.local_queue(run_id, settings.cluster_queue),
         objects.workload(run_id, objects.pod_sets(roster)),
         objects.router_ca(run_id, b"-----BEGIN CERTIFICATE-----\n"),
         objects.router_service(run_id, router_port, [7310]),
@@ -52,9 +56,10 @@ def sample_run_objects(
             module_name="negotiation.py",
             seed=7,
             profile="gke",
-            cluster_queue="society-agents",
+            cluster_queue=settings.cluster_queue,
             active_deadline_s=86400,
             ledger_claim="ledger",
+            environment=controller_job._forwarded(settings),
             node_selector={"society.run/pool": "system"},
         ),
     ]
@@ -70,6 +75,7 @@ def sample_run_objects(
                 router_url=f"https://{objects.router_host(run_id)}:{router_port}",
                 seed=7,
                 shutdown_at=shutdown,
+                placement=settings.agent_placement,
             )
         )
     return prepared + [objects.owned(obj, owner) for obj in made]
