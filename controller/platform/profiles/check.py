@@ -136,6 +136,8 @@ def _gke_wiring(rendered: list[dict[str, Any]]) -> list[str]:
     annotations = account["metadata"].get("annotations", {})
     if "iam.gke.io/gcp-service-account" not in annotations:
         problems.append("the worker's ServiceAccount is not bound to a Google service account")
+    if "SOCIETY_SIGNING_KEY" not in env:
+        problems.append("the worker does not sign with the operator key from a Secret")
     if "valueFrom" not in env.get("TEMPORAL_ADDRESS", {}):
         problems.append("Temporal's address does not come from a Secret on GKE")
     return problems
