@@ -206,7 +206,7 @@ def export_command(args: argparse.Namespace) -> int:
 
     try:
         receipt = export_run(args.directory, args.bucket.rstrip("/") + "/" + args.directory.name)
-    except LedgerExportError as exc:
+    except (LedgerExportError, LedgerError) as exc:
         print(f"society ledger export: {exc}", file=sys.stderr)
         return 1
     _print_json(

@@ -68,7 +68,14 @@ def storage_client(project: str | None = None) -> Any:
     GKE), or anonymous against ``STORAGE_EMULATOR_HOST`` when that is set."""
     import os
 
-    from google.cloud import storage  # type: ignore[import-untyped]
+    try:
+        from google.cloud import storage  # type: ignore[import-untyped]
+    except ImportError:
+        raise LedgerError(
+            "reading or writing gs:// needs the google-cloud-storage client: "
+            "pip install 'society-runner[gke]'",
+            reason="gcs-client-missing",
+        ) from None
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         from google.auth.credentials import AnonymousCredentials

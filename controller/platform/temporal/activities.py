@@ -144,12 +144,13 @@ class LifecycleActivities:
         """GKE: the run directory to the ledger bucket (``SOCIETY_LEDGER_EXPORT``), before the
         namespace goes. A failure fails cleanup, which Temporal retries; the export resumes."""
         from controller.platform.gcs_ledger import LedgerExportError, export_if_configured
+        from ledger import LedgerError
 
         try:
             receipt = await anyio.to_thread.run_sync(
                 lambda: export_if_configured(Path(reservation.artifact_dir), reservation.run_id)
             )
-        except LedgerExportError as error:
+        except (LedgerExportError, LedgerError) as error:
             retry = error.reason == "export-failed"
             raise ApplicationError(str(error), type=error.reason, non_retryable=not retry) from None
         if receipt is not None:
