@@ -212,3 +212,16 @@ def test_a_url_that_is_not_gs_is_a_typed_error() -> None:
     with pytest.raises(gcs_ledger.LedgerExportError) as bad:
         gcs_ledger.split_url("s3://bucket/x")
     assert bad.value.reason == "export-url-invalid"
+
+
+def test_the_workers_export_step_follows_society_ledger_export_and_skips_runs_without_a_ledger(
+    gcs: FakeGcsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = run_dir(tmp_path, SigningKey.generate())
+    monkeypatch.delenv(gcs_ledger.EXPORT_ENV, raising=False)
+    assert gcs_ledger.export_if_configured(source, RUN_ID) is None
+    monkeypatch.setenv(gcs_ledger.EXPORT_ENV, f"gs://{BUCKET}")
+    receipt = gcs_ledger.export_if_configured(source, RUN_ID)
+    assert receipt is not None and receipt.url == f"gs://{BUCKET}/{RUN_ID}/"
+    assert f"{RUN_ID}/ledger/main/{COMPLETION}" in objects()
+    assert gcs_ledger.export_if_configured(tmp_path / "never-started", RUN_ID) is None
