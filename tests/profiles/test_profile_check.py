@@ -150,3 +150,19 @@ def test_every_checked_in_dockerfile_and_the_kind_config_pin_a_digest() -> None:
 def test_the_shell_scripts_found_include_the_ci_entry_point() -> None:
     found = {str(p.relative_to(REPO)) for p in check.shell_scripts()}
     assert {".ci/run", "scripts/test.sh", "scripts/build-tools.sh"} <= found
+
+
+def test_the_gke_render_mirrors_exactly_the_keys_terraforms_helm_values_output_sets(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    from controller.platform.profiles import terraform_checks
+
+    assert check.helm_values_mirror_problems() == []
+    copy = tmp_path / "terraform"
+    shutil.copytree(terraform_checks.TERRAFORM_DIR, copy)
+    outputs = (copy / "outputs.tf").read_text()
+    (copy / "outputs.tf").write_text(outputs.replace("ledgerExport = {", "ledgerBucket = {"))
+    problems = check.helm_values_mirror_problems(terraform_checks.Terraform.load(copy))
+    assert problems and "ledgerBucket" in problems[0] and "ledgerExport" in problems[0]

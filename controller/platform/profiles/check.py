@@ -50,10 +50,10 @@ def _run(argv: Sequence[str | Path], cwd: Path = REPO) -> tuple[int, str]:
     return done.returncode, (done.stdout + done.stderr).strip()
 
 
-def gke_sample_values() -> dict[str, Any]:
+def gke_sample_values(tf: terraform_checks.Terraform | None = None) -> dict[str, Any]:
     """What ``terraform output helm_values`` yields, from the module's own locals; the registry,
     bucket and service account are placeholders (they exist only after ``apply``)."""
-    tf = terraform_checks.Terraform.load()
+    tf = tf or terraform_checks.Terraform.load()
     label = tf.resolve(tf.locals["agents_pool_label"])
     system = tf.resolve(tf.locals["system_pool_label"])
     return {
@@ -71,6 +71,36 @@ def gke_sample_values() -> dict[str, Any]:
         "agentQueue": {"cpu": "45", "memory": "156Gi"},
         "ledgerExport": {"bucket": "society-ledgers"},
     }
+
+
+def helm_values_mirror_problems(tf: terraform_checks.Terraform | None = None) -> list[str]:
+    """``gke_sample_values`` must set exactly the keys Terraform's ``helm_values`` output sets,
+    or the GKE render would check values Terraform never hands over."""
+    import re
+
+    tf = tf or terraform_checks.Terraform.load()
+    expression = str(tf.outputs.get("helm_values", {}).get("value", ""))
+    quoted = re.sub(r'"[^"]*"\s*=', "", expression)  # annotation keys are data, not structure
+    in_terraform = set(re.findall(r"\b([A-Za-z][A-Za-z0-9]*)\s*=(?!=)", quoted))
+
+    def keys(node: Any) -> set[str]:
+        if not isinstance(node, dict):
+            return set()
+        found = set()
+        for key, value in node.items():
+            if "." not in key and "/" not in key:
+                found.add(key)
+                found |= keys(value)
+        return found
+
+    in_sample = keys(gke_sample_values(tf))
+    if in_terraform == in_sample:
+        return []
+    return [
+        f"terraform output helm_values sets {sorted(in_terraform - in_sample)} and the check's "
+        f"mirror of it sets {sorted(in_sample - in_terraform)} beyond the other; update "
+        "gke_sample_values in controller/platform/profiles/check.py with the output"
+    ]
 
 
 def values_files(profile: str, scratch: Path) -> list[Path]:
@@ -172,7 +202,9 @@ def check_terraform() -> list[CheckOutcome]:
     code, output = _run([tool("tflint"), "--format", "compact"], cwd=directory)
     outcomes.append(CheckOutcome("tflint (built-in rules)", [] if code == 0 else [output]))
     try:
-        problems = terraform_checks.structure_problems(terraform_checks.Terraform.load())
+        terraform = terraform_checks.Terraform.load()
+        problems = terraform_checks.structure_problems(terraform)
+        problems += helm_values_mirror_problems(terraform)
     except terraform_checks.TerraformUnreadable as exc:
         problems = [str(exc)]
     outcomes.append(CheckOutcome("terraform structure (HCL assertions)", problems))
