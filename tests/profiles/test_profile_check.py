@@ -166,3 +166,22 @@ def test_the_gke_render_mirrors_exactly_the_keys_terraforms_helm_values_output_s
     (copy / "outputs.tf").write_text(outputs.replace("ledgerExport = {", "ledgerBucket = {"))
     problems = check.helm_values_mirror_problems(terraform_checks.Terraform.load(copy))
     assert problems and "ledgerBucket" in problems[0] and "ledgerExport" in problems[0]
+
+
+def test_tofu_fmt_and_tflint_fail_on_a_misformatted_file_and_an_unused_variable(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    from controller.platform.profiles import terraform_checks
+
+    require("tofu", "tflint")
+    copy = tmp_path / "terraform"
+    shutil.copytree(terraform_checks.TERRAFORM_DIR, copy)
+    assert all(outcome.passed for outcome in check.check_terraform(copy))
+    (copy / "extra.tf").write_text('variable "never_used" {\n  type=string\n}\n')
+    outcomes = {outcome.name: outcome for outcome in check.check_terraform(copy)}
+    assert not outcomes["tofu fmt -check"].passed
+    assert "extra.tf" in outcomes["tofu fmt -check"].problems[0]
+    assert not outcomes["tflint (built-in rules)"].passed
+    assert "never_used" in outcomes["tflint (built-in rules)"].problems[0]

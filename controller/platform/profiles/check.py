@@ -194,15 +194,14 @@ def check_schemas(profile: str, rendered: list[dict[str, Any]], scratch: Path) -
     return CheckOutcome(name, [] if code == 0 else [output])
 
 
-def check_terraform() -> list[CheckOutcome]:
-    directory = terraform_checks.TERRAFORM_DIR
+def check_terraform(directory: Path = terraform_checks.TERRAFORM_DIR) -> list[CheckOutcome]:
     code, output = _run([tool("tofu"), "fmt", "-check", "-recursive", "-diff"], cwd=directory)
     outcomes = [CheckOutcome("tofu fmt -check", [] if code == 0 else [output])]
     # No .tflint.hcl: the bundled terraform ruleset's recommended preset, nothing downloaded.
     code, output = _run([tool("tflint"), "--format", "compact"], cwd=directory)
     outcomes.append(CheckOutcome("tflint (built-in rules)", [] if code == 0 else [output]))
     try:
-        terraform = terraform_checks.Terraform.load()
+        terraform = terraform_checks.Terraform.load(directory)
         problems = terraform_checks.structure_problems(terraform)
         problems += helm_values_mirror_problems(terraform)
     except terraform_checks.TerraformUnreadable as exc:
