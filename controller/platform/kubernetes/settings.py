@@ -133,7 +133,10 @@ def _tolerations(text: str) -> list[dict[str, str]] | None:
     """A JSON list of tolerations, ``None`` when empty; ``ValueError`` names the variable."""
     if not text.strip():
         return None
-    value = json.loads(text)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
     if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
         raise ValueError(
             f"SOCIETY_AGENT_TOLERATIONS must be a JSON list of toleration objects, not {text!r}"
