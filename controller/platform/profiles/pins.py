@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
-from controller.platform.profiles.tools import REPO, read_versions
+from controller.platform.profiles.tools import REPO, hcl_parser, read_versions
 
 DIGEST_REFERENCE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[\w][\w.-]{0,127})?@sha256:[0-9a-f]{64}$")
 CHART = REPO / "helm" / "society-runner"
@@ -119,7 +119,7 @@ def version_problems(tool_versions: dict[str, str]) -> list[str]:
 
 
 def _terraform_defaults() -> dict[str, Any]:
-    import hcl2
+    hcl2 = hcl_parser()
 
     defaults: dict[str, Any] = {}
     with (REPO / "terraform" / "variables.tf").open() as handle:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.platform.profiles.tools import REPO
+from controller.platform.profiles.tools import REPO, hcl_parser
 
 TERRAFORM_DIR = REPO / "terraform"
 EXACT_VERSION = re.compile(r"^=?\s*\d+\.\d+\.\d+$")
@@ -42,7 +42,7 @@ class Terraform:
 
     @classmethod
     def load(cls, directory: Path = TERRAFORM_DIR) -> Terraform:
-        import hcl2
+        hcl2 = hcl_parser()
 
         local_values: dict[str, Any] = {}
         resources: dict[tuple[str, str], dict[str, Any]] = {}

@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[3]
 VERSIONS_FILE = REPO / "scripts" / "tool-versions.env"
@@ -60,3 +61,14 @@ def shellcheck() -> Path:
     if found is None:
         raise ToolMissing("shellcheck", Path("/usr/bin/shellcheck"), SHELLCHECK_INSTALL)
     return Path(found)
+
+
+def hcl_parser() -> Any:
+    """The ``hcl2`` module (python-hcl2); ``ToolMissing`` naming the extra that installs it."""
+    try:
+        import hcl2
+    except ImportError:
+        raise ToolMissing(
+            "python-hcl2", Path("site-packages"), "pip install 'society-runner[profiles]'"
+        ) from None
+    return hcl2
