@@ -11,7 +11,8 @@ from controller.platform.kubernetes import access, controller_job, objects, rbac
 from controller.platform.kubernetes.kube import Obj
 from controller.platform.kubernetes.settings import KubernetesSettings
 
-SAMPLE_RUN = "sr-20260101-000000-profilecheck"
+SAMPLE_RUN = "sr-" + "5a" * 16
+"""A run id as the platform draws them (sr- and 32 hex digits), which also names the namespace."""
 SAMPLE_IMAGE = "registry.example/society/scripted@sha256:" + "ab" * 32
 SAMPLE_UID = "00000000-0000-4000-8000-000000000000"
 
