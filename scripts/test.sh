@@ -11,6 +11,8 @@ scripts/install-browser.sh
 if [ -x scripts/build-control-plane.sh ]; then
   scripts/build-control-plane.sh >/dev/null  # progress on stderr; stdout is its directory
 fi
+scripts/install-shellcheck.sh
+scripts/build-tools.sh >/dev/null  # helm, tofu, tflint, kubeconform, fake-gcs-server; one line each on stderr
 echo "test: ruff and mypy" >&2
 .venv/bin/ruff check ledger controller tests benchmarks examples agent_images
 .venv/bin/mypy

@@ -9,7 +9,13 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from controller.cli import ledger_commands, run_commands, suite_commands, view_commands
+    from controller.cli import (
+        ledger_commands,
+        profile_commands,
+        run_commands,
+        suite_commands,
+        view_commands,
+    )
 
     parser = argparse.ArgumentParser(
         prog="society",
@@ -23,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     ledger_commands.add_commands(commands)
     suite_commands.add_commands(commands)
     view_commands.add_commands(commands)
+    profile_commands.add_commands(commands)
     return parser
 
 

@@ -50,7 +50,9 @@ def add_commands(subparsers: Any) -> None:
             'one JSON line; exit 0 when {"valid": true}, 1 otherwise.'
         ),
     )
-    verify.add_argument("directory", type=Path, metavar="DIR")
+    verify.add_argument(
+        "directory", type=_location, metavar="DIR", help="a directory, or gs://BUCKET/RUN_ID"
+    )
     _catalog_option(verify)
     _trusted_key_option(verify)
     verify.add_argument("--definition", metavar="ID", help="the definition id the ledger must hold")
@@ -131,9 +133,26 @@ def add_commands(subparsers: Any) -> None:
         ),
     )
     grade.add_argument("grader", type=Path, metavar="GRADER.py")
-    grade.add_argument("directory", type=Path, metavar="LEDGER_DIR")
+    grade.add_argument(
+        "directory", type=_location, metavar="LEDGER_DIR", help="a directory, or gs://BUCKET/RUN_ID"
+    )
     _trusted_key_option(grade)
     grade.set_defaults(handler=grade_command)
+
+    export = commands.add_parser(
+        "export",
+        help="export a run directory to gs://BUCKET/<run id>/, completion.json last",
+        description=(
+            "Uploads RUN_DIR (the ledger and the harvested artifacts) to gs://BUCKET/<run id>/ "
+            "with the ledger's completion.json last. A ledger without completion.json exports its "
+            "signed prefix (records up to the last checkpoint) and export-incomplete.json last. "
+            "Running it again resumes an export that failed. Credentials: Application Default "
+            "Credentials (Workload Identity on GKE); STORAGE_EMULATOR_HOST for an emulator."
+        ),
+    )
+    export.add_argument("directory", type=Path, metavar="RUN_DIR")
+    export.add_argument("bucket", metavar="gs://BUCKET[/PREFIX]")
+    export.set_defaults(handler=export_command)
 
 
 def _catalog_option(parser: argparse.ArgumentParser) -> None:
@@ -158,6 +177,46 @@ def _color_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
 
+def _location(text: str) -> str | Path:
+    """A gs:// URL stays text (``Path`` would fold its ``//``); anything else is a path."""
+    from controller.platform.gcs_ledger import is_gcs
+
+    return text if is_gcs(text) else Path(text)
+
+
+def _local(handler: Any) -> Any:
+    """Run ``handler(args)`` with ``args.directory`` downloaded first when it is a gs:// URL."""
+
+    def run(args: argparse.Namespace) -> int:
+        if not isinstance(args.directory, str):
+            return int(handler(args))
+        from controller.platform.gcs_ledger import downloaded
+
+        try:
+            with downloaded(args.directory) as local:
+                return int(handler(argparse.Namespace(**{**vars(args), "directory": local})))
+        except LedgerError as exc:
+            return _print_invalid(exc)
+
+    return run
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from controller.platform.gcs_ledger import LedgerExportError, export_run
+
+    try:
+        receipt = export_run(args.directory, args.bucket.rstrip("/") + "/" + args.directory.name)
+    except (LedgerExportError, LedgerError) as exc:
+        print(f"society ledger export: {exc}", file=sys.stderr)
+        return 1
+    _print_json(
+        {"exported": receipt.url, "objects": receipt.objects, "alreadyThere": receipt.skipped,
+         "complete": receipt.complete, "signedRecords": receipt.signed_records}
+    )  # fmt: skip
+    return 0
+
+
+@_local
 def verify_command(args: argparse.Namespace) -> int:
     try:
         ledger_dir, run_dir = locate_ledger(args.directory)
@@ -328,6 +387,7 @@ def follow_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@_local
 def grade_command(args: argparse.Namespace) -> int:
     try:
         grader = load_module(args.grader)

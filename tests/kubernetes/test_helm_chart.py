@@ -1,11 +1,12 @@
-"""The Helm chart and the kind config, without helm: the chart's templates use only plain value
-substitutions, so substituting ``values.yaml`` renders them; the result must parse, pin every
-image by digest, and grant exactly the rules the code grants (so chart and code cannot drift).
+"""The Helm chart and the kind config: rendered by the pinned helm, the chart must pin every image
+by digest and grant exactly the rules the code grants (so chart and code cannot drift).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,35 +16,23 @@ from controlplane import read_versions
 from controller.platform.kubernetes.access import worker_deployment
 from controller.platform.kubernetes.rbac import credentials_reader_role
 from controller.platform.kubernetes.worker_rights import worker_objects
+from controller.platform.profiles.tools import tool
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "society-runner"
 DIGEST_PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
-PLACEHOLDER = re.compile(r"{{-?\s*([^}]*?)\s*-?}}")
 
 
 def render(namespace: str = "society-system", **values_set: Any) -> list[dict[str, Any]]:
-    """The chart's objects with the default values, changed by ``values_set`` (like
-    ``helm --set``; the subset of Helm the chart uses)."""
-    values = yaml.safe_load((CHART / "values.yaml").read_text()) | values_set
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    scope = {".Values": values, ".Release": {"Namespace": namespace}, ".Chart": {
-        "AppVersion": chart["appVersion"], "Version": chart["version"]}}  # fmt: skip
-
-    def lookup(match: re.Match[str]) -> str:
-        expression = match.group(1)
-        root, _, path = expression.partition(".")[2].partition(".")
-        assert expression.startswith((".Values.", ".Release.", ".Chart.")), expression
-        value: Any = scope["." + root]
-        for part in path.split("."):
-            value = value[part]
-        return str(value)
-
-    objects = []
-    for template in sorted((CHART / "templates").glob("*.yaml")):
-        text = PLACEHOLDER.sub(lookup, template.read_text())
-        objects += [obj for obj in yaml.safe_load_all(text) if obj]
-    return objects
+    """The chart's objects rendered by the pinned ``helm template`` with the default values,
+    changed by ``values_set`` (a values file layered last, like ``helm -f``)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        values = Path(scratch) / "values.yaml"
+        values.write_text(yaml.safe_dump(values_set))
+        argv = [str(tool("helm")), "template", "society-runner", str(CHART)]
+        argv += ["--namespace", namespace, "-f", str(values)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120)
+    return [obj for obj in yaml.safe_load_all(done.stdout) if obj]
 
 
 def images(obj: Any) -> list[str]:

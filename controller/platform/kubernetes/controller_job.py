@@ -13,6 +13,7 @@ its pod gets SIGTERM and the controller finalizes the ledger before it exits.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -36,6 +37,8 @@ FORWARDED_SETTINGS = (
     "SOCIETY_STARTUP_TIMEOUT_S",
     "SOCIETY_RUN_DEADLINE_S",
     "SOCIETY_CREDENTIALS_NAMESPACE",
+    "SOCIETY_AGENT_NODE_SELECTOR",
+    "SOCIETY_AGENT_TOLERATIONS",
 )
 
 
@@ -112,6 +115,10 @@ def _forwarded(settings: KubernetesSettings) -> dict[str, str]:
         "SOCIETY_STARTUP_TIMEOUT_S": f"{settings.startup_timeout_s:g}",
         "SOCIETY_RUN_DEADLINE_S": f"{settings.run_deadline_s:g}",
         "SOCIETY_CREDENTIALS_NAMESPACE": settings.credentials_namespace,
+        "SOCIETY_AGENT_NODE_SELECTOR": ",".join(
+            f"{k}={v}" for k, v in (settings.agent_node_selector or {}).items()
+        ),
+        "SOCIETY_AGENT_TOLERATIONS": json.dumps(settings.agent_tolerations or []),
     }
     return {name: values[name] for name in FORWARDED_SETTINGS}
 

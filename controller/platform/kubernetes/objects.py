@@ -229,8 +229,10 @@ def sandbox(
     seed: int,
     shutdown_at: datetime.datetime,
     non_root: bool = True,
+    placement: Mapping[str, Any] | None = None,
 ) -> Obj:
-    """One Agent Sandbox for ``agent``: its pinned image, command, boot variables, Secrets."""
+    """One Agent Sandbox for ``agent``: its pinned image, command, boot variables, Secrets;
+    ``placement`` (nodeSelector, tolerations) puts its pod on the agents' nodes."""
     from agent_images import boot
 
     env = [
@@ -318,6 +320,7 @@ def sandbox(
                 },
             ],
             "volumes": volumes,
+            **(placement or {}),
         },
     }
     return _object(

@@ -213,6 +213,7 @@ class KubernetesSession(PlatformSession):
                 router_url=self.agent_router_url,
                 seed=self.placement.seed,
                 shutdown_at=self._shutdown_at,
+                placement=settings.agent_placement,
             )
         )
         try:

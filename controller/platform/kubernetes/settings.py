@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_CLUSTER_QUEUE = "society-agents"
 DEFAULT_CREDENTIALS_NAMESPACE = "society-credentials"
@@ -32,6 +34,8 @@ class KubernetesSettings:
     | ``SOCIETY_LEDGER_PVC`` | ``ledger_claim`` | none: an ``emptyDir`` |
     | ``SOCIETY_LEDGER_STORAGE_CLASS`` | ``ledger_storage_class`` | the cluster's default |
     | ``SOCIETY_LEDGER_SIZE`` | ``ledger_size`` | ``1Gi`` |
+    | ``SOCIETY_AGENT_NODE_SELECTOR`` | ``agent_node_selector`` | none (``k=v,k=v``) |
+    | ``SOCIETY_AGENT_TOLERATIONS`` | ``agent_tolerations`` | none (a JSON list) |
     """
 
     kubeconfig: str | None = None
@@ -69,6 +73,20 @@ class KubernetesSettings:
     root; without it the ledger lives on an ``emptyDir`` and goes with the pod."""
     ledger_storage_class: str | None = None
     ledger_size: str = "1Gi"
+    agent_node_selector: dict[str, str] | None = None
+    """Where agents' pods run (GKE: the agents pool's label)."""
+    agent_tolerations: list[dict[str, str]] | None = None
+    """What agents' pods tolerate (GKE: the agents pool's taint; Terraform hands it over)."""
+
+    @property
+    def agent_placement(self) -> dict[str, Any]:
+        """The pod-spec fields that place agents' pods: nodeSelector and tolerations."""
+        placement: dict[str, Any] = {}
+        if self.agent_node_selector:
+            placement["nodeSelector"] = dict(self.agent_node_selector)
+        if self.agent_tolerations:
+            placement["tolerations"] = [dict(t) for t in self.agent_tolerations]
+        return placement
 
     @property
     def runs_controller_job(self) -> bool:
@@ -106,7 +124,24 @@ class KubernetesSettings:
             ledger_claim=env.get("SOCIETY_LEDGER_PVC") or None,
             ledger_storage_class=env.get("SOCIETY_LEDGER_STORAGE_CLASS") or None,
             ledger_size=env.get("SOCIETY_LEDGER_SIZE") or "1Gi",
+            agent_node_selector=_labels(env.get("SOCIETY_AGENT_NODE_SELECTOR") or ""),
+            agent_tolerations=_tolerations(env.get("SOCIETY_AGENT_TOLERATIONS") or ""),
         )
+
+
+def _tolerations(text: str) -> list[dict[str, str]] | None:
+    """A JSON list of tolerations, ``None`` when empty; ``ValueError`` names the variable."""
+    if not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise ValueError(
+            f"SOCIETY_AGENT_TOLERATIONS must be a JSON list of toleration objects, not {text!r}"
+        )
+    return [{str(k): str(v) for k, v in item.items()} for item in value]
 
 
 def _labels(text: str) -> dict[str, str] | None:

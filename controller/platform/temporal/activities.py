@@ -134,10 +134,28 @@ class LifecycleActivities:
         self._phase("cleanup: reaping the run's processes")
         root = Path(reservation.artifact_dir).parent
         await reap(reservation.run_id, root)
+        await self._export(reservation)
         if run_record(root, reservation.run_id).get("profile") in CLUSTER_PROFILES:
             self._phase(f"cleanup: deleting namespace {reservation.namespace}")
             await delete_namespace(reservation.namespace)
         self._phase("cleanup: done")
+
+    async def _export(self, reservation: Reservation) -> None:
+        """GKE: the run directory to the ledger bucket (``SOCIETY_LEDGER_EXPORT``), before the
+        namespace goes. A failure fails cleanup, which Temporal retries; the export resumes."""
+        from controller.platform.gcs_ledger import LedgerExportError, export_if_configured
+        from ledger import LedgerError
+
+        try:
+            receipt = await anyio.to_thread.run_sync(
+                lambda: export_if_configured(Path(reservation.artifact_dir), reservation.run_id)
+            )
+        except (LedgerExportError, LedgerError) as error:
+            retry = error.reason == "export-failed"
+            raise ApplicationError(str(error), type=error.reason, non_retryable=not retry) from None
+        if receipt is not None:
+            state = "complete" if receipt.complete else "incomplete (signed prefix)"
+            self._phase(f"cleanup: exported the run to {receipt.url}: {state}")
 
     def _phase(self, text: str) -> None:
         if self._progress is not None:

@@ -24,7 +24,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import metadata
@@ -40,6 +40,10 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 ADDRESS_ENV = "TEMPORAL_ADDRESS"
 NAMESPACE_ENV = "TEMPORAL_NAMESPACE"
 UI_ENV = "TEMPORAL_UI_URL"
+API_KEY_ENV = "TEMPORAL_API_KEY"
+TLS_DIR_ENV = "TEMPORAL_TLS_DIR"
+"""A directory holding ``tls.crt`` and ``tls.key``: the client certificate for mTLS (the GKE
+chart mounts them from the Temporal Secret there)."""
 
 STATE_DIRECTORY_MODE = 0o700
 STATE_FILE_MODE = 0o600
@@ -100,6 +104,31 @@ def quiet_runtime() -> Runtime:
     return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
 
 
+def connection_credentials(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The user's Temporal credentials from the environment: an API key (``TEMPORAL_API_KEY``,
+    over TLS) and/or a client certificate for mTLS (``TEMPORAL_TLS_DIR``); none for a dev server."""
+    from temporalio.service import TLSConfig
+
+    env = os.environ if environ is None else environ
+    options: dict[str, Any] = {}
+    if env.get(API_KEY_ENV):
+        options["api_key"] = env[API_KEY_ENV]
+        options["tls"] = True
+    if env.get(TLS_DIR_ENV):
+        cert, key = Path(env[TLS_DIR_ENV]) / "tls.crt", Path(env[TLS_DIR_ENV]) / "tls.key"
+        if cert.is_file() and key.is_file():
+            options["tls"] = TLSConfig(
+                client_cert=cert.read_bytes(), client_private_key=key.read_bytes()
+            )
+        elif cert.is_file() or key.is_file():
+            raise TemporalUnavailable(
+                "temporal-tls-incomplete",
+                f"{TLS_DIR_ENV}={env[TLS_DIR_ENV]} holds only one of tls.crt and tls.key",
+                "put both the client certificate and its key in the Temporal Secret",
+            )
+    return options
+
+
 async def connect(endpoint: TemporalEndpoint) -> Client:
     """A client with the pydantic converter, or ``TemporalUnavailable`` naming the next step."""
     try:
@@ -109,6 +138,7 @@ async def connect(endpoint: TemporalEndpoint) -> Client:
             data_converter=pydantic_data_converter,
             connect_timeout=CONNECT_TIMEOUT,
             runtime=quiet_runtime(),
+            **connection_credentials(),
         )
     except RuntimeError as error:  # the SDK reports transport failures as RuntimeError
         if endpoint.dev_server_pid is None:
