@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ from controller.network.protocol import (
     ErrorFrame,
     Heartbeat,
     OpenConversation,
+    SendAck,
     SendMessage,
     encode,
     encode_ack,
@@ -73,7 +75,8 @@ class EdgeGuard:
 MAX_IN_FLIGHT = 256
 """Requests one connection may have in progress; past it the router stops reading its frames."""
 REQUEST_WORKERS = 32
-"""Requests of one connection waiting for their commit at once (the rest queue in order)."""
+"""Conversation requests of one connection waiting for their commit at once (the rest queue in
+order); sends need no task: the ledger calls back once each is durable."""
 _HEARTBEAT = encode(Heartbeat())
 
 
@@ -173,6 +176,8 @@ class _Connection:
         self._in_flight = 0
         self._slot_freed = anyio.Event()
         self._frames_heard = 0
+        self._replies: deque[str] = deque()
+        """Acks and refusals of sends, written by the same task as deliveries."""
 
     def close_for(self, reason: str) -> None:
         self.router.tasks.start_soon(self._close, reason)
@@ -198,7 +203,7 @@ class _Connection:
                 )
             )
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._until_closed, tasks, self._write_deliveries)
+                tasks.start_soon(self._until_closed, tasks, self._write)
                 tasks.start_soon(self._until_closed, tasks, self._heartbeat)
                 await self._until_closed(tasks, self._read, WorkPool(tasks, REQUEST_WORKERS))
         except ConnectionClosed:
@@ -231,8 +236,7 @@ class _Connection:
             if isinstance(frame, SendMessage):
                 if self._in_flight >= MAX_IN_FLIGHT:
                     await self._admit()
-                self._in_flight += 1
-                requests.submit(self._send, frame)
+                self._send(frame)
             elif isinstance(frame, DeliveryAck):
                 outcome = self.inbox.acknowledge(frame.message_id)
                 if outcome == "acknowledged":
@@ -265,21 +269,32 @@ class _Connection:
         self._in_flight -= 1
         self._slot_freed.set()
 
-    async def _send(self, frame: SendMessage) -> None:
+    def _send(self, frame: SendMessage) -> None:
+        """Hand a send to the router; its ack or refusal is queued once the router settles it."""
+        request_id, client_message_id = frame.request_id, frame.client_message_id
+
+        def settled(outcome: SendAck | NetworkError) -> None:
+            if isinstance(outcome, NetworkError):
+                self._queue_reply(encode(_error(outcome, request_id)))
+            else:
+                self._queue_reply(encode_ack(request_id, client_message_id, outcome))
+            self._release()
+
+        self._in_flight += 1
         try:
-            ack = await self.router.submit(
+            self.router.submit_soon(
                 self.participant,
                 frame.conversation_id,
                 frame.parts,
-                client_message_id=frame.client_message_id,
+                client_message_id=client_message_id,
+                then=settled,
             )
-            reply = encode_ack(frame.request_id, frame.client_message_id, ack)
         except NetworkError as exc:
-            reply = encode(_error(exc, frame.request_id))
-        try:
-            await self._reply(reply)
-        finally:
-            self._release()
+            settled(exc)
+
+    def _queue_reply(self, reply: str) -> None:
+        self._replies.append(reply)
+        self.inbox.changed.notify()  # the writer waits on its inbox for replies too
 
     async def _open(self, frame: OpenConversation) -> None:
         try:
@@ -298,15 +313,20 @@ class _Connection:
         finally:
             self._release()
 
-    async def _write_deliveries(self) -> None:
+    async def _write(self) -> None:
+        """Write replies to sends and this participant's deliveries, as they come."""
+        replies, inbox, websocket = self._replies, self.inbox, self.websocket
         while True:
-            message = self.inbox.take(self)
-            if message is None:
-                if self.inbox.owner is not self:
-                    return
-                await self.inbox.changed.wait()
+            if replies:
+                await websocket.send(replies.popleft())
                 continue
-            await self.websocket.send(message.wire())
+            message = inbox.take(self)
+            if message is None:
+                if inbox.owner is not self:
+                    return
+                await inbox.changed.wait()
+                continue
+            await websocket.send(message.wire())
 
     async def _heartbeat(self) -> None:
         """Send a heartbeat every interval; close when the client sent nothing for the timeout."""

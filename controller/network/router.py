@@ -13,7 +13,7 @@ import contextlib
 import gc
 import logging
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +61,8 @@ from controller.network.protocol import (
 )
 from controller.network.tls import RouterTLS
 from ledger.errors import LedgerEncodingError, LedgerError
-from ledger.writer import LedgerWriter
+from ledger.records import Record
+from ledger.writer import AppendOutcome, LedgerWriter
 
 __all__ = ["STOP_TIMEOUT_SECONDS", "Consumer", "ParticipantKind", "Router", "RouterCredential"]
 
@@ -352,7 +353,44 @@ class Router:
         *,
         client_message_id: str | None = None,
     ) -> SendAck:
-        """Commit one message, then hand it to every other participant's delivery stage."""
+        """Commit one message, then hand it to every other participant's delivery stage.
+
+        Cancelling the caller stops only its wait: a message once accepted commits and is
+        delivered all the same.
+        """
+        done = anyio.Event()
+        outcome: list[SendAck | NetworkError] = []
+
+        def settled(result: SendAck | NetworkError) -> None:
+            outcome.append(result)
+            done.set()
+
+        self.submit_soon(
+            sender, conversation_id, parts, client_message_id=client_message_id, then=settled
+        )
+        await done.wait()
+        if isinstance(outcome[0], NetworkError):
+            raise outcome[0]
+        return outcome[0]
+
+    def submit_soon(
+        self,
+        sender: Participant,
+        conversation_id: str,
+        parts: Sequence[str],
+        *,
+        client_message_id: str | None,
+        then: Callable[[SendAck | NetworkError], None],
+    ) -> None:
+        """Accept one message for the next group commit; ``then`` gets its ack or refusal.
+
+        Nothing here waits, so a connection accepts its sends in the order it reads them
+        without a task per message. A refusal found before the commit (``not-dispatched``, an
+        unknown conversation, a stranger, a reused id) raises ``NetworkError`` here. Once the
+        message is durable it is handed to the delivery stage (in router-sequence order) and
+        ``then`` gets the ``SendAck``; a record the ledger could not take gets the typed
+        ``NetworkError`` instead. A retry of a send still in flight gets the first one's outcome.
+        """
         if not self._dispatched:
             raise NetworkError(
                 "the run has not dispatched its program yet", reason="not-dispatched"
@@ -372,7 +410,8 @@ class Router:
             self._once, "send", sender.id, client_message_id, (conversation_id, parts)
         )
         if not fresh:
-            return await once.outcome()  # type: ignore[no-any-return]
+            once.when_settled(then)
+            return
         self._sequence += 1
         sequence = self._sequence
         message_id = f"m-{sequence}"
@@ -383,26 +422,62 @@ class Router:
             router_sequence=sequence,
             parts=list(parts),
         )
+        once.when_settled(then)
+        committed = _CommittedSend(
+            self, once, event, sender, conversation.ref.participants, parts, client_message_id
+        )
         self.fabric.flush_delivered()  # waiting delivery records share this commit
         try:
-            await self._append(event)
-        except NetworkError as exc:
+            self.ledger.append_soon(event, producer="router", then=committed)
+        except LedgerError as exc:  # closed or failed: refused before it was queued
+            committed(exc)
+
+    def _send_committed(self, send: _CommittedSend, outcome: AppendOutcome) -> None:
+        """The ledger took (or refused) one message: deliver and acknowledge it, or refuse it."""
+        event = send.event
+        sequence = event.router_sequence
+        if not isinstance(outcome, Record):
             self._release(sequence, None)
-            once.settle(error=exc)
-            raise
+            if isinstance(outcome, LedgerEncodingError):
+                self._refuse_unencodable(event, outcome, send.once)
+            else:
+                send.once.settle(error=_unavailable(event, outcome))
+            return
         delivery = Delivery(
-            message_id, conversation_id, sender, conversation.ref.participants, parts, sequence
+            event.message_id,
+            event.conversation_id,
+            send.sender,
+            send.participants,
+            send.parts,
+            sequence,
         )
         self._release(sequence, Message(delivery))
-        ack = SendAck(message_id, sequence)
-        once.settle(ack)
-        if client_message_id is not None:
-            self._once[("send", sender.id, client_message_id)] = (
-                once.fingerprint,
-                message_id,
+        if send.client_message_id is not None:
+            self._once[("send", send.sender.id, send.client_message_id)] = (
+                send.once.fingerprint,
+                event.message_id,
                 sequence,
             )
-        return ack
+        send.once.settle(SendAck(event.message_id, sequence))
+
+    def _refuse_unencodable(
+        self, event: RouterMessageCommitted, error: LedgerEncodingError, once: Once
+    ) -> None:
+        """Record ``RouterMessageRefused``, then refuse the send once that record is durable."""
+        _log.warning("the ledger could not encode %s: %s", type(event).__name__, error)
+        refused = NetworkError(
+            f"the ledger could not encode {type(event).__name__}: {error}",
+            reason="unencodable-message",
+        )
+        refused.__cause__ = error
+        try:
+            self.ledger.append_soon(
+                self._refusal(event, error),
+                producer="router",
+                then=lambda _: once.settle(error=refused),
+            )
+        except LedgerError:  # a failed ledger keeps what it has
+            once.settle(error=refused)
 
     async def _append(self, event: RouterMessageCommitted | ConversationOpened) -> None:
         # shielded: once queued the record commits, and the router must finish what follows
@@ -428,7 +503,12 @@ class Router:
         _log.warning("the ledger could not encode %s: %s", type(event).__name__, error)
         if not isinstance(event, RouterMessageCommitted):
             return
-        refusal = RouterMessageRefused(
+        with contextlib.suppress(LedgerError):  # a failed ledger keeps what it has
+            await self.ledger.append(self._refusal(event, error), producer="router")
+
+    @staticmethod
+    def _refusal(event: RouterMessageCommitted, error: Exception) -> RouterMessageRefused:
+        return RouterMessageRefused(
             conversation_id=event.conversation_id,
             message_id=event.message_id,
             sender_id=event.sender_id,
@@ -436,8 +516,6 @@ class Router:
             reason="unencodable-message",
             detail=f"{type(error).__name__}: {error}".encode("ascii", "backslashreplace").decode(),
         )
-        with contextlib.suppress(LedgerError):  # a failed ledger keeps what it has
-            await self.ledger.append(refusal, producer="router")
 
     def _release(self, sequence: int, message: Message | None) -> None:
         """Hand committed messages to the delivery stage in router-sequence order."""
@@ -447,3 +525,27 @@ class Router:
             ready = self._committed.pop(self._released)
             if ready is not None:
                 self.fabric.fan_out(ready, ready.delivery.participants)
+
+
+@dataclass(frozen=True, slots=True)
+class _CommittedSend:
+    """What the router needs once a message's record is durable; the ledger calls it then."""
+
+    router: Router
+    once: Once
+    event: RouterMessageCommitted
+    sender: Participant
+    participants: tuple[Participant, ...]
+    parts: tuple[str, ...]
+    client_message_id: str | None
+
+    def __call__(self, outcome: AppendOutcome) -> None:
+        self.router._send_committed(self, outcome)
+
+
+def _unavailable(event: RouterMessageCommitted, error: BaseException) -> NetworkError:
+    unavailable = NetworkError(
+        f"the ledger refused {type(event).__name__}: {error}", reason="ledger-unavailable"
+    )
+    unavailable.__cause__ = error
+    return unavailable
