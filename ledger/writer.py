@@ -287,7 +287,9 @@ class LedgerWriter:
             batch = self._committing = self._open
             self._open = _Batch()
             try:
-                await anyio.to_thread.run_sync(self._commit, batch)
+                data = self._encode(batch)
+                if data:
+                    await anyio.to_thread.run_sync(self._write_durably, data)
             except Exception as exc:  # the disk failed (or a bug): nothing more is written
                 failure = self._latch(exc)
                 for failed in (batch, self._open):
@@ -298,8 +300,12 @@ class LedgerWriter:
             batch.settle()
             self._notify()
 
-    def _commit(self, batch: _Batch) -> None:
-        """Encode, chain, write and fsync one group of appends (runs in a worker thread)."""
+    def _encode(self, batch: _Batch) -> bytes:
+        """One group of appends as chained lines, a checkpoint among them where one is due.
+
+        Runs on the event loop: the encoding holds the GIL wherever it runs, and here it costs
+        no hand-over between threads; only the write and the fsync go to a worker thread.
+        """
         lines: list[bytes] = []
         results = batch.results
         encoder = self._encoder
@@ -316,8 +322,7 @@ class LedgerWriter:
             results.append(record)
         if encoder.checkpoint_due():
             lines.append(encoder.encode_checkpoint())
-        if lines:
-            self._write_durably(b"".join(lines))
+        return b"".join(lines)
 
     def _write_durably(self, data: bytes) -> None:
         self._files.write(self._fd, data)

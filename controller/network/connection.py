@@ -77,6 +77,8 @@ MAX_IN_FLIGHT = 256
 REQUEST_WORKERS = 32
 """Conversation requests of one connection waiting for their commit at once (the rest queue in
 order); sends need no task: the ledger calls back once each is durable."""
+WRITE_BATCH = 64
+"""Frames one socket write carries at most."""
 _HEARTBEAT = encode(Heartbeat())
 
 
@@ -314,19 +316,25 @@ class _Connection:
             self._release()
 
     async def _write(self) -> None:
-        """Write replies to sends and this participant's deliveries, as they come."""
+        """Write replies to sends and this participant's deliveries, as they come.
+
+        Whatever is waiting when the writer wakes goes out in one socket write: a group commit
+        settles many sends at once, and their acks and deliveries need not cost a write each.
+        """
         replies, inbox, websocket = self._replies, self.inbox, self.websocket
         while True:
-            if replies:
-                await websocket.send(replies.popleft())
-                continue
-            message = inbox.take(self)
-            if message is None:
-                if inbox.owner is not self:
-                    return
+            frames = [replies.popleft() for _ in range(min(len(replies), WRITE_BATCH))]
+            while len(frames) < WRITE_BATCH:
+                message = inbox.take(self)
+                if message is None:
+                    break
+                frames.append(message.wire())
+            if frames:
+                await _send_frames(websocket, frames)
+            elif inbox.owner is not self:
+                return
+            else:
                 await inbox.changed.wait()
-                continue
-            await websocket.send(message.wire())
 
     async def _heartbeat(self) -> None:
         """Send a heartbeat every interval; close when the client sent nothing for the timeout."""
@@ -350,3 +358,20 @@ class _Connection:
 
 def _error(exc: NetworkError, request_id: str) -> ErrorFrame:
     return ErrorFrame(code=exc.reason, message=exc.detail, request_id=request_id)  # type: ignore[arg-type]
+
+
+async def _send_frames(websocket: ServerConnection, frames: list[str]) -> None:
+    """Send text frames in order, several in one socket write (with ``send``'s flow control).
+
+    ``send_context`` is the guard ``send`` itself uses: it checks that the connection is open
+    and, on exit, waits while the transport's buffer is full. Inside it the frames are framed
+    by the protocol and joined, as ``websockets.broadcast`` frames its message.
+    """
+    if len(frames) == 1:
+        await websocket.send(frames[0])
+        return
+    async with websocket.send_context():
+        protocol = websocket.protocol
+        for frame in frames:
+            protocol.send_text(frame.encode())
+        websocket.transport.write(b"".join(protocol.data_to_send()))  # send_text never ends it
