@@ -5,7 +5,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ledger.canonical import MAX_NESTING, canonical_json, nesting_depth, sha256_hex
+from ledger.canonical import (
+    MAX_NESTING,
+    canonical_text,
+    json_string,
+    nesting_depth,
+    sha256_hex,
+)
 from ledger.errors import LedgerEncodingError
 from ledger.events import Event
 from ledger.format import (
@@ -26,6 +32,7 @@ class RecordEncoder:
 
     def __init__(self, run_id: str, manifest_sha: str, signing_key: SigningKey) -> None:
         self.run_id = run_id
+        self._run_id_json = json_string(run_id)
         self.head = manifest_sha
         """The digest of the last record encoded (the manifest's before the first)."""
         self.count = 0
@@ -86,7 +93,7 @@ class RecordEncoder:
         if correlation_id is not None:
             envelope["correlationId"] = correlation_id
         try:
-            body = canonical_json(envelope)
+            body = self._spell(envelope, wire, producer, causation_id, correlation_id)
         except (ValueError, TypeError) as exc:  # a lone surrogate, NaN, an over-long integer
             raise unencodable(event, exc) from exc
         if len(body) > 2 * MAX_NESTING and body.count(b"[") + body.count(b"{") > MAX_NESTING:
@@ -98,6 +105,34 @@ class RecordEncoder:
         self.count = sequence + 1
         self._since_checkpoint += 1
         return body + b"\n", Record.from_trusted_wire(envelope, event)
+
+    def _spell(
+        self,
+        envelope: dict[str, Any],
+        wire: dict[str, Any],
+        producer: str,
+        causation_id: str | None,
+        correlation_id: str | None,
+    ) -> bytes:
+        """``canonical_json(envelope)``, with only the event left to the general encoder.
+
+        The envelope's keys are fixed, so their sorted order is written out here; a test holds
+        these bytes equal to ``canonical_json(envelope)``.
+        """
+        head = ""
+        if causation_id is not None:
+            head = f'"causationId":{json_string(causation_id)},'
+        if correlation_id is not None:
+            head += f'"correlationId":{json_string(correlation_id)},'
+        text = (
+            f'{{{head}"elapsedNanos":{envelope["elapsedNanos"]:d},'
+            f'"event":{canonical_text(wire)},"eventId":{json_string(envelope["eventId"])},'
+            f'"logicalSequence":{envelope["logicalSequence"]:d},'
+            f'"observedAt":{json_string(envelope["observedAt"])},'
+            f'"prevDigest":{json_string(envelope["prevDigest"])},'
+            f'"producer":{json_string(producer)},"runId":{self._run_id_json}}}'
+        )
+        return text.encode("utf-8")
 
     def encode_checkpoint(self) -> bytes:
         """A signed checkpoint of the chain as it stands, as one record line."""
