@@ -527,7 +527,7 @@ class Router:
                 self.fabric.fan_out(ready, ready.delivery.participants)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)  # not frozen: a frozen dataclass's __init__ costs 3x as much
 class _CommittedSend:
     """What the router needs once a message's record is durable; the ledger calls it then."""
 

@@ -42,6 +42,7 @@ def test_an_encoded_record_is_the_canonical_json_of_its_envelope(
         record.envelope.model_dump(mode="json", by_alias=True, exclude_none=True)
     )
     assert json.loads(line)["event"] == event.to_wire()
+    assert event.to_wire() == {"tag": Said.tag, **event.model_dump(mode="json", by_alias=True)}
 
 
 def test_a_checkpoint_line_is_canonical_too() -> None:
