@@ -2,7 +2,8 @@
 
 Every message between agents and experiment endpoints passes through one router per run. It
 commits each accepted message to the ledger (``RouterMessageCommitted``) before it acknowledges
-or delivers it, whatever the link policies say; the delivery stage (``fabric``) then shapes and
+or delivers it, whatever the link policies say (the commit stage, ``commits``, does this after the
+router's checks); the delivery stage (``fabric``) then shapes and
 queues it for each receiver. Who may connect is the participant registry's (``identities``);
 each agent's connection is ``connection``'s.
 """
@@ -25,13 +26,13 @@ from websockets.asyncio.server import Server, ServerConnection, serve, unix_serv
 from controller.events.network import (
     ConversationOpened,
     RouterMessageCommitted,
-    RouterMessageRefused,
     RouterStarted,
     RouterStartFailed,
     RouterStopFailed,
     RouterStopped,
 )
 from controller.network._tasks import owned_task_group
+from controller.network.commits import MessageCommits, refusal_of
 from controller.network.connection import (
     DEFAULT_EDGE_LIMITS,
     EdgeGuard,
@@ -39,7 +40,7 @@ from controller.network.connection import (
     authentication_deadline,
 )
 from controller.network.errors import NetworkError
-from controller.network.fabric import DEFAULT_RECEIVER_CAPACITY, Fabric, Message
+from controller.network.fabric import DEFAULT_RECEIVER_CAPACITY, Fabric
 from controller.network.idempotency import Once, OnceKey, SettledSend, claim
 from controller.network.identities import (
     Consumer,
@@ -54,15 +55,13 @@ from controller.network.protocol import (
     MAX_CONVERSATION_PARTICIPANTS,
     PROTOCOL_VERSION,
     ConversationRef,
-    Delivery,
     Participant,
     ParticipantRef,
     SendAck,
 )
 from controller.network.tls import RouterTLS
 from ledger.errors import LedgerEncodingError, LedgerError
-from ledger.records import Record
-from ledger.writer import AppendOutcome, LedgerWriter
+from ledger.writer import LedgerWriter
 
 __all__ = ["STOP_TIMEOUT_SECONDS", "Consumer", "ParticipantKind", "Router", "RouterCredential"]
 
@@ -123,13 +122,11 @@ class Router:
         self.participants = ParticipantRegistry()
         self._conversations: dict[str, _Conversation] = {}
         self._once: dict[OnceKey, Once | SettledSend] = {}  # a request in progress, or a send
-        self._sequence = 0
-        self._released = 0
-        self._committed: dict[int, Message | None] = {}
         self._dispatched = False
         self._stopping = False
         self.links = LinkController(ledger, self.participants.participant)
         self.fabric = Fabric(ledger, self.links, tasks, receiver_capacity)
+        self.commits = MessageCommits(ledger, self.fabric, self._once)
         self.network = Network(self)
 
     @classmethod
@@ -255,7 +252,7 @@ class Router:
                     RouterStopFailed(reason="close-failed", detail=failure), producer="router"
                 )
             await self.ledger.append(
-                RouterStopped(messages_committed=self._sequence), producer="router"
+                RouterStopped(messages_committed=self.commits.sequence), producer="router"
             )
         except LedgerError:
             pass  # the ledger is already completed or failed; it keeps what it has
@@ -412,79 +409,14 @@ class Router:
                 f"{sender.id} is not a participant of {conversation_id}",
                 reason="not-a-participant",
             )
-        parts = tuple(parts)
-        once, fresh = claim(
-            self._once, "send", sender.id, client_message_id, (conversation_id, parts)
+        self.commits.accept(
+            sender,
+            conversation_id,
+            conversation.ref.participants,
+            tuple(parts),
+            client_message_id=client_message_id,
+            then=then,
         )
-        if not fresh:
-            once.when_settled(then)
-            return
-        self._sequence += 1
-        sequence = self._sequence
-        message_id = f"m-{sequence}"
-        event = RouterMessageCommitted(
-            conversation_id=conversation_id,
-            message_id=message_id,
-            sender_id=sender.id,
-            router_sequence=sequence,
-            parts=list(parts),
-        )
-        once.when_settled(then)
-        committed = _CommittedSend(
-            self, once, event, sender, conversation.ref.participants, parts, client_message_id
-        )
-        self.fabric.flush_delivered()  # waiting delivery records share this commit
-        try:
-            self.ledger.append_soon(event, producer="router", then=committed)
-        except LedgerError as exc:  # closed or failed: refused before it was queued
-            committed(exc)
-
-    def _send_committed(self, send: _CommittedSend, outcome: AppendOutcome) -> None:
-        """The ledger took (or refused) one message: deliver and acknowledge it, or refuse it."""
-        event = send.event
-        sequence = event.router_sequence
-        if not isinstance(outcome, Record):
-            self._release(sequence, None)
-            if isinstance(outcome, LedgerEncodingError):
-                self._refuse_unencodable(event, outcome, send.once)
-            else:
-                send.once.settle(error=_unavailable(event, outcome))
-            return
-        delivery = Delivery(
-            event.message_id,
-            event.conversation_id,
-            send.sender,
-            send.participants,
-            send.parts,
-            sequence,
-        )
-        self._release(sequence, Message(delivery))
-        if send.client_message_id is not None:
-            self._once[("send", send.sender.id, send.client_message_id)] = (
-                send.once.fingerprint,
-                event.message_id,
-                sequence,
-            )
-        send.once.settle(SendAck(event.message_id, sequence))
-
-    def _refuse_unencodable(
-        self, event: RouterMessageCommitted, error: LedgerEncodingError, once: Once
-    ) -> None:
-        """Record ``RouterMessageRefused``, then refuse the send once that record is durable."""
-        _log.warning("the ledger could not encode %s: %s", type(event).__name__, error)
-        refused = NetworkError(
-            f"the ledger could not encode {type(event).__name__}: {error}",
-            reason="unencodable-message",
-        )
-        refused.__cause__ = error
-        try:
-            self.ledger.append_soon(
-                self._refusal(event, error),
-                producer="router",
-                then=lambda _: once.settle(error=refused),
-            )
-        except LedgerError:  # a failed ledger keeps what it has
-            once.settle(error=refused)
 
     async def _append(self, event: RouterMessageCommitted | ConversationOpened) -> None:
         # shielded: once queued the record commits, and the router must finish what follows
@@ -511,48 +443,4 @@ class Router:
         if not isinstance(event, RouterMessageCommitted):
             return
         with contextlib.suppress(LedgerError):  # a failed ledger keeps what it has
-            await self.ledger.append(self._refusal(event, error), producer="router")
-
-    @staticmethod
-    def _refusal(event: RouterMessageCommitted, error: Exception) -> RouterMessageRefused:
-        return RouterMessageRefused(
-            conversation_id=event.conversation_id,
-            message_id=event.message_id,
-            sender_id=event.sender_id,
-            router_sequence=event.router_sequence,
-            reason="unencodable-message",
-            detail=f"{type(error).__name__}: {error}".encode("ascii", "backslashreplace").decode(),
-        )
-
-    def _release(self, sequence: int, message: Message | None) -> None:
-        """Hand committed messages to the delivery stage in router-sequence order."""
-        self._committed[sequence] = message
-        while self._released + 1 in self._committed:
-            self._released += 1
-            ready = self._committed.pop(self._released)
-            if ready is not None:
-                self.fabric.fan_out(ready, ready.delivery.participants)
-
-
-@dataclass(slots=True, eq=False)  # not frozen: a frozen dataclass's __init__ costs 3x as much
-class _CommittedSend:
-    """What the router needs once a message's record is durable; the ledger calls it then."""
-
-    router: Router
-    once: Once
-    event: RouterMessageCommitted
-    sender: Participant
-    participants: tuple[Participant, ...]
-    parts: tuple[str, ...]
-    client_message_id: str | None
-
-    def __call__(self, outcome: AppendOutcome) -> None:
-        self.router._send_committed(self, outcome)
-
-
-def _unavailable(event: RouterMessageCommitted, error: BaseException) -> NetworkError:
-    unavailable = NetworkError(
-        f"the ledger refused {type(event).__name__}: {error}", reason="ledger-unavailable"
-    )
-    unavailable.__cause__ = error
-    return unavailable
+            await self.ledger.append(refusal_of(event, error), producer="router")
