@@ -198,7 +198,7 @@ class GCPauses:
     def _observe(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
-        else:
+        elif self._started:  # not a collection that began before the measurement did
             self.pauses.append((info["generation"], time.perf_counter() - self._started))
 
     def summary(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from json.encoder import encode_basestring  # the C version where there is one
 from typing import Any, Literal
 
 from pydantic_core import from_json
@@ -54,11 +55,22 @@ def _prebuilt_encoder() -> Callable[[Any], str]:
 
 
 _encode = _prebuilt_encoder()
+_quote: Callable[[str], str] = encode_basestring
 
 
 def canonical_json(value: Any) -> bytes:
     """Encode ``value`` as canonical JSON bytes; NaN and infinities are refused."""
     return _encode(value).encode("utf-8")
+
+
+def canonical_text(value: Any) -> str:
+    """``canonical_json`` before its UTF-8 encoding (for embedding in a larger canonical text)."""
+    return _encode(value)
+
+
+def json_string(text: str) -> str:
+    """``text`` as the canonical encoder spells a JSON string (quoted, escaped, not ASCII-only)."""
+    return _quote(text)
 
 
 def sha256_hex(data: bytes) -> str:

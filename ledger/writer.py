@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import math
-import time
-from collections.abc import AsyncIterator, Mapping
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,18 +13,16 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from ledger.canonical import MAX_NESTING, canonical_json, nesting_depth, sha256_hex
+from ledger.canonical import canonical_json, sha256_hex
+from ledger.encoder import RecordEncoder
 from ledger.errors import LedgerEncodingError, LedgerError, LedgerWriteError
 from ledger.events import Event, EventCatalog
 from ledger.format import (
-    CHECKPOINT_EVERY_RECORDS,
-    CHECKPOINT_EVERY_SECONDS,
     COMPLETION,
     LEDGER_FORMAT_VERSION,
     MANIFEST,
     RECORDS,
     Completion,
-    LedgerCheckpoint,
     Manifest,
     Provenance,
     utc_now,
@@ -36,7 +33,10 @@ from ledger.storage import DurableFiles
 
 E = TypeVar("E", bound=Event)
 
+AppendOutcome = Record | BaseException
+"""What an append came to: its durable record, or why it was not written."""
 _Entry = tuple[Event, str, str | None, str | None]  # event, producer, causation, correlation
+_log = logging.getLogger("ledger.writer")
 
 
 @dataclass(slots=True, eq=False)
@@ -44,8 +44,19 @@ class _Batch:
     """Appends that commit together: one write, one fsync, one wake-up for all their callers."""
 
     entries: list[_Entry] = field(default_factory=list)
-    results: list[Record | BaseException] = field(default_factory=list)
+    then: list[Callable[[AppendOutcome], None] | None] = field(default_factory=list)
+    results: list[AppendOutcome] = field(default_factory=list)
     done: anyio.Event = field(default_factory=anyio.Event)
+
+    def settle(self) -> None:
+        """Wake the batch's waiters, then call its callbacks in record order."""
+        self.done.set()
+        for then, result in zip(self.then, self.results, strict=True):
+            if then is not None:
+                try:
+                    then(result)
+                except Exception:  # a caller's bug must not stop the commits of others
+                    _log.exception("a ledger append callback failed")
 
 
 class LedgerWriter:
@@ -68,20 +79,16 @@ class LedgerWriter:
         self._key = signing_key
         self._files = files
         self._fd = records_fd
-        self._started_ns = time.monotonic_ns()
-        self._last_elapsed = 0
         self._manifest_sha = sha256_hex(manifest_bytes)
-        # The encoder's position: advanced in the committer thread as it encodes a batch.
-        self._head = self._manifest_sha
-        self._count = 0
-        self._since_checkpoint = 0
-        self._checkpoint_at = time.monotonic()
+        # The chain's position: advanced in the committer thread as it encodes a batch.
+        self._encoder = RecordEncoder(manifest.run_id, self._manifest_sha, signing_key)
         # What is durable (count, head), one tuple so no reader sees half an update; only this
         # reaches followers, receipts and record_count.
         self._durable = (0, self._manifest_sha)
         self._committed_bytes = 0
         self._records_hash = hashlib.sha256()
         self._open = _Batch()
+        self._committing: _Batch | None = None
         self._wake = anyio.Event()
         self._committed = anyio.Event()
         self._failure: LedgerWriteError | None = None
@@ -119,20 +126,38 @@ class LedgerWriter:
         correlation_id: str | None = None,
     ) -> Record:
         """Append ``event``; returns once its bytes (and all before them) are durable."""
-        if self._closing or self._failure is not None:
-            self._check_open()
-        if type(event) not in self._classes:
-            self.catalog.encode(event)  # raises the catalog's typed error
-        batch = self._open
-        index = len(batch.entries)
-        batch.entries.append((event, producer, causation_id, correlation_id))
-        if index == 0:
-            self._wake.set()
+        batch = self._queue(event, producer, causation_id, correlation_id, None)
+        index = len(batch.entries) - 1
         await batch.done.wait()
         result = batch.results[index]
         if isinstance(result, Record):
             return result
         raise result
+
+    def append_soon(
+        self,
+        event: Event,
+        *,
+        producer: str,
+        then: Callable[[AppendOutcome], None] | None = None,
+        causation_id: str | None = None,
+        correlation_id: str | None = None,
+    ) -> None:
+        """Queue ``event`` for the next group commit without waiting for it.
+
+        ``then`` runs on the event loop once the record and all before it are durable, with
+        the record, or with the error that kept it out (``LedgerEncodingError`` for this event
+        alone, ``LedgerWriteError`` once the disk failed). Callbacks run in record order, so a
+        caller can act on commits in the order it appended. A ledger already closed or failed
+        raises here, as ``append`` would.
+        """
+        self._queue(event, producer, causation_id, correlation_id, then)
+
+    async def flushed(self) -> None:
+        """Return once everything appended so far is durable (or the writer failed)."""
+        batch = self._open if self._open.entries else self._committing
+        if batch is not None:
+            await batch.done.wait()
 
     async def complete(self) -> LedgerReceipt:
         """Flush, write the final checkpoint and the signed completion file. Idempotent."""
@@ -198,6 +223,25 @@ class LedgerWriter:
 
     # ---- internals -------------------------------------------------------------------------
 
+    def _queue(
+        self,
+        event: Event,
+        producer: str,
+        causation_id: str | None,
+        correlation_id: str | None,
+        then: Callable[[AppendOutcome], None] | None,
+    ) -> _Batch:
+        if self._closing or self._failure is not None:
+            self._check_open()
+        if type(event) not in self._classes:
+            self.catalog.encode(event)  # raises the catalog's typed error
+        batch = self._open
+        if not batch.entries:
+            self._wake.set()
+        batch.entries.append((event, producer, causation_id, correlation_id))
+        batch.then.append(then)
+        return batch
+
     def _check_open(self) -> None:
         if self._failure is not None:
             raise self._failure
@@ -235,38 +279,40 @@ class LedgerWriter:
                 if self._closing:
                     return
                 self._wake = anyio.Event()
-                timeout = math.inf
-                if self._since_checkpoint:
-                    timeout = self._checkpoint_at + CHECKPOINT_EVERY_SECONDS - time.monotonic()
+                timeout = self._encoder.seconds_to_checkpoint()
                 with anyio.move_on_after(max(timeout, 0.0)):
                     await self._wake.wait()
-                if not self._open.entries and not self._checkpoint_due():
+                if not self._open.entries and not self._encoder.checkpoint_due():
                     continue
-            batch, self._open = self._open, _Batch()
+            batch = self._committing = self._open
+            self._open = _Batch()
             try:
-                await anyio.to_thread.run_sync(self._commit, batch)
+                data = self._encode(batch)
+                if data:
+                    await anyio.to_thread.run_sync(self._write_durably, data)
             except Exception as exc:  # the disk failed (or a bug): nothing more is written
                 failure = self._latch(exc)
                 for failed in (batch, self._open):
                     failed.results[:] = [failure] * len(failed.entries)
-                    failed.done.set()
-            batch.done.set()
+                    if failed is not batch:
+                        failed.settle()
+            self._committing = None
+            batch.settle()
             self._notify()
 
-    def _checkpoint_due(self) -> bool:
-        return self._since_checkpoint > 0 and (
-            self._since_checkpoint >= CHECKPOINT_EVERY_RECORDS
-            or time.monotonic() - self._checkpoint_at >= CHECKPOINT_EVERY_SECONDS
-        )
+    def _encode(self, batch: _Batch) -> bytes:
+        """One group of appends as chained lines, a checkpoint among them where one is due.
 
-    def _commit(self, batch: _Batch) -> None:
-        """Encode, chain, write and fsync one group of appends (runs in a worker thread)."""
+        Runs on the event loop: the encoding holds the GIL wherever it runs, and here it costs
+        no hand-over between threads; only the write and the fsync go to a worker thread.
+        """
         lines: list[bytes] = []
         results = batch.results
-        encode = self._encode
+        encoder = self._encoder
+        encode = encoder.encode
         for event, producer, causation_id, correlation_id in batch.entries:
-            if self._since_checkpoint >= CHECKPOINT_EVERY_RECORDS:
-                lines.append(self._encode_checkpoint())
+            if encoder.checkpoint_full():
+                lines.append(encoder.encode_checkpoint())
             try:
                 line, record = encode(event, producer, causation_id, correlation_id)
             except LedgerEncodingError as exc:
@@ -274,71 +320,20 @@ class LedgerWriter:
                 continue
             lines.append(line)
             results.append(record)
-        if self._checkpoint_due():
-            lines.append(self._encode_checkpoint())
-        if lines:
-            self._write_durably(b"".join(lines))
+        if encoder.checkpoint_due():
+            lines.append(encoder.encode_checkpoint())
+        return b"".join(lines)
 
     def _write_durably(self, data: bytes) -> None:
         self._files.write(self._fd, data)
         self._files.fsync(self._fd)
         self._records_hash.update(data)
         self._committed_bytes += len(data)
-        self._durable = (self._count, self._head)
-
-    def _encode(
-        self,
-        event: Event,
-        producer: str,
-        causation_id: str | None,
-        correlation_id: str | None,
-    ) -> tuple[bytes, Record]:
-        elapsed = max(time.monotonic_ns() - self._started_ns, self._last_elapsed)
-        sequence = self._count
-        try:
-            wire = event.to_wire()  # append() admitted only the catalog's classes
-        except (ValueError, TypeError) as exc:
-            raise _unencodable(event, exc) from exc
-        envelope: dict[str, Any] = {
-            "runId": self.manifest.run_id,
-            "eventId": f"{self.manifest.run_id}:{sequence}",
-            "logicalSequence": sequence,
-            "elapsedNanos": elapsed,
-            "observedAt": utc_now(),
-            "producer": producer,
-            "prevDigest": self._head,
-            "event": wire,
-        }
-        if causation_id is not None:
-            envelope["causationId"] = causation_id
-        if correlation_id is not None:
-            envelope["correlationId"] = correlation_id
-        try:
-            body = canonical_json(envelope)
-        except (ValueError, TypeError) as exc:  # a lone surrogate, NaN, an over-long integer
-            raise _unencodable(event, exc) from exc
-        if len(body) > 2 * MAX_NESTING and body.count(b"[") + body.count(b"{") > MAX_NESTING:
-            if nesting_depth(envelope) > MAX_NESTING:
-                too_deep = ValueError(f"it nests more than {MAX_NESTING} levels deep")
-                raise _unencodable(event, too_deep)
-        self._last_elapsed = elapsed
-        self._head = sha256_hex(body)
-        self._count = sequence + 1
-        self._since_checkpoint += 1
-        return body + b"\n", Record.from_trusted_wire(envelope, event)
-
-    def _encode_checkpoint(self) -> bytes:
-        count, head = self._count, self._head
-        signature = self._key.sign(LedgerCheckpoint.signed_bytes(self.run_id, count, head))
-        checkpoint = LedgerCheckpoint(record_count=count, head_digest=head, signature=signature)
-        line, _ = self._encode(checkpoint, "ledger", None, None)
-        self._since_checkpoint = 0
-        self._checkpoint_at = time.monotonic()
-        return line
+        self._durable = (self._encoder.count, self._encoder.head)
 
     def _final_commit(self) -> None:
         try:
-            self._write_durably(self._encode_checkpoint())
+            self._write_durably(self._encoder.encode_checkpoint())
         except OSError as exc:
             raise self._latch(exc) from exc
         self._files.close(self._fd)
@@ -379,20 +374,12 @@ class LedgerWriter:
         if self._sealed or self._abandoned:
             return
         self._abandoned = True
-        if self._failure is None and self._since_checkpoint > 0:
+        if self._failure is None and self._encoder.pending_checkpoint:
             try:
-                self._write_durably(self._encode_checkpoint())
+                self._write_durably(self._encoder.encode_checkpoint())
             except OSError as exc:
                 self._latch(exc)
         self._files.close(self._fd)
-
-
-def _unencodable(event: Event, cause: Exception) -> LedgerEncodingError:
-    return LedgerEncodingError(
-        f"event {type(event).tag} cannot be written to the ledger: {cause}; the event was not "
-        f"recorded (the ledger format takes canonical JSON: UTF-8 text without lone surrogates, "
-        f"no NaN or infinities, at most {MAX_NESTING} levels of nesting)"
-    )
 
 
 def _read_range(path: Path, start: int, end: int) -> bytes:

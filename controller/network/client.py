@@ -102,6 +102,9 @@ class AgentSession:
         self._message_prefix = f"cm-{secrets.token_hex(8)}-"
         self._ended: NetworkError | None = None
         self._closing = False
+        self._frames_heard = 0
+        self._silenced: ClientConnection | None = None
+        """The connection the heartbeat watch closed for its silence; the session reconnects."""
 
     @property
     def identity(self) -> Participant:
@@ -290,8 +293,21 @@ class AgentSession:
             await self._read(websocket, tasks)
 
     async def _heartbeat(self, websocket: ClientConnection) -> None:
+        """Send a heartbeat every interval; close the connection once the router fell silent.
+
+        Silence is watched here, by counting frames, rather than by a deadline around every
+        read: a cancel scope per received frame cost more than the frame's own handling.
+        """
+        heard, last_heard = self._frames_heard, anyio.current_time()
         while True:
-            await anyio.sleep(self._heartbeat_interval)
+            await anyio.sleep(min(self._heartbeat_interval, self._heartbeat_timeout))
+            now = anyio.current_time()
+            if self._frames_heard != heard:
+                heard, last_heard = self._frames_heard, now
+            elif now - last_heard > self._heartbeat_timeout:
+                self._silenced = websocket
+                await websocket.close(4008, "heartbeat-timeout")
+                return
             try:
                 await websocket.send(_HEARTBEAT)
             except ConnectionClosed:
@@ -299,11 +315,13 @@ class AgentSession:
 
     async def _read(self, websocket: ClientConnection, tasks: TaskGroup) -> None:
         while True:
-            with anyio.move_on_after(self._heartbeat_timeout) as waited:
+            try:
                 raw = await websocket.recv()
-            if waited.cancelled_caught:
-                await websocket.close(4008, "heartbeat-timeout")
-                return  # reconnect
+            except ConnectionClosed:
+                if self._silenced is websocket:
+                    return  # the heartbeat watch closed it: reconnect
+                raise
+            self._frames_heard += 1
             try:
                 frame = parse_router_frame(raw)
             except ValidationError:

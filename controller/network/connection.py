@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ from controller.network.protocol import (
     ErrorFrame,
     Heartbeat,
     OpenConversation,
+    SendAck,
     SendMessage,
     encode,
     encode_ack,
@@ -73,7 +75,10 @@ class EdgeGuard:
 MAX_IN_FLIGHT = 256
 """Requests one connection may have in progress; past it the router stops reading its frames."""
 REQUEST_WORKERS = 32
-"""Requests of one connection waiting for their commit at once (the rest queue in order)."""
+"""Conversation requests of one connection waiting for their commit at once (the rest queue in
+order); sends need no task: the ledger calls back once each is durable."""
+WRITE_BATCH = 64
+"""Frames one socket write carries at most."""
 _HEARTBEAT = encode(Heartbeat())
 
 
@@ -173,6 +178,8 @@ class _Connection:
         self._in_flight = 0
         self._slot_freed = anyio.Event()
         self._frames_heard = 0
+        self._replies: deque[str] = deque()
+        """Acks and refusals of sends, written by the same task as deliveries."""
 
     def close_for(self, reason: str) -> None:
         self.router.tasks.start_soon(self._close, reason)
@@ -198,7 +205,7 @@ class _Connection:
                 )
             )
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._until_closed, tasks, self._write_deliveries)
+                tasks.start_soon(self._until_closed, tasks, self._write)
                 tasks.start_soon(self._until_closed, tasks, self._heartbeat)
                 await self._until_closed(tasks, self._read, WorkPool(tasks, REQUEST_WORKERS))
         except ConnectionClosed:
@@ -231,8 +238,7 @@ class _Connection:
             if isinstance(frame, SendMessage):
                 if self._in_flight >= MAX_IN_FLIGHT:
                     await self._admit()
-                self._in_flight += 1
-                requests.submit(self._send, frame)
+                self._send(frame)
             elif isinstance(frame, DeliveryAck):
                 outcome = self.inbox.acknowledge(frame.message_id)
                 if outcome == "acknowledged":
@@ -265,21 +271,32 @@ class _Connection:
         self._in_flight -= 1
         self._slot_freed.set()
 
-    async def _send(self, frame: SendMessage) -> None:
+    def _send(self, frame: SendMessage) -> None:
+        """Hand a send to the router; its ack or refusal is queued once the router settles it."""
+        request_id, client_message_id = frame.request_id, frame.client_message_id
+
+        def settled(outcome: SendAck | NetworkError) -> None:
+            if isinstance(outcome, NetworkError):
+                self._queue_reply(encode(_error(outcome, request_id)))
+            else:
+                self._queue_reply(encode_ack(request_id, client_message_id, outcome))
+            self._release()
+
+        self._in_flight += 1
         try:
-            ack = await self.router.submit(
+            self.router.submit_soon(
                 self.participant,
                 frame.conversation_id,
                 frame.parts,
-                client_message_id=frame.client_message_id,
+                client_message_id=client_message_id,
+                then=settled,
             )
-            reply = encode_ack(frame.request_id, frame.client_message_id, ack)
         except NetworkError as exc:
-            reply = encode(_error(exc, frame.request_id))
-        try:
-            await self._reply(reply)
-        finally:
-            self._release()
+            settled(exc)
+
+    def _queue_reply(self, reply: str) -> None:
+        self._replies.append(reply)
+        self.inbox.changed.notify()  # the writer waits on its inbox for replies too
 
     async def _open(self, frame: OpenConversation) -> None:
         try:
@@ -298,15 +315,26 @@ class _Connection:
         finally:
             self._release()
 
-    async def _write_deliveries(self) -> None:
+    async def _write(self) -> None:
+        """Write replies to sends and this participant's deliveries, as they come.
+
+        Whatever is waiting when the writer wakes goes out in one socket write: a group commit
+        settles many sends at once, and their acks and deliveries need not cost a write each.
+        """
+        replies, inbox, websocket = self._replies, self.inbox, self.websocket
         while True:
-            message = self.inbox.take(self)
-            if message is None:
-                if self.inbox.owner is not self:
-                    return
-                await self.inbox.changed.wait()
-                continue
-            await self.websocket.send(message.wire())
+            frames = [replies.popleft() for _ in range(min(len(replies), WRITE_BATCH))]
+            while len(frames) < WRITE_BATCH:
+                message = inbox.take(self)
+                if message is None:
+                    break
+                frames.append(message.wire())
+            if frames:
+                await _send_frames(websocket, frames)
+            elif inbox.owner is not self:
+                return
+            else:
+                await inbox.changed.wait()
 
     async def _heartbeat(self) -> None:
         """Send a heartbeat every interval; close when the client sent nothing for the timeout."""
@@ -330,3 +358,20 @@ class _Connection:
 
 def _error(exc: NetworkError, request_id: str) -> ErrorFrame:
     return ErrorFrame(code=exc.reason, message=exc.detail, request_id=request_id)  # type: ignore[arg-type]
+
+
+async def _send_frames(websocket: ServerConnection, frames: list[str]) -> None:
+    """Send text frames in order, several in one socket write (with ``send``'s flow control).
+
+    ``send_context`` is the guard ``send`` itself uses: it checks that the connection is open
+    and, on exit, waits while the transport's buffer is full. Inside it the frames are framed
+    by the protocol and joined, as ``websockets.broadcast`` frames its message.
+    """
+    if len(frames) == 1:
+        await websocket.send(frames[0])
+        return
+    async with websocket.send_context():
+        protocol = websocket.protocol
+        for frame in frames:
+            protocol.send_text(frame.encode())
+        websocket.transport.write(b"".join(protocol.data_to_send()))  # send_text never ends it

@@ -23,7 +23,7 @@ from controller.events.network import (
     LinkMessageHeld,
     RouterMessageDelivered,
 )
-from controller.network._tasks import Signal, WorkPool
+from controller.network._tasks import Signal
 from controller.network.links import (
     Delay,
     Deliver,
@@ -41,8 +41,6 @@ from ledger.writer import LedgerWriter
 __all__ = ["DEFAULT_RECEIVER_CAPACITY", "Fabric", "Inbox", "Message", "Signal"]
 
 RECEIVER_OVERFLOW = "receiver-overflow"
-RECORDERS = 64
-"""Delivery-stage records (delivered, dropped, delayed, held) awaiting their commit at once."""
 DELIVERED_LINGER_SECONDS = 0.05
 """How long a ``RouterMessageDelivered`` may wait to share the next message's commit."""
 DEFAULT_RECEIVER_CAPACITY = 1024
@@ -246,7 +244,6 @@ class Fabric:
         self.tasks = tasks
         self.capacity = capacity
         self._ledger = ledger
-        self._recorders = WorkPool(tasks, RECORDERS)
         self._inboxes: dict[str, Inbox] = {}
         self._delivered: list[RouterMessageDelivered] = []
         self._delivered_waiting = Signal()
@@ -288,7 +285,7 @@ class Fabric:
     async def settle(self) -> None:
         """Flush, then return once every record handed over so far has been appended."""
         self.flush_delivered()
-        await self._recorders.drained()
+        await self._ledger.flushed()
 
     async def _linger(self) -> None:
         while True:
@@ -298,20 +295,20 @@ class Fabric:
             self.flush_delivered()
 
     def record(self, event: Event, done: anyio.Event | None = None) -> None:
-        """Append ``event`` without making the caller wait; ``done`` is set once it is durable."""
-        self._recorders.submit(self._append, event, done)
+        """Append ``event`` without making the caller wait; ``done`` is set once it is durable.
+
+        No task per record: the ledger queues it for its next group commit and calls back.
+        """
+        try:
+            self._ledger.append_soon(
+                event, producer="router", then=None if done is None else lambda _: done.set()
+            )
+        except LedgerError:  # the ledger latched failed or closed; the run's outcome reports it
+            if done is not None:
+                done.set()
 
     def record_before(self, event: Event) -> anyio.Event:
         """Append ``event``; what it announces may take effect once the returned event is set."""
         done = anyio.Event()
         self.record(event, done)
         return done
-
-    async def _append(self, event: Event, done: anyio.Event | None) -> None:
-        try:
-            await self._ledger.append(event, producer="router")
-        except LedgerError:
-            pass  # the ledger latched failed; the run's outcome reports it
-        finally:
-            if done is not None:
-                done.set()

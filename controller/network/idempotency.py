@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -19,12 +20,13 @@ which the garbage collector stops tracking."""
 class Once:
     """The single outcome of an idempotent request; retries with the same key share it."""
 
-    __slots__ = ("_error", "_result", "_settled", "_waiters", "fingerprint")
+    __slots__ = ("_error", "_listeners", "_result", "_settled", "_waiters", "fingerprint")
 
     def __init__(self, fingerprint: object) -> None:
         self.fingerprint = fingerprint
         self._settled = False
         self._waiters: anyio.Event | None = None  # made only when a retry overtakes the first
+        self._listeners: list[Callable[[Any], None]] | None = None
         self._result: Any = None
         self._error: NetworkError | None = None
 
@@ -38,6 +40,18 @@ class Once:
         self._result, self._error, self._settled = result, error, True
         if self._waiters is not None:
             self._waiters.set()
+        if self._listeners is not None:
+            for listener in self._listeners:
+                listener(error if error is not None else result)
+
+    def when_settled(self, listener: Callable[[Any], None]) -> None:
+        """Call ``listener`` with the result (or the ``NetworkError``) once settled, or now."""
+        if self._settled:
+            listener(self._error if self._error is not None else self._result)
+        elif self._listeners is None:
+            self._listeners = [listener]
+        else:
+            self._listeners.append(listener)
 
     async def outcome(self) -> Any:
         if not self._settled:

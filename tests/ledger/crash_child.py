@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 from ledger_testkit import RUN_ID, Counted, catalog
 
-import ledger.writer
+import ledger.encoder
 from ledger import Provenance, open_ledger_writer
 
 
@@ -41,5 +41,5 @@ async def main(directory: Path, appenders: int) -> None:
 
 if __name__ == "__main__":
     # Checkpoints far more often than the default, so kills land between and after them.
-    ledger.writer.CHECKPOINT_EVERY_RECORDS = int(sys.argv[3])  # type: ignore[attr-defined]
+    ledger.encoder.CHECKPOINT_EVERY_RECORDS = int(sys.argv[3])  # type: ignore[attr-defined]
     anyio.run(main, Path(sys.argv[1]), int(sys.argv[2]))

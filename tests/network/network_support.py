@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-import ledger.writer
+import ledger.encoder
 from controller.events.network import network_events
 from ledger import Event, LedgerWriter, Provenance, open_ledger_writer
 
@@ -65,18 +65,18 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         super().__init__()
         self.offset = 0.0
         self._selector = _JumpingSelector(self._selector, self)  # type: ignore[has-type]
-        ledger.writer.time = _VirtualTime(self)  # type: ignore[assignment]
+        ledger.encoder.time = _VirtualTime(self)  # type: ignore[assignment]
 
     def time(self) -> float:
         return super().time() + self.offset
 
     def close(self) -> None:
-        ledger.writer.time = time
+        ledger.encoder.time = time
         super().close()
 
 
 class _VirtualTime:
-    """The ``time`` module as the ledger writer sees it under a ``VirtualClockLoop``."""
+    """The ``time`` module as the ledger's record encoder sees it under a ``VirtualClockLoop``."""
 
     def __init__(self, loop: VirtualClockLoop) -> None:
         self._loop = loop

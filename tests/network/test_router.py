@@ -20,6 +20,7 @@ from network_support import (
     until_event,
 )
 from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from controller.events.network import (
@@ -32,6 +33,7 @@ from controller.events.network import (
     RouterStopped,
 )
 from controller.network import AgentSession, Delivery, NetworkError, RouterTLS, connect_agent
+from controller.network.errors import CLOSE_CODES
 from controller.network.router import Router
 from ledger import LedgerWriter
 
@@ -439,3 +441,44 @@ async def _records(ledger: LedgerWriter) -> AsyncIterator[Any]:
         yield record
         if record.sequence >= total - 1:
             return
+
+
+async def test_the_client_closes_a_silent_router_connection_and_reconnects() -> None:
+    """The agent library's heartbeat watch: a router that stops sending is left, then redialled."""
+    closes: list[int | None] = []
+    connections = 0
+    reconnected = anyio.Event()
+
+    async def falls_silent(websocket: ServerConnection) -> None:
+        nonlocal connections
+        connections += 1
+        json.loads(await websocket.recv())  # authenticate
+        await websocket.send(
+            json.dumps(
+                {
+                    "type": "authenticated",
+                    "version": 1,
+                    "participant": {"id": "agent:quiet", "name": "quiet"},
+                    "heartbeatIntervalSeconds": 0.1,
+                    "heartbeatTimeoutSeconds": 0.4,
+                    "maxFrameBytes": 1 << 20,
+                }
+            )
+        )
+        if connections == 2:
+            reconnected.set()
+        try:
+            while True:
+                await websocket.recv()  # the client's heartbeats; this side never answers
+        except ConnectionClosed:
+            closes.append(websocket.close_code)
+
+    async with serve(falls_silent, "127.0.0.1", 0) as server:
+        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with connect_agent(url, "any-token") as session:
+            started = anyio.current_time()
+            with anyio.fail_after(5):
+                await reconnected.wait()
+            assert anyio.current_time() - started >= 0.4  # not before the timeout
+            assert closes[0] == CLOSE_CODES["heartbeat-timeout"]
+            assert session.identity.name == "quiet"
