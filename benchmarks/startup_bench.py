@@ -67,7 +67,12 @@ def baseline_s(agents: int) -> float:
 
 async def openclaw_baseline_s(agents: int, scratch: Path) -> float:
     """Start ``agents`` bare OpenClaw gateways at once; the time until every one answers."""
-    from agent_images.openclaw.config import WORKSPACE_DIR, AgentOptions, openclaw_config
+    from agent_images.openclaw.config import (
+        GATEWAY_LOG,
+        WORKSPACE_DIR,
+        AgentOptions,
+        openclaw_config,
+    )
     from agent_images.openclaw.process import free_loopback_port, openclaw_gateway, wait_ready
 
     answered: list[float] = []
@@ -88,7 +93,8 @@ async def openclaw_baseline_s(agents: int, scratch: Path) -> float:
         )
         async with openclaw_gateway(workdir, config) as process:
             if not await wait_ready(process, port, token, timeout_s=600):
-                raise SystemExit(f"a bare OpenClaw gateway exited; see {workdir}")
+                log = (workdir / GATEWAY_LOG).read_text(errors="replace")[-3000:]
+                raise SystemExit(f"a bare OpenClaw gateway exited ({process.returncode}):\n{log}")
             answered.append(time.perf_counter())
 
     async with anyio.create_task_group() as tasks:
