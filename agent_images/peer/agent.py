@@ -11,6 +11,7 @@ as the boot contract says or the policy cannot be loaded.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import inspect
 import json
 import signal
@@ -166,8 +167,6 @@ class PeerAgent:
 
 def load_policy(settings: PeerSettings) -> Callable[[Received], Any]:
     """Import the policy module from the working directory and return its function."""
-    import importlib.util
-
     path = Path(settings.module).resolve()
     sys.path.insert(0, str(Path.cwd()))  # the policy may import its sibling files
     spec = importlib.util.spec_from_file_location(POLICY_MODULE_NAME, path)
