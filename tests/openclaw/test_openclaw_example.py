@@ -1,4 +1,7 @@
-"""The keyless OpenClaw negotiation example, run end to end and graded offline."""
+"""The keyless OpenClaw negotiation example, run end to end and graded offline.
+
+About 3 minutes of CI (167-241 s a run here). It came back once the local model served one call
+at a time from the gateway's queue: before, concurrent first turns timed out on the server."""
 
 from __future__ import annotations
 
