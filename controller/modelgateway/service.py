@@ -55,8 +55,7 @@ on the abandoned one."""
 LOCAL_TIMEOUT_S = 300.0
 """One local call on a loaded 2-core machine: an OpenClaw turn took up to ~90 s here."""
 LOCAL_MAX_COMPLETION_TOKENS = 1024
-"""The llm runtime's own reply ceiling. One OpenClaw call asked for more and generated 2,114
-tokens for 160 s, holding the one server while the other agent's turn waited."""
+"""The llm runtime's own reply ceiling, a bound on any one call holding the one server."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +94,7 @@ class ModelService(RunService):
                     max_concurrency=LOCAL_MAX_CONCURRENCY,
                     timeout_s=LOCAL_TIMEOUT_S,
                     max_completion_tokens=LOCAL_MAX_COMPLETION_TOKENS,
+                    limit_field="max_tokens",
                 )
                 credentials = ChainMap(dict(server.credentials), os.environ)
             model_of, providers = _providers(users, local)
