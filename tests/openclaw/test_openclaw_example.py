@@ -1,7 +1,8 @@
 """The keyless OpenClaw negotiation example, run end to end and graded offline.
 
-About 3 minutes of CI (167-241 s a run here). It came back once the local model served one call
-at a time from the gateway's queue: before, concurrent first turns timed out on the server."""
+About 3 minutes of CI (142-165 s a run here). It came back once the local model served one call
+at a time from the gateway's queue (concurrent first turns had timed out on the server) and got
+OpenClaw's reply limit in the field it reads (replies had run until the context was full)."""
 
 from __future__ import annotations
 
