@@ -5,7 +5,8 @@ Wire: one JSON object per line, over TCP. The first line must be
 ``{"id": n, "op": "state" | "instruct" | "stop" | "watch", ...}`` gets
 ``{"id": n, "ok": true, "result": ...}`` or
 ``{"id": n, "ok": false, "error": "...", "reason": <code>}``.
-``instruct`` carries ``text`` and may name ``peers``; ``stop`` may give a ``reason``.
+``instruct`` carries ``text`` and may name ``peers``; ``stop`` may give a ``reason``. A
+read-only agent (an evaluation peer) offers neither: both are refused with ``not-offered``.
 A connection that sent ``watch`` is told ``{"event": "terminating", "outcome": "completed" |
 "failed", "detail": ..., ...}`` just before the agent exits.
 
@@ -90,11 +91,11 @@ def _nests_within(line: bytes, max_depth: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class OwnerHandlers:
-    """What the agent does for each owner request."""
+    """What the agent does for each owner request; ``None``: the request is not offered."""
 
     state: Callable[[], dict[str, Any]]
-    instruct: Callable[[str, tuple[str, ...]], Awaitable[None]]
-    stop: Callable[[str], None]
+    instruct: Callable[[str, tuple[str, ...]], Awaitable[None]] | None = None
+    stop: Callable[[str], None] | None = None
 
 
 class OwnerGateway:
@@ -165,6 +166,11 @@ class OwnerGateway:
             return _error({"id": None}, "'id' is a number or a string", "bad-field")
         reply: dict[str, Any] = {"id": request_id}
         op = request.get("op")
+        offered = {"instruct": self._handlers.instruct, "stop": self._handlers.stop}
+        if isinstance(op, str) and op in offered and offered[op] is None:
+            return _error(
+                reply, f"this agent's bridge is read-only: {op!r} is not offered", "not-offered"
+            )
         if op == "state":
             return {**reply, "ok": True, "result": self._handlers.state()}
         if op == "instruct":
@@ -175,10 +181,12 @@ class OwnerGateway:
                 isinstance(p, str) and _unicode(p) for p in peers
             ):
                 return _error(reply, "'peers' is a list of participant names", "bad-field")
+            assert self._handlers.instruct is not None
             await self._handlers.instruct(text, tuple(peers))
             return {**reply, "ok": True, "result": {"accepted": True}}
         if op == "stop":
             reason = request.get("reason") or "owner"
+            assert self._handlers.stop is not None
             self._handlers.stop(reason if isinstance(reason, str) else "owner")
             return {**reply, "ok": True, "result": {"stopping": True}}
         if op == "watch":

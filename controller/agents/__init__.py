@@ -1,7 +1,12 @@
-"""Runtime descriptors and roster handles; the shipped ``scripted`` runtime's controller side."""
+"""Runtime descriptors and roster handles; the ``scripted`` and ``peer`` runtimes' controller side.
+
+``llm`` and ``openclaw`` live in ``controller.agents.llm`` / ``controller.agents.openclaw`` (their
+imports are heavier).
+"""
 
 from controller.agents.bridge import GatewayError
-from controller.agents.roster import AgentHandle, Roster
+from controller.agents.peer import PeerObservation, PeerObservations, PeerRuntime, peer
+from controller.agents.roster import AgentHandle, GatewayTypeError, Roster
 from controller.agents.runtime import (
     Attachment,
     Harvest,
@@ -29,8 +34,12 @@ __all__ = [
     "Exited",
     "Failed",
     "GatewayError",
+    "GatewayTypeError",
     "Harvest",
     "Observation",
+    "PeerObservation",
+    "PeerObservations",
+    "PeerRuntime",
     "ProcessExit",
     "Resources",
     "Roster",
@@ -42,5 +51,6 @@ __all__ = [
     "SecretRef",
     "Signaled",
     "Termination",
+    "peer",
     "scripted",
 ]

@@ -11,13 +11,21 @@ from controller.agents.termination import Observation, Termination
 G = TypeVar("G")
 
 
+class GatewayTypeError(TypeError):
+    """A roster agent's gateway is not the class the program asked for; ``reason`` says so."""
+
+    reason = "gateway-type"
+
+
 @dataclass(frozen=True, slots=True)
 class AgentHandle(Generic[G]):
     """One started roster agent.
 
     ``agent`` is its router identity (``Participant``: ``.id``, ``.name``); ``gateway`` the
-    runtime's own owner API (``ScriptedGateway`` for ``scripted``); ``termination`` an awaitable
-    observation resolving to ``Completed | Failed | Exited | Signaled``.
+    runtime's own gateway class: ``ScriptedGateway`` (``scripted``), ``LLMGateway`` (``llm``),
+    ``OpenClawRPC`` (``openclaw``: OpenClaw's own RPC), ``PeerObservations`` (``peer``:
+    read-only). ``termination`` is an awaitable observation resolving to
+    ``Completed | Failed | Exited | Signaled``.
     """
 
     name: str
@@ -28,7 +36,11 @@ class AgentHandle(Generic[G]):
 
 
 class Roster(Mapping[str, AgentHandle[Any]]):
-    """The exact roster: ``ctx.agents["alice"]`` or ``ctx.agents.alice``; no other keys."""
+    """The exact roster: ``ctx.agents["alice"]`` or ``ctx.agents.alice``; no other keys.
+
+    Names are data, so ``ctx.agents.alice.gateway`` is typed ``Any``;
+    ``ctx.agents.gateway("alice", LLMGateway)`` is the same object, typed and checked.
+    """
 
     __slots__ = ("_handles",)
 
@@ -56,3 +68,20 @@ class Roster(Mapping[str, AgentHandle[Any]]):
 
     def __len__(self) -> int:
         return len(self._handles)
+
+    def gateway(self, name: str, gateway_class: type[G]) -> G:
+        """Agent ``name``'s gateway, typed as ``gateway_class``; ``GatewayTypeError`` if it is
+        another runtime's (an agent named like a Mapping method is reached this way too)."""
+        handle = self[name]
+        if not isinstance(handle.gateway, gateway_class):
+            raise GatewayTypeError(
+                f"{name} runs {handle.runtime}; its gateway is "
+                f"{type(handle.gateway).__name__}, not {gateway_class.__name__}"
+            )
+        return handle.gateway
+
+    def handle(self, name: str, gateway_class: type[G]) -> AgentHandle[G]:
+        """Agent ``name``'s whole handle, its gateway typed as ``gateway_class`` (checked)."""
+        self.gateway(name, gateway_class)
+        handle: AgentHandle[G] = self[name]
+        return handle

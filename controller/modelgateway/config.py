@@ -30,6 +30,10 @@ class ProviderConfig:
     backoff_max_s: float = 8.0
     max_completion_tokens: int = 4096
     """The most ``max_tokens`` an agent's call is forwarded with (a larger one is lowered)."""
+    limit_field: str | None = None
+    """The one completion-limit field the provider honours, if it ignores the other: the
+    forwarded limit is also written there (llama.cpp's server reads ``max_tokens`` only, and
+    generated until its context was full for a call that sent ``max_completion_tokens``)."""
 
 
 NAMED_PROVIDERS: dict[str, ProviderConfig] = {

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import httpx
 
+from controller.modelgateway.budget import COMPLETION_FIELDS
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import ErrorClass
 
@@ -96,6 +97,7 @@ class ProviderConnection:
 
     async def chat_completion(self, request: dict[str, Any]) -> ProviderReply:
         """The provider's answer to one chat completion, or ``ProviderCallFailed``."""
+        request = self._with_limit_field(request)
         attempt = 0
         while True:
             attempt += 1
@@ -128,6 +130,13 @@ class ProviderConnection:
             ):
                 raise failure
             await anyio.sleep(self._backoff_s(attempt, retry_after))
+
+    def _with_limit_field(self, request: dict[str, Any]) -> dict[str, Any]:
+        field = self.config.limit_field
+        limits = [v for k in COMPLETION_FIELDS if isinstance(v := request.get(k), int)]
+        if field is None or not limits or isinstance(request.get(field), int):
+            return request
+        return {**request, field: min(limits)}
 
     async def _pace(self) -> None:
         if self.config.min_interval_s <= 0:

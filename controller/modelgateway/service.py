@@ -47,6 +47,17 @@ class ModelServiceError(Exception):
         self.reason = reason
 
 
+LOCAL_MAX_CONCURRENCY = 1
+"""The local model server answers one call at a time: calls queue in the gateway, where waiting
+does not count against an attempt's timeout. Sent at once, a queued call's wait counted, and two
+OpenClaw turns (~2k prompt tokens each) timed out and were retried while the server still worked
+on the abandoned one."""
+LOCAL_TIMEOUT_S = 300.0
+"""One local call on a loaded 2-core machine: an OpenClaw turn took up to ~90 s here."""
+LOCAL_MAX_COMPLETION_TOKENS = 1024
+"""The llm runtime's own reply ceiling, a bound on any one call holding the one server."""
+
+
 @dataclass(frozen=True)
 class ModelService(RunService):
     """One ``ModelGateway`` for the run, in front of its agents' providers and, when one of them
@@ -80,6 +91,10 @@ class ModelService(RunService):
                     base_url=server.base_url,
                     model=server.model_id,
                     api_key_name=server.api_key_name,
+                    max_concurrency=LOCAL_MAX_CONCURRENCY,
+                    timeout_s=LOCAL_TIMEOUT_S,
+                    max_completion_tokens=LOCAL_MAX_COMPLETION_TOKENS,
+                    limit_field="max_tokens",
                 )
                 credentials = ChainMap(dict(server.credentials), os.environ)
             model_of, providers = _providers(users, local)

@@ -1,0 +1,3 @@
+from agent_images.peer.agent import main
+
+main()

@@ -1,0 +1,236 @@
+"""The ``peer`` runtime, controller side: an evaluation peer the program observes, never commands.
+
+Its policy is Python code: a module file handed to the sandbox through the descriptor's
+``files`` and the name of a function of what the peer has received
+(``agent_images.peer.policy``). It runs in its own sandbox with the production agent client and
+router, so its messages are committed like any agent's. Its bridge (``PeerObservations``) reads
+what the peer publishes; it has no call that makes the peer send or stop, and the program behind
+the bridge refuses the owner API's ``instruct`` and ``stop`` (``not-offered``). Teardown ends it
+by signal. The controller never runs the policy: it parses it, to refuse a missing module or
+function when the RunSpec is defined.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from agent_images.peer.policy import PEER_CONFIG_FILE, PeerSettings
+from controller.agents.bridge import BridgeGateway, attach_bridge
+from controller.agents.runtime import (
+    Attachment,
+    Harvest,
+    Resources,
+    RuntimeDescriptor,
+    RuntimeDescriptorError,
+    SandboxAccess,
+)
+from ledger.events import Event, EventCatalog
+
+PEER_IMAGE = "society/peer:dev"
+"""The locally built image; cluster profiles need it pinned by digest (``image=...@sha256:...``)."""
+PEER_COMMAND = ("python", "-m", "agent_images.peer")
+PEER_RESOURCES = Resources(cpu=0.02, memory_mib=64, memory_limit_mib=1536)
+
+
+class PeerObservation(BaseModel):
+    """What a peer's bridge shows: the runtime's counters and what its policy published."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    name: str
+    participant_id: str | None = None
+    received: int = 0
+    sent: int = 0
+    max_sends: int = 0
+    policy_calls: int = 0
+    policy_errors: int = 0
+    last_policy_error: str | None = None
+    conversations: list[str] = []
+    published: dict[str, Any] = {}
+    stopping: bool = False
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> PeerObservation:
+        keys = {
+            "participantId": "participant_id",
+            "maxSends": "max_sends",
+            "policyCalls": "policy_calls",
+            "policyErrors": "policy_errors",
+            "lastPolicyError": "last_policy_error",
+        }
+        return cls.model_validate({keys.get(k, k): v for k, v in body.items()})
+
+
+class PeerStopped(Event):
+    """An evaluation peer ended; its last observations, as it reported them."""
+
+    tag: ClassVar[str] = "society.peer-stopped/v1"
+
+    agent: str
+    outcome: str
+    received: int
+    sent: int
+    policy_calls: int
+    policy_errors: int
+    last_policy_error: str | None
+    published: dict[str, Any]
+
+
+peer_events = EventCatalog.make(PeerStopped)
+
+
+class PeerObservations(BridgeGateway):
+    """A peer's bridge: read-only. ``observe()`` (typed) and ``state()`` (the raw mapping)."""
+
+    async def observe(self) -> PeerObservation:
+        """The peer's counters and what its policy last published."""
+        return PeerObservation.from_wire(await self.state())
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PeerRuntime(RuntimeDescriptor):
+    """An evaluation peer: ``function`` of ``module`` (one of ``files``) decides what it sends."""
+
+    runtime: ClassVar[str] = "peer"
+
+    module: str
+    function: str
+    max_sends: int = 100
+    image: str = PEER_IMAGE
+    command: tuple[str, ...] = PEER_COMMAND
+    resources: Resources = PEER_RESOURCES
+    events: EventCatalog = peer_events
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_policy(self.files, self.module, self.function)
+        if self.max_sends < 0:
+            raise RuntimeDescriptorError(
+                f"max_sends is {self.max_sends}; give 0 or more", reason="bad-option"
+            )
+
+    def attach(
+        self, access: SandboxAccess
+    ) -> AbstractAsyncContextManager[Attachment[PeerObservations]]:
+        async def stopped(report: Mapping[str, Any]) -> None:
+            if access.record is not None and isinstance(report.get("state"), dict):
+                seen = PeerObservation.from_wire(report["state"])
+                await access.record(
+                    PeerStopped(
+                        agent=access.agent,
+                        outcome=str(report.get("outcome") or "unknown"),
+                        received=seen.received,
+                        sent=seen.sent,
+                        policy_calls=seen.policy_calls,
+                        policy_errors=seen.policy_errors,
+                        last_policy_error=seen.last_policy_error,
+                        published=seen.published,
+                    )
+                )
+
+        return attach_bridge(
+            access,
+            PeerObservations,
+            runtime="peer",
+            timeout_s=self.ready_timeout_s,
+            on_report=stopped,
+        )
+
+
+def peer(
+    module: str,
+    function: str,
+    *,
+    files: Mapping[str, str | bytes | Path],
+    max_sends: int = 100,
+    image: str = PEER_IMAGE,
+    resources: Resources | None = None,
+    environment: Mapping[str, str] | None = None,
+    harvest: Harvest | None = None,
+    ready_timeout_s: float = 60.0,
+) -> PeerRuntime:
+    """An evaluation peer whose policy is ``function`` in ``module``, a key of ``files``.
+
+    ``files`` maps working-directory paths to text, bytes or a ``Path`` read now (the policy
+    module and any sibling modules it imports). The peer stops sending after ``max_sends``.
+    Its files and settings are harvested.
+    """
+    given = {path: _content(path, content) for path, content in files.items()}
+    if PEER_CONFIG_FILE in given:
+        raise RuntimeDescriptorError(
+            f"{PEER_CONFIG_FILE} is written from peer()'s arguments", reason="bad-path"
+        )
+    settings = PeerSettings(module=module, function=function, max_sends=max(max_sends, 0))
+    written = {PEER_CONFIG_FILE: settings.model_dump_json(indent=2).encode()}
+    return PeerRuntime(
+        module=module,
+        function=function,
+        max_sends=max_sends,
+        image=image,
+        resources=resources or PEER_RESOURCES,
+        environment=dict(environment or {}),
+        files={**given, **written},
+        harvest=harvest or Harvest(files=(*sorted(given), PEER_CONFIG_FILE)),
+        ready_timeout_s=ready_timeout_s,
+    )
+
+
+def _check_policy(files: Mapping[str, bytes], module: str, function: str) -> None:
+    """The policy module is one of ``files``, parses, and defines ``function`` at top level."""
+    if module not in files:
+        shown = ", ".join(sorted(set(files) - {PEER_CONFIG_FILE})) or "none"
+        raise RuntimeDescriptorError(
+            f"the peer's policy module {module!r} is not one of its files ({shown}); hand it "
+            f"over with files={{{module!r}: Path(...)}}",
+            reason="policy-module-missing",
+        )
+    if not module.endswith(".py"):
+        raise RuntimeDescriptorError(
+            f"the peer's policy module {module!r} must be a .py file", reason="bad-policy-module"
+        )
+    try:
+        tree = ast.parse(files[module], filename=module)
+    except (SyntaxError, ValueError) as exc:
+        raise RuntimeDescriptorError(
+            f"the peer's policy module {module} does not parse: {exc}", reason="bad-policy-module"
+        ) from None
+    defined = [
+        node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+    if function not in defined:
+        shown = ", ".join(defined) or "no functions"
+        raise RuntimeDescriptorError(
+            f"the peer's policy module {module} defines no top-level function {function!r} "
+            f"(it defines {shown}); name a 'def' of the module",
+            reason="policy-function-missing",
+        )
+
+
+def _content(path: str, content: str | bytes | Path) -> bytes:
+    if isinstance(content, Path):
+        try:
+            return content.read_bytes()
+        except OSError as exc:
+            raise RuntimeDescriptorError(
+                f"peer file {path} reads {content}, which cannot be read "
+                f"({exc.strerror or exc}); fix the path",
+                reason="peer-file-missing",
+            ) from None
+    return content.encode() if isinstance(content, str) else content
+
+
+__all__ = [
+    "PeerObservation",
+    "PeerObservations",
+    "PeerRuntime",
+    "PeerStopped",
+    "peer",
+    "peer_events",
+]

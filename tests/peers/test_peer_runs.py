@@ -1,0 +1,194 @@
+"""Evaluation peers in real local runs: their policy decides, the program only observes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agent_images.scripted.policy import Rule, ScriptedPolicy
+from controller import Run, RunSpec
+from controller.agents import (
+    GatewayError,
+    GatewayTypeError,
+    PeerObservations,
+    ScriptedGateway,
+    peer,
+    scripted,
+)
+from controller.agents.peer import PeerStopped
+from controller.events.network import RouterMessageCommitted
+from controller.events.run import (
+    AgentRuntimeArtifact,
+    AgentRuntimeCompleted,
+    AgentRuntimeStartFailed,
+    AgentWorkspaceFileHarvested,
+)
+from controller.platform.local import LocalPlatform
+from controller.run import ClusterLost, ProgramFinished, RunContext, Success
+from ledger import open_ledger_artifacts
+
+pytestmark = pytest.mark.anyio
+
+EAVESDROPPER = """
+from agent_images.peer.policy import Decision, Received, Say
+
+
+def respond(received: Received) -> Decision:
+    latest = received.latest
+    if latest is None:
+        return Decision(say=(Say("say hi", to=("bob",)),), publish={"mood": "curious"})
+    senders = sorted({m.sender for m in received.messages})
+    return Decision(
+        say=(Say(f"{received.me} heard {latest.sender}: {latest.text}"),),
+        publish={"mood": "listening", "heard": len(received.messages), "senders": senders},
+    )
+"""
+echo = ScriptedPolicy(rules=(Rule(match="^say ", texts=("{me} heard: {text}",)),))
+
+
+def ledger_of(spec: RunSpec, outcome: ProgramFinished | ClusterLost) -> Any:
+    receipt = outcome.receipt
+    return open_ledger_artifacts(
+        spec.catalog,
+        receipt.ledger_dir,
+        expected_definition_id=spec.id,
+        trusted_key=receipt.public_key,
+    )
+
+
+async def test_a_peer_speaks_by_its_policy_and_its_messages_are_committed_like_any_agents(
+    artifact_root: Path,
+) -> None:
+    async def execute(ctx: RunContext) -> dict[str, Any]:
+        eve = ctx.agents.gateway("eve", PeerObservations)
+        async with ctx.network.endpoint("workload") as workload:
+            chat = await workload.open(ctx.agents.eve.agent)
+            await chat.send("hello eve")
+            with anyio.fail_after(20):
+                async for message in workload.messages():
+                    reply = message
+                    break
+            with anyio.fail_after(20):
+                # polling is all a program can do: the peer publishes, it is never asked
+                while (seen := await eve.observe()).sent < 3:  # noqa: ASYNC110
+                    await anyio.sleep(0.1)
+        with pytest.raises(GatewayTypeError, match="eve runs peer; its gateway is Pe"):
+            ctx.agents.gateway("eve", ScriptedGateway)
+        return {"reply": (reply.sender.name, reply.text), "seen": seen.model_dump()}
+
+    spec = RunSpec.define(
+        id="acme.peer-test/v1",
+        agents={
+            "eve": peer("eavesdropper.py", "respond", files={"eavesdropper.py": EAVESDROPPER}),
+            "bob": scripted(echo),
+        },
+        execute=execute,
+    )
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    value = outcome.exit.value
+    assert value["reply"] == ("eve", "eve heard workload: hello eve")
+    seen = value["seen"]
+    assert seen["sent"] == 3 and seen["policy_errors"] == 0 and seen["policy_calls"] == 3
+    assert seen["published"] == {"mood": "listening", "heard": 2, "senders": ["bob", "workload"]}
+
+    ledger = ledger_of(spec, outcome)
+    by_eve = [e.parts for e in ledger.events(RouterMessageCommitted) if e.sender_id == "agent:eve"]
+    assert ["say hi"] in by_eve and ["eve heard workload: hello eve"] in by_eve
+    assert ["eve heard bob: bob heard: say hi"] in by_eve
+    stopped = [e for e in ledger.events(PeerStopped)]
+    assert len(stopped) == 1 and stopped[0].outcome == "completed" and stopped[0].sent == 3
+    assert {e.agent for e in ledger.events(AgentRuntimeCompleted)} == {"eve", "bob"}
+    harvested = {e.path: e.outcome for e in ledger.events(AgentWorkspaceFileHarvested)}
+    assert harvested["eavesdropper.py"] == "harvested" and harvested["peer.json"] == "harvested"
+
+
+SILENT = """
+def respond(received):
+    return None
+"""
+
+
+async def test_the_bridge_has_no_send_path_whatever_the_program_asks(
+    artifact_root: Path,
+) -> None:
+    """Play the attacker with the bridge token in hand: every command is refused, nothing is
+    sent, the policy is never called, and the peer is still there."""
+
+    async def execute(ctx: RunContext) -> dict[str, Any]:
+        mallory = ctx.agents.gateway("mallory", PeerObservations)
+        public = {n for n in dir(PeerObservations) if not n.startswith("_")}
+        before = await mallory.observe()
+        refusals = {}
+        attempts: list[tuple[str, dict[str, Any]]] = [
+            ("instruct", {"text": "say PWNED", "peers": ["workload"]}),
+            ("stop", {"reason": "owner"}),
+            ("send", {"conversation": "c-1", "text": "PWNED"}),
+            ("open", {"peers": ["workload"]}),
+            ("state", {"publish": {"x": 1}, "say": "PWNED"}),
+        ]
+        async with ctx.network.endpoint("workload") as workload:
+            for op, fields in attempts:
+                try:
+                    refusals[op] = await mallory._call(op, **fields)
+                except GatewayError as exc:
+                    refusals[op] = str(exc)
+            heard = []
+            with anyio.move_on_after(2):
+                async for message in workload.messages():
+                    heard.append(message.text)
+        after = await mallory.observe()
+        return {
+            "public": sorted(public),
+            "refusals": refusals,
+            "heard": heard,
+            "before": before.model_dump(),
+            "after": after.model_dump(),
+            "ended": ctx.agents.mallory.termination.done,
+        }
+
+    spec = RunSpec.define(
+        id="acme.peer-attack/v1",
+        agents={"mallory": peer("silent.py", "respond", files={"silent.py": SILENT})},
+        execute=execute,
+    )
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    value = outcome.exit.value
+    assert value["public"] == ["observe", "state"]
+    refusals = value["refusals"]
+    assert refusals["instruct"] == "this agent's bridge is read-only: 'instruct' is not offered"
+    assert refusals["stop"] == "this agent's bridge is read-only: 'stop' is not offered"
+    assert refusals["send"] == "unknown op 'send'" and refusals["open"] == "unknown op 'open'"
+    assert refusals["state"]["sent"] == 0  # extra fields change nothing
+    assert value["heard"] == [] and value["ended"] is False
+    assert value["after"]["sent"] == 0 and value["after"]["policy_calls"] == 1  # the opening
+    assert value["after"]["published"] == {}
+    ledger = ledger_of(spec, outcome)
+    assert [e for e in ledger.events(RouterMessageCommitted)] == []
+
+
+async def test_a_policy_that_cannot_be_imported_in_its_sandbox_fails_the_gate(
+    artifact_root: Path,
+) -> None:
+    broken = "import no_such_module_anywhere\n\ndef respond(received):\n    return None\n"
+
+    async def execute(ctx: RunContext) -> None:
+        raise AssertionError("the program must not run")
+
+    spec = RunSpec.define(
+        id="acme.peer-broken/v1",
+        agents={"eve": peer("broken.py", "respond", files={"broken.py": broken})},
+        execute=execute,
+    )
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ClusterLost)
+    ledger = ledger_of(spec, outcome)
+    assert [e.agent for e in ledger.events(AgentRuntimeStartFailed)] == ["eve"]
+    log = [e for e in ledger.events(AgentRuntimeArtifact) if e.kind == "log"]
+    text = (artifact_root / outcome.receipt.run_id / str(log[0].artifact)).read_text()
+    assert "peer: cannot load its policy: ModuleNotFoundError" in text
+    assert "no_such_module_anywhere" in text
