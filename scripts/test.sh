@@ -8,7 +8,10 @@ start=$(date +%s)
 export CI="${CI:-1}"
 scripts/bootstrap.sh
 if [ -x scripts/build-control-plane.sh ]; then
+  # The real node's Debian packages, every Go program of the harness, then the images.
+  scripts/install-node.sh
   scripts/build-control-plane.sh
+  scripts/build-images.sh
 fi
 echo "test: ruff and mypy" >&2
 .venv/bin/ruff check ledger controller tests benchmarks examples agent_images
