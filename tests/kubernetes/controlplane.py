@@ -207,7 +207,8 @@ class ControlPlane:
             start_etcd(self)
             start_apiserver(self)
             start_kube_controllers(self)
-            start_kwok(self)
+            if self.nodes:
+                start_kwok(self)
             if self.kueue:
                 start_kueue(self)
             if self.agent_sandbox:

@@ -72,6 +72,7 @@ def start_apiserver(cp: ControlPlane) -> None:
             # Without a real node nothing would reach an endpoint on loopback; with one, pods
             # reach the API server at the `kubernetes` Service, on the node's veth.
             f"--endpoint-reconciler-type={'lease' if cp.real_node else 'none'}",
+            "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
             f"--kubelet-client-key={pki / 'kubelet-client.key'}",
             "--profiling=false",

@@ -322,15 +322,8 @@ imports = []
             "kube-proxy", [str(self.cp.build.binary("kube-proxy")), f"--config={path}"]
         )
         wait_until(
-            "kube-proxy /healthz",
-            lambda: "200" in self.network.run(
-                "python3", "-c",
-                "import urllib.request as u; print(u.urlopen('http://127.0.0.1:10256/healthz')"
-                ".status)",
-            ),
-            self.cp.startup_timeout,
-            proxy,
-        )  # fmt: skip
+            "kube-proxy /healthz", lambda: self._answers(10256), self.cp.startup_timeout, proxy
+        )
 
     def _start_kube_router(self) -> None:
         self._spawn(
@@ -350,15 +343,8 @@ imports = []
         )
         router = self.processes.components[-1]
         wait_until(
-            "kube-router /healthz",
-            lambda: "200" in self.network.run(
-                "python3", "-c",
-                "import urllib.request as u; print(u.urlopen('http://127.0.0.1:20244/healthz')"
-                ".status)",
-            ),
-            self.cp.startup_timeout,
-            router,
-        )  # fmt: skip
+            "kube-router /healthz", lambda: self._answers(20244), self.cp.startup_timeout, router
+        )
 
     def _start_metadata(self) -> None:
         """An HTTP server on 169.254.169.254:80 in the node's namespace, as a cloud's metadata
@@ -370,11 +356,21 @@ imports = []
             "metadata",
             ["python3", "-m", "http.server", "80", "--bind", address, "--directory", str(empty)],
         )
-        probe = f"import socket; socket.create_connection(('{address}', 80), 2); print('ok')"
-        wait_until(
-            "the metadata stand-in", lambda: "ok" in self.network.run("python3", "-c", probe), 30,
-            server,
-        )  # fmt: skip
+        wait_until("the metadata stand-in", lambda: self._answers(80, address), 30, server)
+
+    def _answers(self, port: int, host: str = "127.0.0.1") -> bool:
+        """Whether an HTTP server answers at host:port inside the node's namespace."""
+        probe = (
+            "import sys, urllib.request as u\n"
+            f"try: u.urlopen('http://{host}:{port}/healthz', timeout=2)\n"
+            "except u.HTTPError: pass\n"
+            "except OSError: sys.exit(1)"
+        )
+        try:
+            self.network.run("python3", "-c", probe)
+        except ControlPlaneError:
+            return False
+        return True
 
     # ---- stop ----------------------------------------------------------------------------------
 
