@@ -45,6 +45,8 @@ KUBELET_SYSCTLS = (
 )
 """What the kubelet sets at start (setupKernelTunables); saved before and put back after."""
 POD_DELETE_TIMEOUT_S = 60.0
+NODE_IMAGES = ("pause", "scripted", "llm", "controller")
+"""The images the node imports (the run worker's image runs in no harness pod)."""
 HOST_DIRS = (Path("/var/lib/cni"), Path("/var/log/containers"))
 """Fixed paths the CNI library (its result cache) and the kubelet (log symlinks) write to; what
 the node put there goes at stop, and each directory too if the node made it."""
@@ -203,6 +205,8 @@ imports = []
     def _import_images(self) -> None:
         for ref, archive in sorted(self.images.archives.items()):
             name = ref.split("@", 1)[0]
+            if name.rsplit("/", 1)[-1] not in NODE_IMAGES:
+                continue
             self.ctr("images", "import", "--base-name", name, archive)
             # The archive names its manifest name:build; pods name it name@sha256:<manifest>.
             self.ctr("images", "tag", "--force", f"{name}:build", ref)

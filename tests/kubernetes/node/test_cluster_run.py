@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,17 @@ from controlplane import REPO_ROOT, ControlPlane, Images
 pytestmark = pytest.mark.slow
 
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
+
+
+def _stop_dev_server_under(artifacts: Path) -> None:
+    """The Temporal dev server `society run` started under this test's artifact root."""
+    try:
+        pid = int(json.loads((artifacts / ".temporal" / "server.json").read_text())["pid"])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, KeyError):
+        return
+    if str(artifacts).encode() in cmdline:  # never a reused pid: it names this test's root
+        os.kill(pid, signal.SIGKILL)
 
 
 def test_society_run_on_the_kind_profile_runs_the_negotiation_end_to_end(
@@ -40,13 +52,16 @@ def test_society_run_on_the_kind_profile_runs_the_negotiation_end_to_end(
         env.pop(name, None)
     artifacts = tmp_path / "artifacts"
     example = REPO_ROOT / "examples" / "negotiation.py"
-    done = subprocess.run(
-        [*SOCIETY, "run", "--profile", "kind", "--artifacts", str(artifacts), str(example)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    try:
+        done = subprocess.run(
+            [*SOCIETY, "run", "--profile", "kind", "--artifacts", str(artifacts), str(example)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        _stop_dev_server_under(artifacts)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["outcome"] == "ProgramFinished" and result["exit"] == "success", result
