@@ -156,12 +156,12 @@ def workload(run_id: str, sets: Sequence[PodSet]) -> Obj:
                                 {
                                     "name": AGENT_CONTAINER,
                                     "image": pod_set.image,
-                                    "resources": _resources(pod_set.resources),
+                                    "resources": _quota(pod_set.resources),
                                 },
                                 {
                                     "name": KEEPER_CONTAINER,
                                     "image": pod_set.image,
-                                    "resources": _resources(KEEPER_RESOURCES),
+                                    "resources": _quota(KEEPER_RESOURCES),
                                 },
                             ],
                         }
@@ -171,6 +171,15 @@ def workload(run_id: str, sets: Sequence[PodSet]) -> Obj:
             ],
         },
     )
+
+
+def _quota(resources: Resources) -> dict[str, Any]:
+    """What Kueue counts against the queue's quota: requests (and the memory limit); the pods'
+    ephemeral-storage limits would count as requests of a resource queues do not cover."""
+    return {
+        "requests": {"cpu": _cpu(resources.cpu), "memory": f"{resources.memory_mib}Mi"},
+        "limits": {"memory": f"{resources.memory_limit_mib}Mi"},
+    }
 
 
 def _resources(resources: Resources) -> dict[str, Any]:
