@@ -34,7 +34,7 @@ from controller.agents import Completed
 from controller.agents.llm import llm
 from controller.modelgateway import ProviderConfig
 from controller.modelgateway.events import AgentModelUsage
-from controller.platform.kubernetes import Kube, objects
+from controller.platform.kubernetes import Kube, objects, routing
 from controller.run import ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
 from ledger import open_ledger_artifacts
@@ -102,7 +102,7 @@ async def test_llm_agents_reach_the_gateway_through_the_run_service_on_a_port_po
     env = {e["name"]: e["value"] for e in seen["sandbox"]["spec"]["podTemplate"]["spec"][
         "containers"][0]["env"]}  # fmt: skip
     advertised = urlsplit(env[GATEWAY_URL_VARIABLE])
-    assert advertised.hostname == objects.router_host(run_id)
+    assert advertised.hostname == routing.router_host(run_id)
     gateway_port = advertised.port
     service_ports = {p["port"]: p["name"] for p in seen["service"]["spec"]["ports"]}
     assert service_ports[gateway_port] == f"service-{gateway_port}"

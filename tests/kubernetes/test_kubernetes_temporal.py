@@ -114,6 +114,8 @@ async def test_society_run_prepares_the_namespace_runs_the_controller_and_cleanu
     monkeypatch.setenv("SOCIETY_KUBECONFIG", str(control_plane.kubeconfig))
     monkeypatch.setenv("SOCIETY_CLUSTER_QUEUE", cluster_queue)
     monkeypatch.setenv("SOCIETY_KUBE_WORKER_NAMESPACES", "1")
+    # the debugging mode (the controller in this process): its pods are local processes here
+    monkeypatch.setenv("SOCIETY_CONTROLLER_JOB", "0")
     seen: dict[str, Any] = {}
 
     async with (

@@ -1,0 +1,67 @@
+"""``society run --profile kind`` from outside the cluster, as a user runs it from a laptop, on the
+harness's real node: the default path runs the controller as the run's Job, whose pod the
+router's Service selects, so the agents' pods reach the router.
+
+On the code before this test the controller ran in the command's own process while agents
+dialled ``society-router.<run>.svc``, a Service that selected no pod: the run could not start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cluster_support import make_cluster_queue
+from controlplane import REPO_ROOT, ControlPlane, Images
+
+pytestmark = pytest.mark.slow
+
+SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
+
+
+def _stop_dev_server_under(artifacts: Path) -> None:
+    """The Temporal dev server `society run` started under this test's artifact root."""
+    try:
+        pid = int(json.loads((artifacts / ".temporal" / "server.json").read_text())["pid"])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, KeyError):
+        return
+    if str(artifacts).encode() in cmdline:  # never a reused pid: it names this test's root
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_society_run_on_the_kind_profile_runs_the_negotiation_end_to_end(
+    node_plane: ControlPlane, node_images: Images, tmp_path: Path
+) -> None:
+    queue = make_cluster_queue(node_plane, cpu="4")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "SOCIETY_KUBECONFIG": str(node_plane.kubeconfig),
+        "SOCIETY_IMAGE_MAP": str(node_images.path),
+        "SOCIETY_CLUSTER_QUEUE": queue,
+        "SOCIETY_STARTUP_TIMEOUT_S": "120",
+        "SOCIETY_ADMISSION_TIMEOUT_S": "60",
+    }
+    for name in ("SOCIETY_CONTROLLER_JOB", "SOCIETY_ROUTER_ADDRESS", "TEMPORAL_ADDRESS"):
+        env.pop(name, None)
+    artifacts = tmp_path / "artifacts"
+    example = REPO_ROOT / "examples" / "negotiation.py"
+    try:
+        done = subprocess.run(
+            [*SOCIETY, "run", "--profile", "kind", "--artifacts", str(artifacts), str(example)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        _stop_dev_server_under(artifacts)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["outcome"] == "ProgramFinished" and result["exit"] == "success", result
