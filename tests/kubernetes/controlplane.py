@@ -72,6 +72,8 @@ class NodeCapacity:
     cpu: str = "16"
     memory: str = "64Gi"
     pods: str = "110"
+    ephemeral_storage: str = "100Gi"
+    """Real nodes report it; without it no pod with an ephemeral-storage limit schedules."""
 
 
 @dataclass

@@ -197,6 +197,7 @@ def start_kwok(cp: ControlPlane) -> None:
         "cpu": cp.node_capacity.cpu,
         "memory": cp.node_capacity.memory,
         "pods": cp.node_capacity.pods,
+        "ephemeral-storage": cp.node_capacity.ephemeral_storage,
     }
     for name in cp.node_names:
         core.create_node(
