@@ -74,3 +74,10 @@ def node_namespace(node_plane: ControlPlane) -> Iterator[str]:
     )
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def control_plane(node_plane: ControlPlane) -> ControlPlane:
+    """Under tests/kubernetes/node the shared helpers (``cluster_support``'s queues) get the
+    plane with the real node."""
+    return node_plane

@@ -13,11 +13,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_support import make_cluster_queue
 from controlplane import REPO_ROOT, ControlPlane, Images
+
+from controller.platform.kubernetes import objects
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +37,47 @@ def _stop_dev_server_under(artifacts: Path) -> None:
         return
     if str(artifacts).encode() in cmdline:  # never a reused pid: it names this test's root
         os.kill(pid, signal.SIGKILL)
+
+
+class RouterEndpoints:
+    """Every ready endpoint the routers' Services had while the run went on: the pod behind
+    each (``Pod/<namespace>/<name>``), polled from the EndpointSlices in a thread."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        from kubernetes import client
+
+        self.discovery = client.DiscoveryV1Api(plane.api_client())
+        self.core = client.CoreV1Api(plane.api_client())
+        self.seen: dict[str, dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> RouterEndpoints:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _poll(self) -> None:
+        selector = f"kubernetes.io/service-name={objects.ROUTER_SERVICE}"
+        while not self._stop.wait(0.5):
+            try:
+                slices = self.discovery.list_endpoint_slice_for_all_namespaces(
+                    label_selector=selector
+                ).items
+                for item in slices:
+                    for endpoint in item.endpoints or []:
+                        ref = endpoint.target_ref
+                        if ref is None or not (endpoint.conditions and endpoint.conditions.ready):
+                            continue
+                        key = f"{ref.kind}/{ref.namespace}/{ref.name}"
+                        if key not in self.seen and ref.kind == "Pod":
+                            pod = self.core.read_namespaced_pod(ref.name, ref.namespace)
+                            self.seen[key] = dict(pod.metadata.labels or {})
+            except Exception:  # a namespace deleted between list and read: poll again
+                continue
 
 
 def test_society_run_on_the_kind_profile_runs_the_negotiation_end_to_end(
@@ -52,8 +97,20 @@ def test_society_run_on_the_kind_profile_runs_the_negotiation_end_to_end(
         env.pop(name, None)
     artifacts = tmp_path / "artifacts"
     example = REPO_ROOT / "examples" / "negotiation.py"
+    with RouterEndpoints(node_plane) as endpoints:
+        done = _society_run(env, artifacts, example)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["outcome"] == "ProgramFinished" and result["exit"] == "success", result
+    # The defect this guards against: agents dial the router's Service, which must have had a
+    # ready endpoint, and that endpoint was the controller Job's pod (the default path).
+    roles = [labels.get(objects.ROLE_LABEL) for labels in endpoints.seen.values()]
+    assert roles == ["controller"], endpoints.seen
+
+
+def _society_run(env: dict[str, str], artifacts: Path, example: Path) -> Any:
     try:
-        done = subprocess.run(
+        return subprocess.run(
             [*SOCIETY, "run", "--profile", "kind", "--artifacts", str(artifacts), str(example)],
             env=env,
             capture_output=True,
@@ -62,6 +119,3 @@ def test_society_run_on_the_kind_profile_runs_the_negotiation_end_to_end(
         )
     finally:
         _stop_dev_server_under(artifacts)
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["outcome"] == "ProgramFinished" and result["exit"] == "success", result

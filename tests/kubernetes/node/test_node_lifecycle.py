@@ -27,7 +27,16 @@ def _sysctls() -> dict[str, str]:
 
 
 def _mounts() -> set[str]:
-    return {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    """The host's mounts, less those of any test control plane's work directory: another plane
+    (this session's shared one, or another worktree's) mounts and unmounts there meanwhile.
+    This plane's own are checked apart: none is left under its work directory."""
+    points = {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    return {p for p in points if not p.startswith("/tmp/society-control-plane-")}
+
+
+def _mounts_under(root: Path) -> list[str]:
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [p for p in points if p.startswith(f"{root}/")]
 
 
 def _run_a_pod(plane: ControlPlane, image: str) -> None:
@@ -79,4 +88,5 @@ def test_the_node_stops_clean_and_starts_again(node_images: Images) -> None:
         assert _routes() == routes
         assert _sysctls() == sysctls
         assert _mounts() == mounts
-        assert plane.workdir is not None and not plane.workdir.exists()
+        assert plane.workdir is not None and _mounts_under(plane.workdir) == []
+        assert not plane.workdir.exists()

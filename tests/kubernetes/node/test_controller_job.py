@@ -1,0 +1,196 @@
+"""In-cluster execution: the run worker's ``execute`` runs the controller as the run's Job, on the
+real node, from the controller image built here (pinned by digest through the image map).
+
+The real ``SocietyRun`` on a dev server, with the worker in in-cluster mode against the real
+control plane: prepare makes the namespace, execute creates the RunSpec ConfigMap and
+``Job/society-controller`` and watches it, the controller (``incluster.run_controller``) runs as
+the Job's pod on the node, creates the Sandboxes, whose pods reach its router through the run's
+Service, reports its ``RunResult`` in its termination message, and cleanup deletes the namespace.
+Nothing is substituted: the Job's pod and the agents' pods are containers.
+"""
+
+# ruff: noqa: F811  (pytest fixtures imported from other modules are parameters here)
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from cluster_support import (  # noqa: F401 (fixtures)
+    SCRIPTED,
+    anyio_backend,
+    artifacts,
+    cluster_queue,
+    left_in_cluster,
+)
+from controlplane import ControlPlane
+from run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
+from temporalio import activity
+
+from controller.platform.kubernetes import (
+    Kube,
+    KubernetesSettings,
+    delete_run_namespace,
+    objects,
+    prepare_run_namespace,
+    run_controller_job,
+)
+from controller.platform.kubernetes.access import CONTROLLER_JOB
+from controller.platform.kubernetes.kube import Informer, Obj
+from controller.platform.temporal.activities import LifecycleActivities
+from controller.platform.temporal.workflow import EXECUTE
+from controller.run import RunRequest, RunResult
+from controller.run.module_source import ModuleSource
+from controller.run.runid import new_run_id
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+def in_cluster_worker(
+    monkeypatch: pytest.MonkeyPatch, plane: ControlPlane, cluster_queue: str
+) -> None:
+    """The run worker's environment: this cluster, worker-owned namespaces, the image map; the
+    controller runs as the run's Job (the default)."""
+    assert plane.images is not None
+    monkeypatch.setenv("SOCIETY_KUBECONFIG", str(plane.kubeconfig))
+    monkeypatch.setenv("SOCIETY_CLUSTER_QUEUE", cluster_queue)
+    monkeypatch.setenv("SOCIETY_KUBE_WORKER_NAMESPACES", "1")
+    monkeypatch.setenv("SOCIETY_IMAGE_MAP", str(plane.images.path))
+    monkeypatch.setenv("SOCIETY_STARTUP_TIMEOUT_S", "90")
+    monkeypatch.setenv("SOCIETY_ADMISSION_TIMEOUT_S", "60")
+    for name in ("SOCIETY_CONTROLLER_JOB", "SOCIETY_ROUTER_ADDRESS", "SOCIETY_CONTROLLER_IMAGE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+async def controller_pods(kube: Kube, run_id: str, seen: dict[str, Obj]) -> None:
+    """Record every controller pod of the run (name -> last seen object) until cancelled."""
+    informer = Informer(kube, "Pod", run_id, label_selector=f"{objects.ROLE_LABEL}=controller")
+
+    def note(i: Informer) -> None:
+        seen.update(i.objects)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(informer.run)
+        await informer.until(note)
+
+
+async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_its_result(
+    control_plane: ControlPlane,
+    cluster_queue: str,
+    temporal_address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert control_plane.images is not None and control_plane.node is not None
+    run_id = new_run_id()
+    module = tmp_path / "experiment.py"
+    module.write_text(textwrap.dedent(MODULE.format(image=SCRIPTED)))
+    root = artifacts(tmp_path)
+    in_cluster_worker(monkeypatch, control_plane, cluster_queue)
+    seen: dict[str, Any] = {}
+    pods: dict[str, Obj] = {}
+
+    async with (
+        Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube,
+        anyio.create_task_group() as tasks,
+    ):
+        activities = LifecycleActivities()
+
+        @activity.defn(name=EXECUTE)
+        async def execute(request: RunRequest) -> RunResult:
+            tasks.start_soon(controller_pods, kube, run_id, pods)
+            result = await activities.execute(request)
+            seen["job"] = await kube.get("Job", CONTROLLER_JOB, run_id)
+            seen["runspec"] = await kube.get("ConfigMap", "society-runspec", run_id)
+            return result
+
+        request = RunRequest(
+            module_path=str(module),
+            module_source=ModuleSource.read(module),  # a cluster's worker reads no local path
+            run_id=run_id,
+            profile="kubernetes",
+            artifact_root=str(root),
+        )
+        result = await run_society(temporal_address, request, activities, execute)
+        tasks.cancel_scope.cancel()
+        left = await left_in_cluster(kube, run_id)
+
+    outcome = RunResult.model_validate(result)
+    assert outcome.outcome == "ProgramFinished" and outcome.exit == "success", outcome.cause
+    job = seen["job"]
+    assert job["spec"]["backoffLimit"] == 0
+    image = job["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == control_plane.images.ref("controller")
+    assert seen["runspec"]["immutable"] is True
+    assert seen["runspec"]["data"]["experiment.py"] == module.read_text()
+    # the Job ran once: one pod, on the real node, whose container exited 0
+    assert len(pods) == 1, sorted(pods)
+    pod = next(iter(pods.values()))
+    assert pod["spec"]["nodeName"] == control_plane.node.name
+    terminated = pod["status"]["containerStatuses"][0]["state"].get("terminated") or {}
+    assert terminated.get("exitCode") == 0, pod["status"]
+    assert outcome.receipt.complete
+    # cleanup deleted the namespace (and with it the Job) before the workflow returned
+    assert left == []
+
+
+async def test_a_controller_job_that_dies_before_reporting_ends_the_run_cluster_lost(
+    control_plane: ControlPlane,
+    cluster_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = control_plane.node
+    assert node is not None
+    run_id = new_run_id()
+    module = tmp_path / "experiment.py"
+    module.write_text(textwrap.dedent(MODULE.format(image=SCRIPTED)))
+    in_cluster_worker(monkeypatch, control_plane, cluster_queue)
+    request = RunRequest(
+        module_path=str(module),
+        module_source=ModuleSource.read(module),
+        run_id=run_id,
+        profile="kubernetes",
+        artifact_root=str(artifacts(tmp_path)),
+    )
+
+    async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
+        await prepare_run_namespace(kube, run_id)
+        try:
+
+            async def kill_the_controller() -> None:
+                """SIGKILL to the controller's process, from the node (an OOM kill's signal)."""
+                informer = Informer(
+                    kube, "Pod", run_id, label_selector=f"{objects.ROLE_LABEL}=controller"
+                )
+
+                def running(i: Informer) -> str | None:
+                    for pod in i.objects.values():
+                        for status in pod.get("status", {}).get("containerStatuses") or []:
+                            if "running" in status.get("state", {}):
+                                return str(status["containerID"]).split("://", 1)[1]
+                    return None
+
+                async with anyio.create_task_group() as watch:
+                    watch.start_soon(informer.run)
+                    container = await informer.until(running)
+                    watch.cancel_scope.cancel()
+                await anyio.to_thread.run_sync(
+                    node.ctr, "tasks", "kill", "--signal", "SIGKILL", container
+                )
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(kill_the_controller)
+                with anyio.fail_after(120):
+                    outcome = await run_controller_job(
+                        request, KubernetesSettings.from_environment()
+                    )
+        finally:
+            await delete_run_namespace(kube, run_id)
+
+    assert outcome.outcome == "ClusterLost" and outcome.exit == "failure"
+    assert outcome.reason == "controller-job-failed", outcome.cause
+    assert "exited 137" in (outcome.cause or ""), outcome.cause
+    assert not outcome.receipt.complete
