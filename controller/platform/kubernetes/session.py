@@ -245,6 +245,13 @@ class KubernetesSession(PlatformSession):
                 reason="startup-timeout",
             )
         state, _, pod = started
+        if state == "unpullable":
+            assert pod is not None
+            raise SandboxStartError(
+                f"the image of {agent} cannot be pulled: {observed.unpullable(pod)}; build and "
+                f"push it (or run scripts/build-images.sh) and pin it by digest",
+                reason="image-unpullable",
+            )
         if state != "ready":
             raise SandboxStartError(
                 f"the Sandbox of {agent} {state} before it was ready", reason="exited-before-ready"

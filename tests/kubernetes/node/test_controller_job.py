@@ -12,6 +12,7 @@ Nothing is substituted: the Job's pod and the agents' pods are containers.
 # ruff: noqa: F811  (pytest fixtures imported from other modules are parameters here)
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -37,13 +38,15 @@ from controller.platform.kubernetes import (
     prepare_run_namespace,
     run_controller_job,
 )
-from controller.platform.kubernetes.access import CONTROLLER_JOB
+from controller.platform.kubernetes.access import ARTIFACT_ROOT, CONTROLLER_JOB
 from controller.platform.kubernetes.kube import Informer, Obj
 from controller.platform.temporal.activities import LifecycleActivities
 from controller.platform.temporal.workflow import EXECUTE
 from controller.run import RunRequest, RunResult
 from controller.run.module_source import ModuleSource
 from controller.run.runid import new_run_id
+from controller.run.spec import load_run_spec
+from ledger import open_ledger_artifacts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -102,6 +105,8 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
         async def execute(request: RunRequest) -> RunResult:
             tasks.start_soon(controller_pods, kube, run_id, pods)
             result = await activities.execute(request)
+            for name in pods:  # the controller's own account of the run, for a failure's message
+                seen["log"] = await kube.log(name, run_id, container="controller", limit_bytes=8000)
             seen["job"] = await kube.get("Job", CONTROLLER_JOB, run_id)
             seen["runspec"] = await kube.get("ConfigMap", "society-runspec", run_id)
             return result
@@ -118,7 +123,9 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
         left = await left_in_cluster(kube, run_id)
 
     outcome = RunResult.model_validate(result)
-    assert outcome.outcome == "ProgramFinished" and outcome.exit == "success", outcome.cause
+    assert outcome.outcome == "ProgramFinished" and outcome.exit == "success", (
+        f"{outcome.cause}\ncontroller log:\n{seen.get('log', b'').decode(errors='replace')}"
+    )
     job = seen["job"]
     assert job["spec"]["backoffLimit"] == 0
     image = job["spec"]["template"]["spec"]["containers"][0]["image"]
@@ -194,3 +201,84 @@ async def test_a_controller_job_that_dies_before_reporting_ends_the_run_cluster_
     assert outcome.reason == "controller-job-failed", outcome.cause
     assert "exited 137" in (outcome.cause or ""), outcome.cause
     assert not outcome.receipt.complete
+
+
+async def test_the_ledger_on_a_retained_volume_outlives_the_controller_pod_and_verifies(
+    control_plane: ControlPlane,
+    cluster_queue: str,
+    temporal_address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``SOCIETY_LEDGER_PVC``: the Job writes the ledger to the claim; a StorageClass with
+    ``reclaimPolicy: Retain`` and a statically provisioned volume (a directory on the node: the
+    harness runs no provisioner) keep it after the pod, the Job and the namespace are gone; it
+    then verifies offline from the volume."""
+    assert control_plane.workdir is not None
+    run_id = new_run_id()
+    suffix = run_id[-10:]
+    storage_class, volume = f"ledger-{suffix}", f"ledger-{suffix}"
+    directory = control_plane.workdir / "volumes" / volume
+    directory.mkdir(parents=True)
+    os.chown(directory, objects.NON_ROOT_ID, objects.NON_ROOT_ID)  # hostPath: no fsGroup
+    module = tmp_path / "experiment.py"
+    module.write_text(textwrap.dedent(MODULE.format(image=SCRIPTED)))
+    in_cluster_worker(monkeypatch, control_plane, cluster_queue)
+    monkeypatch.setenv("SOCIETY_LEDGER_PVC", "ledger")
+    monkeypatch.setenv("SOCIETY_LEDGER_STORAGE_CLASS", storage_class)
+    from kubernetes import client
+
+    api = control_plane.api_client()
+    storage, core = client.StorageV1Api(api), client.CoreV1Api(api)
+    storage.create_storage_class(
+        {
+            "metadata": {"name": storage_class},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "reclaimPolicy": "Retain",
+            "volumeBindingMode": "Immediate",
+        }
+    )
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": storage_class,
+                "hostPath": {"path": str(directory), "type": "Directory"},
+            },
+        }
+    )
+    try:
+        request = RunRequest(
+            module_path=str(module),
+            module_source=ModuleSource.read(module),
+            run_id=run_id,
+            profile="kubernetes",
+            artifact_root=str(artifacts(tmp_path)),
+        )
+        activities = LifecycleActivities()
+        result = await run_society(temporal_address, request, activities, activities.execute)
+        async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
+            left = await left_in_cluster(kube, run_id)
+        phase = core.read_persistent_volume(volume).status.phase
+    finally:
+        core.delete_persistent_volume(volume)
+        storage.delete_storage_class(storage_class)
+
+    outcome = RunResult.model_validate(result)
+    assert outcome.outcome == "ProgramFinished" and outcome.exit == "success", outcome.cause
+    assert left == []  # the pod, the Job, the claim and the namespace are gone
+    assert phase == "Released"  # its claim is gone; its data stays (Retain)
+    ledger_dir = Path(outcome.receipt.ledger_dir)
+    assert ledger_dir.is_relative_to(ARTIFACT_ROOT)
+    on_volume = directory / ledger_dir.relative_to(ARTIFACT_ROOT)
+    spec = load_run_spec(str(module))
+    ledger = open_ledger_artifacts(
+        spec.catalog,
+        on_volume,
+        expected_definition_id=spec.id,
+        trusted_key=outcome.receipt.public_key,
+    )
+    assert ledger is not None and outcome.receipt.complete

@@ -22,7 +22,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
 )
 from controlplane import ControlPlane
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "modelgateway"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "modelgateway"))
 from fake_provider import FakeProviderServer
 
 from agent_images.llm.config import GATEWAY_URL_VARIABLE, Budget

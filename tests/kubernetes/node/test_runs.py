@@ -30,6 +30,7 @@ from run_support import echo, hear_everyone, verified
 
 from controller import Run, RunSpec
 from controller.agents import Resources, scripted
+from controller.agents.termination import Signaled
 from controller.events.run import (
     AgentRuntimeArtifact,
     AgentRuntimeReady,
@@ -273,4 +274,77 @@ async def test_a_sandbox_that_finishes_before_dispatch_fails_the_gate_and_execut
     failed = next(iter(ledger.events(ReadinessGateFailed)))
     assert failed.failed[0] == "quitter" and "quitter" not in failed.ready
     assert list(ledger.events(ReadinessGatePassed)) == []
+    assert left == []
+
+
+async def test_an_image_that_cannot_be_pulled_ends_the_run_cluster_lost_naming_the_image(
+    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+
+    async def execute(ctx: RunContext) -> None:
+        ran.append("execute")
+
+    missing = "localhost/society/missing@sha256:" + "0" * 64  # pinned; no registry serves it
+    spec = spec_of(execute, alice=agent(), ghost=scripted(echo, image=missing))
+    run_id = new_run_id()
+    async with on_cluster(
+        control_plane, run_id, cluster_queue=cluster_queue, startup_timeout_s=120.0
+    ) as (platform, kube, _record):
+        with anyio.fail_after(100):  # well before the startup timeout: the cause is named
+            outcome = await Run.execute(
+                spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
+            )
+        left = await left_in_cluster(kube, run_id)
+    assert ran == []
+    assert isinstance(outcome, ClusterLost), outcome
+    assert outcome.cause.reason == "readiness-gate-failed", outcome.cause
+    assert "ghost" in outcome.cause.detail and missing in outcome.cause.detail, outcome.cause
+    assert "ImagePullBackOff" in outcome.cause.detail, outcome.cause
+    ledger = verified(spec, outcome)
+    failed = next(iter(ledger.events(ReadinessGateFailed)))
+    assert failed.reason == "image-unpullable" and failed.failed[0] == "ghost"
+    assert left == []
+
+
+async def test_an_agent_container_killed_mid_run_is_evidence_and_the_program_goes_on(
+    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+) -> None:
+    """SIGKILL to alice's process from the node (what the kernel's OOM killer sends): her
+    termination is recorded as the signal, and the program, still running, hears from bob."""
+    node = control_plane.node
+    assert node is not None
+    run_id = new_run_id()
+    seen: dict[str, Any] = {}
+
+    async def execute(ctx: RunContext) -> list[str]:
+        pods, _ = await kube.list("Pod", run_id, label_selector=f"{objects.AGENT_LABEL}=alice")
+        statuses = pods[0]["status"]["containerStatuses"]
+        agent = next(s for s in statuses if s["name"] == objects.AGENT_CONTAINER)
+        container = str(agent["containerID"]).split("://", 1)[1]
+        await anyio.to_thread.run_sync(node.ctr, "tasks", "kill", "--signal", "SIGKILL", container)
+        with anyio.fail_after(60):
+            seen["alice"] = await ctx.agents.alice.termination
+        async with ctx.network.endpoint("workload") as workload:
+            chat = await workload.open(ctx.agents.bob.agent)
+            await chat.send("say still here")
+            with anyio.fail_after(30):
+                async for message in workload.messages():
+                    return [message.text]
+        return []
+
+    spec = spec_of(execute)
+    async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
+        platform,
+        kube,
+        _record,
+    ):
+        outcome = await Run.execute(
+            spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
+        )
+        left = await left_in_cluster(kube, run_id)
+    assert isinstance(outcome, ProgramFinished), outcome
+    assert outcome.exit == Success(["bob heard: say still here"]), outcome.exit
+    assert isinstance(seen["alice"], Signaled) and seen["alice"].signal == 9, seen
+    verified(spec, outcome)
     assert left == []
