@@ -95,15 +95,11 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
     seen: dict[str, Any] = {}
     pods: dict[str, Obj] = {}
 
-    async with (
-        Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube,
-        anyio.create_task_group() as tasks,
-    ):
+    async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
         activities = LifecycleActivities()
 
         @activity.defn(name=EXECUTE)
         async def execute(request: RunRequest) -> RunResult:
-            tasks.start_soon(controller_pods, kube, run_id, pods)
             result = await activities.execute(request)
             for name in pods:  # the controller's own account of the run, for a failure's message
                 seen["log"] = await kube.log(name, run_id, container="controller", limit_bytes=8000)
@@ -118,8 +114,10 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
             profile="kubernetes",
             artifact_root=str(root),
         )
-        result = await run_society(temporal_address, request, activities, execute)
-        tasks.cancel_scope.cancel()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(controller_pods, kube, run_id, pods)
+            result = await run_society(temporal_address, request, activities, execute)
+            tasks.cancel_scope.cancel()
         left = await left_in_cluster(kube, run_id)
 
     outcome = RunResult.model_validate(result)
