@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,72 @@ async def test_the_ledger_on_a_retained_volume_outlives_the_controller_pod_and_v
         trusted_key=outcome.receipt.public_key,
     )
     assert ledger is not None and outcome.receipt.complete
+
+
+WAITING_MODULE = """
+import anyio
+from agent_images.scripted.policy import ScriptedPolicy
+from controller import RunSpec
+from controller.agents import scripted
+
+
+async def execute(ctx):
+    await anyio.sleep(600)  # until cancelled
+
+
+run_spec = RunSpec.define(
+    id="acme.k8s-cancel/v1",
+    agents={{name: scripted(ScriptedPolicy(), image={image!r}) for name in ("alice", "bob")}},
+    execute=execute,
+)
+"""
+CANCEL_BOUND_S = 90.0
+"""Cancelling a Job run: the Job and every pod of the run gone within this (the worker waits up
+to 60 s for the Job; agents' pods get the kubelet's SIGTERM and their grace period)."""
+
+
+async def test_cancelling_a_job_run_deletes_the_job_and_every_pod_within_the_bound(
+    control_plane: ControlPlane,
+    cluster_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run_id = new_run_id()
+    module = tmp_path / "experiment.py"
+    module.write_text(textwrap.dedent(WAITING_MODULE.format(image=SCRIPTED)))
+    in_cluster_worker(monkeypatch, control_plane, cluster_queue)
+    request = RunRequest(
+        module_path=str(module),
+        module_source=ModuleSource.read(module),
+        run_id=run_id,
+        profile="kubernetes",
+        artifact_root=str(artifacts(tmp_path)),
+    )
+    async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
+        await prepare_run_namespace(kube, run_id)
+        try:
+            agents = Informer(kube, "Pod", run_id, label_selector=f"{objects.ROLE_LABEL}=agent")
+
+            def both_running(i: Informer) -> bool | None:
+                phases = [p.get("status", {}).get("phase") for p in i.objects.values()]
+                return True if phases == ["Running", "Running"] else None
+
+            with anyio.fail_after(180):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(agents.run)
+                    tasks.start_soon(
+                        run_controller_job, request, KubernetesSettings.from_environment()
+                    )
+                    await agents.until(both_running)
+                    cancelled = time.monotonic()
+                    tasks.cancel_scope.cancel()
+            with anyio.fail_after(CANCEL_BOUND_S):
+                while True:
+                    pods, _ = await kube.list("Pod", run_id)
+                    job = await kube.get("Job", CONTROLLER_JOB, run_id)
+                    if not pods and job is None:
+                        break
+                    await anyio.sleep(0.5)
+            print(f"\ncancel -> Job and pods gone: {time.monotonic() - cancelled:.1f} s")
+        finally:
+            await delete_run_namespace(kube, run_id)
