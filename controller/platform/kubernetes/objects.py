@@ -35,7 +35,14 @@ KEEPER_CONTAINER = "keeper"
 """Shares the working directory and outlives the agent's program, so that harvest can read the
 declared files through the exec API after the program exited (a container that has ended
 cannot be exec'd into). It runs the agent's own image, idle, and dies with the pod."""
-KEEPER_COMMAND = ("python", "-c", "import signal; signal.pause()")
+KEEPER_COMMAND = (
+    "python",
+    "-c",
+    "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); signal.pause()",
+)
+"""Idle until SIGTERM, then exit: it is its container's PID 1, to which the kernel delivers no
+signal without a handler, so without one every pod waited out its whole grace period (30 s)
+before it was deleted."""
 KEEPER_RESOURCES = Resources(cpu=0.001, memory_mib=16, memory_limit_mib=48)
 WORKDIR = "/home/agent/work"
 SECRETS_DIR = "/var/run/society/secrets"

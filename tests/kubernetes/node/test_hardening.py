@@ -50,7 +50,13 @@ print(json.dumps({
 """
 
 
-def _exec(plane: ControlPlane, namespace: str, pod: str, command: list[str]) -> str:
+def _exec(
+    plane: ControlPlane,
+    namespace: str,
+    pod: str,
+    command: list[str],
+    container: str = objects.AGENT_CONTAINER,
+) -> str:
     from kubernetes import client
     from kubernetes.stream import stream
 
@@ -59,7 +65,7 @@ def _exec(plane: ControlPlane, namespace: str, pod: str, command: list[str]) -> 
         core.connect_get_namespaced_pod_exec,
         pod,
         namespace,
-        container=objects.AGENT_CONTAINER,
+        container=container,
         command=command,
         stderr=True,
         stdin=False,
@@ -120,6 +126,11 @@ def test_the_agent_pod_runs_hardened(node_plane: ControlPlane, node_images: Imag
         limit_mib = descriptor.resources.memory_limit_mib
         assert int(seen["memory_limit"]) == limit_mib * 1024 * 1024, seen
         assert int(seen["cpu_quota"]) > 0, seen
+        # the keeper (PID 1 of its container) handles SIGTERM, so the pod deletes promptly
+        status = ["cat", "/proc/1/status"]
+        keeper = _exec(node_plane, run_id, pod.metadata.name, status, objects.KEEPER_CONTAINER)
+        caught = next(line for line in keeper.splitlines() if line.startswith("SigCgt:"))
+        assert int(caught.split()[1], 16) & (1 << (15 - 1)), caught  # SIGTERM is signal 15
         container = next(c for c in pod.spec.containers if c.name == objects.AGENT_CONTAINER)
         assert container.resources.limits["ephemeral-storage"] == objects.EPHEMERAL_LIMIT
         volumes = {v.name: v for v in pod.spec.volumes}
