@@ -197,6 +197,7 @@ class ControlPlane:
             if self.real_node:
                 if self.images is None:
                     raise ControlPlaneError("no-images", "a real node needs the image map")
+                self.images = self.images.snapshot(self.workdir / "images")
                 self.network = NodeNetwork.create()
             self.pki: Pki = write_pki(
                 self.workdir / "pki",

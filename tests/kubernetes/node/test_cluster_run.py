@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from cluster_support import make_cluster_queue
-from controlplane import REPO_ROOT, ControlPlane, Images
+from controlplane import REPO_ROOT, ControlPlane
 
 from controller.platform.kubernetes import objects
 
@@ -81,14 +81,15 @@ class RouterEndpoints:
 
 
 def test_society_run_on_the_kind_profile_runs_the_negotiation_end_to_end(
-    node_plane: ControlPlane, node_images: Images, tmp_path: Path
+    node_plane: ControlPlane, tmp_path: Path
 ) -> None:
+    assert node_plane.images is not None
     queue = make_cluster_queue(node_plane, cpu="4")
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO_ROOT),
         "SOCIETY_KUBECONFIG": str(node_plane.kubeconfig),
-        "SOCIETY_IMAGE_MAP": str(node_images.path),
+        "SOCIETY_IMAGE_MAP": str(node_plane.images.path),  # the plane's snapshot of the map
         "SOCIETY_CLUSTER_QUEUE": queue,
         "SOCIETY_STARTUP_TIMEOUT_S": "120",
         "SOCIETY_ADMISSION_TIMEOUT_S": "60",
