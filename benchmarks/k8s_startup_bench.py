@@ -1,13 +1,16 @@
-"""Submit -> readiness gate on the kubernetes platform, next to the local profile, same run.
+"""Submit -> readiness gate on the kubernetes platform's real node, next to the local profile,
+same run.
 
-    .venv/bin/python benchmarks/k8s_startup_bench.py [--agents 10 50] [--rounds 1]
+    sudo .venv/bin/python benchmarks/k8s_startup_bench.py [--agents 5 10] [--rounds 1]
 
-Starts the test control plane (tests/kubernetes/controlplane.py: etcd, kube-apiserver, KWOK,
-Kueue, Agent Sandbox as local processes; needs Go and the cached build), a ClusterQueue, then
-for each roster size runs a scripted society on the kubernetes platform (Kueue admission,
-one Sandbox per agent, pods' applications run as local processes by the test-only
-tests/kubernetes/pod_processes.py) and on the local profile, and times submit -> the program's
-first line (the gate passed). Best of ``--rounds``. Not a test.
+Starts the test control plane with its real node (tests/kubernetes/controlplane.py: etcd,
+kube-apiserver, Kueue, Agent Sandbox, and containerd, the kubelet, kube-proxy and kube-router in
+a network namespace; needs root, Go, the cached build and the images of
+scripts/build-images.sh), a ClusterQueue, then for each roster size runs a scripted society on
+the kubernetes platform (Kueue admission, one Sandbox per agent, each a pod on the node from the
+scripted image; the controller is this process, reached over the node's veth) and on the local
+profile, and times submit -> the program's first line (the gate passed). Best of ``--rounds``.
+Not a test. KWOK is not measured: its pods run nothing, so no run there passes the gate.
 """
 
 from __future__ import annotations
@@ -23,13 +26,13 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kubernetes"))
 
-from cluster_support import PINNED, make_cluster_queue, settings
-from controlplane import ControlPlane, build_control_plane
-from pod_processes import PodProcesses
+from cluster_support import PINNED, SCRIPTED, make_cluster_queue, settings
+from controlplane import ControlPlane, Images, build_control_plane
+from cp_build import build_images
 
 from controller import Run, RunSpec
 from controller.agents import scripted
-from controller.platform.kubernetes import Kube, KubernetesPlatform
+from controller.platform.kubernetes import KubernetesPlatform
 from controller.platform.local import LocalPlatform
 from controller.run import ProgramFinished, RunContext
 from controller.run.runid import new_run_id
@@ -49,17 +52,11 @@ def spec_for(agents: int, gate: list[float], image: str) -> RunSpec:
 async def on_kubernetes(plane: ControlPlane, queue: str, agents: int, root: Path) -> float:
     gate: list[float] = []
     run_id = new_run_id()
-    async with (
-        Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube,
-        PodProcesses.running(kube, run_id) as pods,
-    ):
-        platform = KubernetesPlatform(
-            settings(plane, cluster_queue=queue), bridge_address=pods.address
-        )
-        submitted = time.monotonic()
-        outcome = await Run.execute(
-            spec_for(agents, gate, PINNED), platform=platform, run_id=run_id, artifact_root=root
-        )
+    platform = KubernetesPlatform(settings(plane, cluster_queue=queue))
+    submitted = time.monotonic()
+    outcome = await Run.execute(
+        spec_for(agents, gate, SCRIPTED), platform=platform, run_id=run_id, artifact_root=root
+    )
     assert isinstance(outcome, ProgramFinished) and outcome.succeeded, outcome
     return gate[0] - submitted
 
@@ -88,13 +85,14 @@ async def measure(plane: ControlPlane, queue: str, sizes: list[int], rounds: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", type=int, nargs="+", default=[10, 50])
+    parser.add_argument("--agents", type=int, nargs="+", default=[5, 10])
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    with ControlPlane(build_control_plane(), nodes=2) as plane:
+    images = Images.load(build_images())
+    with ControlPlane(build_control_plane(), nodes=0, real_node=True, images=images) as plane:
         queue = make_cluster_queue(plane, cpu="8")
         rows = anyio.run(measure, plane, queue, args.agents, args.rounds)
-    print("\n| agents | kubernetes (KWOK) submit -> gate | local submit -> gate | ratio |")
+    print("\n| agents | kubernetes (real node) submit -> gate | local submit -> gate | ratio |")
     print("|---|---|---|---|")
     for agents, cluster, local in rows:
         print(f"| {agents} | {cluster:.2f} s | {local:.2f} s | {cluster / local:.2f}x |")

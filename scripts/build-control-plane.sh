@@ -2,7 +2,12 @@
 # Build the local Kubernetes control plane used by tests/kubernetes from the Go
 # module proxy: etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
 # kwok, the Kueue manager and the Agent Sandbox controller, plus the CRDs and
-# webhook manifests they need.
+# webhook manifests they need; and the real worker node's Go programs: kubelet,
+# kube-proxy, containerd (with ctr and its runc shim) and kube-router (the
+# NetworkPolicy enforcer). Every Go program of the harness is built here.
+#
+# Prints one line per component with its time ("cached" when already built); the
+# Go tool's own output goes to <output>/build.log (its tail is shown on failure).
 #
 # Idempotent: everything lands in
 #   ${SOCIETY_CONTROL_PLANE_DIR:-$HOME/.cache/society-runner/control-plane}/<hash of kind/versions.env>/
@@ -25,7 +30,8 @@ log() { echo "build-control-plane: $*" >&2; }
 [[ -f "${VERSIONS_FILE}" ]] || die "missing ${VERSIONS_FILE}"
 # shellcheck source=../kind/versions.env
 source "${VERSIONS_FILE}"
-for var in KUBERNETES_VERSION ETCD_VERSION KWOK_VERSION KUEUE_VERSION AGENT_SANDBOX_VERSION; do
+for var in KUBERNETES_VERSION ETCD_VERSION KWOK_VERSION KUEUE_VERSION AGENT_SANDBOX_VERSION \
+    CONTAINERD_VERSION KUBE_ROUTER_VERSION; do
     [[ -n "${!var:-}" ]] || die "${var} is not set in ${VERSIONS_FILE}"
 done
 
@@ -46,6 +52,7 @@ fi
 command -v go >/dev/null 2>&1 || die "'go' is not on PATH; install Go >= 1.26 (https://go.dev/dl) and retry"
 
 mkdir -p "${BIN_DIR}" "${MANIFEST_DIR}" "${SRC_DIR}"
+BUILD_LOG="${OUT_DIR}/build.log"
 
 # One build at a time per output directory (parallel test sessions share it).
 exec 9>"${OUT_DIR}/.lock"
@@ -64,17 +71,15 @@ GO_BUILD_FLAGS=(-p "${GO_PARALLEL}" -trimpath)
 export GONOSUMDB="${GONOSUMDB:+${GONOSUMDB},}sigs.k8s.io/agent-sandbox"
 
 START_ALL=${SECONDS}
-log "versions: kubernetes ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, kueue ${KUEUE_VERSION}, agent-sandbox ${AGENT_SANDBOX_VERSION}"
-log "output: ${OUT_DIR} (Go tool output: ${OUT_DIR}/build.log)"
+log "versions: kubernetes ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, kueue ${KUEUE_VERSION}, agent-sandbox ${AGENT_SANDBOX_VERSION}, containerd ${CONTAINERD_VERSION}, kube-router ${KUBE_ROUTER_VERSION}"
+log "output: ${OUT_DIR} (Go's output: ${BUILD_LOG})"
 
 have() { [[ -x "${BIN_DIR}/$1" ]]; }
 
-# step NAME CMD... : run CMD with timing; any failing command inside fails the
-# whole script through the ERR trap (errexit alone is ignored inside `if`/`||`).
+# step NAME CMD... : run CMD with its output in BUILD_LOG and print one line with
+# its time; a failing command fails the whole script through the ERR trap
+# (errexit alone is ignored inside `if`/`||`), showing the log's tail.
 CURRENT_STEP=""
-# The Go tool's own output (module downloads, compiler chatter) goes to BUILD_LOG; the terminal
-# gets one line per component with its time, and the log's tail if a step fails.
-BUILD_LOG="${OUT_DIR}/build.log"
 : >"${BUILD_LOG}"
 exec 3>&2 # the terminal, also from inside a step whose output goes to the log
 trap 'if [[ "${BASHPID}" == "$$" && -n "${CURRENT_STEP}" ]]; then { echo; tail -n 30 "${BUILD_LOG}"; echo "build-control-plane: ERROR: building ${CURRENT_STEP} failed; the whole Go output is in ${BUILD_LOG}"; } >&3; CURRENT_STEP=""; fi; exit 1' ERR
@@ -83,12 +88,12 @@ step() {
     CURRENT_STEP="$1"
     shift
     local t0=${SECONDS}
-    printf 'build-control-plane: %s ... ' "${CURRENT_STEP}" >&2
-    echo "=== ${CURRENT_STEP}" >>"${BUILD_LOG}"
+    echo "=== ${CURRENT_STEP} ($(date -u +%FT%TZ))" >>"${BUILD_LOG}"
     "$@" >>"${BUILD_LOG}" 2>&1
-    echo "built in $((SECONDS - t0))s" >&2
+    log "$(printf '%-46s built in %4ds' "${CURRENT_STEP}" $((SECONDS - t0)))"
     CURRENT_STEP=""
 }
+cached() { log "$(printf '%-46s cached' "$1")"; }
 
 # --- etcd: wrapper module around go.etcd.io/etcd/server/v3/etcdmain ---------
 build_etcd() {
@@ -121,8 +126,12 @@ EOF
 }
 
 # --- Kubernetes: wrapper module replacing ./staging with published modules ---
-build_kubernetes() {
-    local dir="${SRC_DIR}/kubernetes"
+# kubernetes_module writes it once (KUBE_DIR); build_kube_cmd builds one command in it.
+KUBE_DIR="${SRC_DIR}/kubernetes"
+KUBE_LDFLAGS=""
+kubernetes_module() {
+    [[ -f "${KUBE_DIR}/.ready" ]] && return 0
+    local dir="${KUBE_DIR}"
     rm -rf "${dir}" && mkdir -p "${dir}"
     local staging_version="v0.${KUBERNETES_VERSION#v1.}"
     local modfile
@@ -147,6 +156,15 @@ build_kubernetes() {
             done
         echo ")"
     } >"${dir}/go.mod"
+    local pkgs=()
+    for c in kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy; do
+        pkgs+=("k8s.io/kubernetes/cmd/${c}@${KUBERNETES_VERSION}")
+    done
+    (cd "${dir}" && "${GO[@]}" get "${pkgs[@]}")
+    touch "${dir}/.ready"
+}
+
+kube_ldflags() {
     local pkg="k8s.io/component-base/version"
     local cgo_pkg="k8s.io/client-go/pkg/version"
     local minor="${KUBERNETES_VERSION#v1.}"
@@ -157,16 +175,33 @@ build_kubernetes() {
         ldflags+=" -X ${p}.gitVersion=${KUBERNETES_VERSION} -X ${p}.gitMajor=1 -X ${p}.gitMinor=${minor}"
         ldflags+=" -X ${p}.gitTreeState=clean -X ${p}.buildDate=${build_date}"
     done
-    local cmds=(kube-apiserver kube-scheduler kube-controller-manager)
-    local pkgs=()
-    for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/${c}"); done
+    echo "${ldflags}"
+}
+
+build_kube_cmd() {
+    local cmd="$1"
+    kubernetes_module
+    [[ -n "${KUBE_LDFLAGS}" ]] || KUBE_LDFLAGS="$(kube_ldflags)"
     (
-        cd "${dir}"
-        "${GO[@]}" get "${pkgs[@]/%/@${KUBERNETES_VERSION}}"
-        mkdir -p out
-        CGO_ENABLED=0 "${GO[@]}" build "${GO_BUILD_FLAGS[@]}" -ldflags="${ldflags}" -o out/ "${pkgs[@]}"
+        cd "${KUBE_DIR}"
+        CGO_ENABLED=0 "${GO[@]}" build "${GO_BUILD_FLAGS[@]}" -ldflags="${KUBE_LDFLAGS}" \
+            -o "${BIN_DIR}/${cmd}.tmp" "k8s.io/kubernetes/cmd/${cmd}"
     )
-    for c in "${cmds[@]}"; do mv "${dir}/out/${c}" "${BIN_DIR}/${c}"; done
+    mv "${BIN_DIR}/${cmd}.tmp" "${BIN_DIR}/${cmd}"
+}
+
+# --- containerd 2.x, ctr and the runc shim (no btrfs: it needs cgo headers) ---
+build_containerd() {
+    local tmp="${SRC_DIR}/gobin-containerd"
+    rm -rf "${tmp}" && mkdir -p "${tmp}"
+    local module="github.com/containerd/containerd/v2"
+    GOBIN="${tmp}" CGO_ENABLED=0 "${GO[@]}" install "${GO_BUILD_FLAGS[@]}" -tags no_btrfs \
+        -ldflags="-s -w -X ${module}/version.Version=${CONTAINERD_VERSION}" \
+        "${module}/cmd/containerd@${CONTAINERD_VERSION}" \
+        "${module}/cmd/ctr@${CONTAINERD_VERSION}" \
+        "${module}/cmd/containerd-shim-runc-v2@${CONTAINERD_VERSION}"
+    for b in ctr containerd-shim-runc-v2 containerd; do mv "${tmp}/${b}" "${BIN_DIR}/${b}"; done
+    rm -rf "${tmp}"
 }
 
 # --- released Go commands without replace directives: go install pkg@version -
@@ -203,14 +238,32 @@ module_dir() {
     echo "${dir}"
 }
 
-have etcd || step "etcd ${ETCD_VERSION}" build_etcd
-if ! (have kube-apiserver && have kube-scheduler && have kube-controller-manager); then
-    step "kube-apiserver, kube-scheduler, kube-controller-manager ${KUBERNETES_VERSION}" build_kubernetes
-fi
-have kwok || step "kwok ${KWOK_VERSION}" install_cmd kwok sigs.k8s.io/kwok/cmd/kwok "${KWOK_VERSION}"
-have kueue || step "kueue ${KUEUE_VERSION}" install_cmd kueue sigs.k8s.io/kueue/cmd/kueue "${KUEUE_VERSION}"
-have agent-sandbox-controller || step "agent-sandbox-controller ${AGENT_SANDBOX_VERSION}" \
+# component LABEL "BINARY..." CMD... : build unless every BINARY is there already.
+component() {
+    local label="$1" binaries="$2"
+    shift 2
+    local b
+    for b in ${binaries}; do
+        if ! have "${b}"; then
+            step "${label}" "$@"
+            return
+        fi
+    done
+    cached "${label}"
+}
+
+component "etcd ${ETCD_VERSION}" etcd build_etcd
+for cmd in kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy; do
+    component "${cmd} ${KUBERNETES_VERSION}" "${cmd}" build_kube_cmd "${cmd}"
+done
+component "kwok ${KWOK_VERSION}" kwok install_cmd kwok sigs.k8s.io/kwok/cmd/kwok "${KWOK_VERSION}"
+component "kueue ${KUEUE_VERSION}" kueue install_cmd kueue sigs.k8s.io/kueue/cmd/kueue "${KUEUE_VERSION}"
+component "agent-sandbox-controller ${AGENT_SANDBOX_VERSION}" agent-sandbox-controller \
     build_in_module agent-sandbox-controller sigs.k8s.io/agent-sandbox "${AGENT_SANDBOX_VERSION}" cmd/agent-sandbox-controller
+component "containerd, ctr, runc shim ${CONTAINERD_VERSION}" "containerd ctr containerd-shim-runc-v2" \
+    build_containerd
+component "kube-router ${KUBE_ROUTER_VERSION}" kube-router \
+    install_cmd kube-router github.com/cloudnativelabs/kube-router/v2/cmd/kube-router "${KUBE_ROUTER_VERSION}"
 
 # --- manifests: copied verbatim from the module sources ----------------------
 # Bump when the layout under manifests/ changes, so old caches are refreshed.
@@ -240,7 +293,11 @@ copy_manifests() {
     echo "${MANIFEST_LAYOUT}" >"${MANIFEST_DIR}/.complete"
 }
 
-[[ "$(cat "${MANIFEST_DIR}/.complete" 2>/dev/null)" == "${MANIFEST_LAYOUT}" ]] || step "manifests" copy_manifests
+if [[ "$(cat "${MANIFEST_DIR}/.complete" 2>/dev/null)" == "${MANIFEST_LAYOUT}" ]]; then
+    cached "manifests"
+else
+    step "manifests" copy_manifests
+fi
 
 # Build scratch (wrapper modules) is not needed once the binaries exist.
 rm -rf "${SRC_DIR}"

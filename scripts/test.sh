@@ -9,7 +9,10 @@ export CI="${CI:-1}"
 scripts/bootstrap.sh
 scripts/install-browser.sh
 if [ -x scripts/build-control-plane.sh ]; then
+  # The real node's Debian packages, every Go program of the harness, then the images.
+  scripts/install-node.sh
   scripts/build-control-plane.sh >/dev/null  # progress on stderr; stdout is its directory
+  scripts/build-images.sh
 fi
 scripts/install-shellcheck.sh
 scripts/build-tools.sh >/dev/null  # helm, tofu, tflint, kubeconform, fake-gcs-server; one line each on stderr

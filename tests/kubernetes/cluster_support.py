@@ -1,7 +1,10 @@
 """Fixtures and helpers for the kubernetes platform's tests (import the fixtures by name).
 
-A ClusterQueue per quota, a run on the test control plane with pods' applications run as local
-processes (``pod_processes``, test-only), and a recorder of what the cluster saw in order.
+A ClusterQueue per quota, a platform for a run whose controller is the test's own process, and
+a recorder of what the cluster saw in order. On a plane with a real node (tests/kubernetes/node)
+the agents' pods run there and reach this process over the node's veth, as pods on kind reach a
+laptop: the out-of-cluster debugging mode (``SOCIETY_CONTROLLER_JOB=0``, ``router_address``).
+On a KWOK-only plane pods run nothing, so no run there passes its readiness gate.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from typing import Any
 import anyio
 import pytest
 from controlplane import ControlPlane, wait_until
-from pod_processes import PodProcesses
 
 from controller.platform.kubernetes import Kube, KubernetesPlatform, KubernetesSettings, objects
 from controller.platform.kubernetes.kube import Informer, is_true
@@ -26,6 +28,9 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 PINNED = "registry.invalid/society/scripted@sha256:" + "0" * 63 + "1"
 """A digest-pinned reference for the scripted runtime: KWOK pulls nothing, the digest is a
 stand-in for an image built from agent_images/scripted/Dockerfile."""
+SCRIPTED = "society/scripted:dev"
+"""The scripted runtime's name in the image map (scripts/build-images.sh): what the real node runs,
+pinned by digest through the map at submit time."""
 RUN_KINDS = (
     "Sandbox",
     "Workload",
@@ -104,11 +109,20 @@ def small_queue(control_plane: ControlPlane) -> Iterator[str]:
 
 
 def settings(plane: ControlPlane, **changes: Any) -> KubernetesSettings:
+    """Settings for a controller in this process; with a real node, the image map and the
+    address where the node's pods reach this process (the host end of its veth)."""
     base: dict[str, Any] = {
         "kubeconfig": str(plane.kubeconfig),
         "startup_timeout_s": 90.0,
         "admission_timeout_s": 60.0,
     }
+    if plane.network is not None:
+        assert plane.images is not None
+        base |= {
+            "image_map": str(plane.images.path),
+            "controller_job": False,
+            "router_address": plane.network.host_ip,
+        }
     return KubernetesSettings(**(base | changes))
 
 
@@ -161,17 +175,14 @@ async def recording(kube: Kube, run_id: str) -> AsyncIterator[ClusterRecord]:
 @asynccontextmanager
 async def on_cluster(
     plane: ControlPlane, run_id: str, **platform_settings: Any
-) -> AsyncIterator[tuple[KubernetesPlatform, Kube, ClusterRecord, PodProcesses]]:
-    """A platform for ``run_id`` whose pods' applications run locally, and an admin client."""
+) -> AsyncIterator[tuple[KubernetesPlatform, Kube, ClusterRecord]]:
+    """A platform for ``run_id`` with its controller in this process, an admin client and a
+    record of the run's cluster objects."""
     async with (
         Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube,
-        PodProcesses.running(kube, run_id) as pods,
         recording(kube, run_id) as record,
     ):
-        platform = KubernetesPlatform(
-            settings(plane, **platform_settings), bridge_address=pods.address
-        )
-        yield platform, kube, record, pods
+        yield KubernetesPlatform(settings(plane, **platform_settings)), kube, record
 
 
 async def left_in_cluster(kube: Kube, run_id: str) -> list[str]:

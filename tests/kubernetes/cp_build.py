@@ -13,6 +13,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = REPO_ROOT / "kind" / "versions.env"
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-control-plane.sh"
+IMAGES_SCRIPT = REPO_ROOT / "scripts" / "build-images.sh"
 
 
 class ControlPlaneError(RuntimeError):
@@ -63,29 +64,38 @@ def find_go() -> str | None:
     return shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
 
 
+def _run_build(script: Path, timeout: float) -> Path:
+    """Run a build script (progress to the caller's stderr); its stdout's last line is a path."""
+    process = subprocess.Popen(
+        ["bash", str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        os.killpg(process.pid, signal.SIGKILL)  # the script and the commands it started
+        process.wait()
+        raise ControlPlaneError(
+            "build-timeout", f"{script} ran longer than {timeout:.0f}s"
+        ) from exc
+    if process.returncode != 0:
+        raise ControlPlaneError(
+            "build-failed", f"{script} exited {process.returncode}; its output above says why"
+        )
+    return Path(stdout.strip().splitlines()[-1])
+
+
 def build_control_plane(*, timeout: float = 3600.0) -> ControlPlaneBuild:
     """Run scripts/build-control-plane.sh (a no-op when built) and return the build."""
     if find_go() is None:
         raise ControlPlaneError(
             "go-missing", "'go' is not on PATH; install Go >= 1.26 to build the control plane"
         )
-    # Progress goes straight to the caller's stderr; stdout's last line is the directory.
-    script = subprocess.Popen(
-        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        stdout, _ = script.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        os.killpg(script.pid, signal.SIGKILL)  # the script and the go commands it started
-        script.wait()
-        raise ControlPlaneError(
-            "build-timeout", f"{BUILD_SCRIPT} ran longer than {timeout:.0f}s"
-        ) from exc
-    if script.returncode != 0:
-        raise ControlPlaneError(
-            "build-failed", f"{BUILD_SCRIPT} exited {script.returncode}; its output above says why"
-        )
-    return ControlPlaneBuild(Path(stdout.strip().splitlines()[-1]))
+    return ControlPlaneBuild(_run_build(BUILD_SCRIPT, timeout))
+
+
+def build_images(*, timeout: float = 3600.0) -> Path:
+    """Run scripts/build-images.sh (seconds when nothing changed); the image map's path."""
+    return _run_build(IMAGES_SCRIPT, timeout)
 
 
 def load_yaml_documents(path: Path) -> list[dict[str, Any]]:

@@ -130,8 +130,17 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def write_pki(pki_dir: Path, *, webhook_ca_name: str, webhook_dns_names: Sequence[str]) -> Pki:
-    """Issue every certificate, write the components' files under `pki_dir`, return the PKI."""
+def write_pki(
+    pki_dir: Path,
+    *,
+    webhook_ca_name: str,
+    webhook_dns_names: Sequence[str],
+    apiserver_ips: Sequence[str] = (),
+) -> Pki:
+    """Issue every certificate, write the components' files under `pki_dir`, return the PKI.
+
+    `apiserver_ips`: further addresses the API server is reached at (a real node's veth).
+    """
     pki_dir.mkdir(exist_ok=True)
     ca = issue("society-runner-test-ca", is_ca=True)
     apiserver = issue(
@@ -144,7 +153,7 @@ def write_pki(pki_dir: Path, *, webhook_ca_name: str, webhook_dns_names: Sequenc
             "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local",
         ],
-        ip_addresses=["127.0.0.1", "10.96.0.1"],
+        ip_addresses=["127.0.0.1", "10.96.0.1", *apiserver_ips],
         server=True,
     )
     admin = issue("kubernetes-admin", ca=ca, organization="system:masters", client=True)
@@ -166,6 +175,10 @@ def write_pki(pki_dir: Path, *, webhook_ca_name: str, webhook_dns_names: Sequenc
     )
     # Lets controllers' delegated authentication trust the apiserver's proxied requests.
     front_proxy = issue("front-proxy-client", ca=ca, client=True)
+    # The API server's identity towards kubelets (exec, logs, port-forward).
+    kubelet_client = issue(
+        "kube-apiserver-kubelet-client", ca=ca, organization="system:masters", client=True
+    )
     sa_private, sa_public = service_account_keys()
     files = {
         "ca.crt": ca.cert_pem,
@@ -176,6 +189,8 @@ def write_pki(pki_dir: Path, *, webhook_ca_name: str, webhook_dns_names: Sequenc
         "admin.key": admin.key_pem,
         "front-proxy-client.crt": front_proxy.cert_pem,
         "front-proxy-client.key": front_proxy.key_pem,
+        "kubelet-client.crt": kubelet_client.cert_pem,
+        "kubelet-client.key": kubelet_client.key_pem,
         "sa.key": sa_private,
         "sa.pub": sa_public,
     }

@@ -7,6 +7,7 @@ import ssl
 from typing import TYPE_CHECKING
 
 from cp_build import load_yaml_documents
+from cp_node import KWOK_TAINT
 from cp_processes import http_ok, insecure, wait_until
 
 if TYPE_CHECKING:
@@ -47,8 +48,8 @@ def start_apiserver(cp: ControlPlane) -> None:
         [
             cp.build.binary("kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{processes.ports['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={cp.address}",
+            f"--advertise-address={cp.address}",
             f"--secure-port={processes.ports['apiserver']}",
             f"--cert-dir={processes.path('apiserver-certs')}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -68,8 +69,12 @@ def start_apiserver(cp: ControlPlane) -> None:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
             f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
-            # No kubelet or kube-proxy: nothing would reach an endpoint on loopback.
-            "--endpoint-reconciler-type=none",
+            # Without a real node nothing would reach an endpoint on loopback; with one, pods
+            # reach the API server at the `kubernetes` Service, on the node's veth.
+            f"--endpoint-reconciler-type={'lease' if cp.real_node else 'none'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
             "--profiling=false",
         ],
     )
@@ -192,6 +197,7 @@ def start_kwok(cp: ControlPlane) -> None:
         "cpu": cp.node_capacity.cpu,
         "memory": cp.node_capacity.memory,
         "pods": cp.node_capacity.pods,
+        "ephemeral-storage": cp.node_capacity.ephemeral_storage,
     }
     for name in cp.node_names:
         core.create_node(
@@ -212,7 +218,8 @@ def start_kwok(cp: ControlPlane) -> None:
                         "kubernetes.io/role": "agent",
                     },
                 },
-                "spec": {},
+                # With a real node in the plane, only pods that tolerate this land here.
+                "spec": {"taints": [KWOK_TAINT]} if cp.real_node else {},
                 "status": {
                     "allocatable": capacity,
                     "capacity": capacity,

@@ -1,143 +1,42 @@
-"""Whole runs on the kubernetes platform against the real local control plane.
-
-Kueue admits, Agent Sandbox creates the pods, KWOK "runs" them; each Running pod's application
-runs as a local process (pod_processes, test-only) so the readiness gate's bridge and router
-session are real.
+"""Admission on the kubernetes platform against the real local control plane with KWOK nodes:
+what happens before any pod runs. Whole runs, whose pods must run, are in tests/kubernetes/node.
 """
 
 # ruff: noqa: F811  (pytest fixtures imported from cluster_support are parameters here)
 from __future__ import annotations
 
-import dataclasses
-import time
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
 from cluster_support import (  # noqa: F401 (fixtures)
     PINNED,
     anyio_backend,
     artifacts,
-    cluster_queue,
     left_in_cluster,
     on_cluster,
     small_queue,
 )
 from controlplane import ControlPlane
+from run_support import echo, hear_everyone, spec_of, verified
 
-from agent_images.scripted.policy import Rule, ScriptedPolicy
-from controller import Run, RunSpec
-from controller.agents import Resources, scripted
-from controller.events.run import (
-    AgentRuntimeReady,
-    AgentWorkspaceFileHarvested,
-    PlatformFailed,
-    ProgramInterrupted,
-    ReadinessGateFailed,
-    ReadinessGatePassed,
-    RosterAdmitted,
-    RosterRefused,
-)
-from controller.platform.kubernetes import objects
-from controller.platform.kubernetes.kube import KINDS, Informer
-from controller.run import ClusterLost, ProgramFinished, RunContext, Success
+from controller import Run
+from controller.agents import scripted
+from controller.events.run import RosterAdmitted, RosterRefused
+from controller.run import ClusterLost
 from controller.run.runid import new_run_id
-from ledger import LedgerArtifacts, open_ledger_artifacts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-echo = ScriptedPolicy(rules=(Rule(match="^say ", texts=("{me} heard: {text}",)),))
-
-
-def agent(**changes: Any) -> Any:
-    return scripted(echo, image=PINNED, **changes)
-
-
-def spec_of(execute: Any, **agents: Any) -> RunSpec:
-    return RunSpec.define(
-        id="acme.k8s-test/v1",
-        agents=agents or {"alice": agent(), "bob": agent()},
-        execute=execute,
-    )
-
-
-def verified(spec: RunSpec, outcome: ProgramFinished | ClusterLost) -> LedgerArtifacts:
-    assert outcome.receipt.complete
-    return open_ledger_artifacts(
-        spec.catalog,
-        outcome.receipt.ledger_dir,
-        expected_definition_id=spec.id,
-        trusted_key=outcome.receipt.public_key,
-    )
-
-
-async def hear_everyone(ctx: RunContext) -> list[str]:
-    async with ctx.network.endpoint("workload") as workload:
-        chat = await workload.open(*(ctx.agents[name].agent for name in ctx.agents))
-        await chat.send("say hello")
-        heard: set[str] = set()
-        with anyio.fail_after(30):
-            async for message in workload.messages():
-                heard.add(message.text)
-                if len(heard) == len(ctx.agents):
-                    break
-    return sorted(heard)
-
-
-async def test_the_roster_is_admitted_whole_then_every_sandbox_becomes_ready_and_execute_runs_once(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
-) -> None:
-    bigger = Resources(cpu=0.05, memory_mib=96, memory_limit_mib=1536)
-    spec = spec_of(hear_everyone, alice=agent(), bob=agent(), carol=agent(resources=bigger))
-    run_id = new_run_id()
-    async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform,
-        kube,
-        record,
-        pods,
-    ):
-        outcome = await Run.execute(
-            spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path), seed=5
-        )
-        left = await left_in_cluster(kube, run_id)
-    assert isinstance(outcome, ProgramFinished), outcome
-    assert isinstance(outcome.exit, Success), outcome.exit
-    assert outcome.exit.value == [f"{n} heard: say hello" for n in ("alice", "bob", "carol")]
-    ledger = verified(spec, outcome)
-    admitted = next(iter(ledger.events(RosterAdmitted)))
-    assert admitted.queue is not None and admitted.queue.cluster_queue == cluster_queue
-    assert sorted((s.count, tuple(s.agents)) for s in admitted.queue.pod_sets) == [
-        (1, ("carol",)),
-        (2, ("alice", "bob")),
-    ]
-    ready = {e.agent for e in ledger.events(AgentRuntimeReady)}
-    assert ready == {"alice", "bob", "carol"}
-    assert len(list(ledger.events(ReadinessGatePassed))) == 1
-    # Kueue admitted the whole roster before the first Sandbox existed
-    first_admitted, sandboxes = record.first("admitted"), record.all("sandbox")
-    assert first_admitted is not None and len(sandboxes) == 3
-    assert first_admitted <= min(sandboxes)
-    assert sorted(pods.started) == ["alice", "bob", "carol"]
-    assert left == []  # the session deleted the namespace and waited until it was gone
-    # KWOK serves no exec (nor logs): each declared file is unreadable, and says why
-    harvested = {e.agent: e for e in ledger.events(AgentWorkspaceFileHarvested)}
-    assert sorted(harvested) == ["alice", "bob", "carol"]
-    for event in harvested.values():
-        assert (event.path, event.outcome) == ("policy.json", "unreadable")
-        assert event.detail is not None and "exec API" in event.detail
-        assert f"container {objects.KEEPER_CONTAINER}" in event.detail
-    print("\nworkspace harvest on KWOK:", harvested["alice"].detail)
 
 
 async def test_with_quota_for_part_of_the_roster_nothing_starts_and_admission_times_out(
     control_plane: ControlPlane, small_queue: str, tmp_path: Path
 ) -> None:
-    spec = spec_of(hear_everyone, alice=agent(), bob=agent(), carol=agent())
+    roster = {name: scripted(echo, image=PINNED) for name in ("alice", "bob", "carol")}
+    spec = spec_of(hear_everyone, PINNED, **roster)
     run_id = new_run_id()
     async with on_cluster(
         control_plane, run_id, cluster_queue=small_queue, admission_timeout_s=4.0
-    ) as (platform, kube, record, pods):
+    ) as (platform, kube, record):
         outcome = await Run.execute(
             spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
         )
@@ -149,177 +48,4 @@ async def test_with_quota_for_part_of_the_roster_nothing_starts_and_admission_ti
     assert refused.reason == "admission-timeout" and "ClusterQueue" in refused.detail
     assert list(ledger.events(RosterAdmitted)) == []
     assert record.all("sandbox") == [] and record.first("admitted") is None
-    assert pods.started == {}
-    assert left == []
-
-
-async def test_eviction_of_the_workload_mid_run_ends_it_as_cluster_lost_with_a_complete_receipt(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
-) -> None:
-    run_id = new_run_id()
-    evicted = anyio.Event()
-
-    async def execute(ctx: RunContext) -> None:
-        await kube._request(  # what an administrator's `kubectl patch` would do
-            "PATCH",
-            KINDS["Workload"].path(run_id, objects.WORKLOAD),
-            body={"spec": {"active": False}},
-            content_type="application/merge-patch+json",
-        )
-        evicted.set()
-        await anyio.sleep(120)  # the eviction ends the program
-
-    spec = spec_of(execute)
-    async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform,
-        kube,
-        _record,
-        _pods,
-    ):
-        with anyio.fail_after(100):
-            outcome = await Run.execute(
-                spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
-            )
-        left = await left_in_cluster(kube, run_id)
-    assert evicted.is_set()
-    assert isinstance(outcome, ClusterLost), outcome
-    assert outcome.cause.reason == "workload-evicted", outcome.cause
-    ledger = verified(spec, outcome)
-    assert [e.reason for e in ledger.events(PlatformFailed)] == ["workload-evicted"]
-    assert left == []
-
-
-async def test_cleanup_deletes_the_namespace_after_a_failing_program(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
-) -> None:
-    async def execute(ctx: RunContext) -> None:
-        raise RuntimeError("the experiment broke")
-
-    spec = spec_of(execute)
-    run_id = new_run_id()
-    async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform,
-        kube,
-        _record,
-        _pods,
-    ):
-        outcome = await Run.execute(
-            spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
-        )
-        left = await left_in_cluster(kube, run_id)
-    assert isinstance(outcome, ProgramFinished) and not outcome.succeeded
-    verified(spec, outcome)
-    assert left == []
-
-
-async def test_cleanup_deletes_the_namespace_after_cancellation(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
-) -> None:
-    started = anyio.Event()
-
-    async def execute(ctx: RunContext) -> None:
-        started.set()
-        await anyio.sleep(120)
-
-    spec = spec_of(execute)
-    run_id = new_run_id()
-    root = artifacts(tmp_path)
-    async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform,
-        kube,
-        _record,
-        _pods,
-    ):
-        with anyio.fail_after(100):
-            async with anyio.create_task_group() as tasks:
-
-                async def run() -> None:
-                    await Run.execute(spec, platform=platform, run_id=run_id, artifact_root=root)
-
-                tasks.start_soon(run)
-                await started.wait()
-                tasks.cancel_scope.cancel()
-        left = await left_in_cluster(kube, run_id)
-    ledger = open_ledger_artifacts(spec.catalog, root / run_id / "ledger" / "main")
-    assert [e.reason for e in ledger.events(ProgramInterrupted)] == ["cancelled"]
-    assert left == []
-
-
-async def test_a_50_agent_roster_is_admitted_and_becomes_ready(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
-) -> None:
-    gate_at: list[float] = []
-
-    async def execute(ctx: RunContext) -> int:
-        gate_at.append(time.monotonic())
-        return len(ctx.agents)
-
-    roster = {f"agent-{index:02d}": agent() for index in range(50)}
-    spec = spec_of(execute, **roster)
-    run_id = new_run_id()
-    async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform,
-        kube,
-        record,
-        _pods,
-    ):
-        submitted = time.monotonic()
-        outcome = await Run.execute(
-            spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
-        )
-        left = await left_in_cluster(kube, run_id)
-    assert isinstance(outcome, ProgramFinished) and outcome.exit == Success(50), outcome
-    ledger = verified(spec, outcome)
-    assert len({e.agent for e in ledger.events(AgentRuntimeReady)}) == 50
-    admitted = next(iter(ledger.events(RosterAdmitted)))
-    assert admitted.queue is not None and [s.count for s in admitted.queue.pod_sets] == [50]
-    first_admitted = record.first("admitted")
-    assert first_admitted is not None and first_admitted <= min(record.all("sandbox"))
-    print(f"\n50 agents: submit -> gate {gate_at[0] - submitted:.2f} s")
-    assert left == []
-
-
-@pytest.mark.parametrize("how", ["its program exits", "its Sandbox is deleted"])
-async def test_a_sandbox_that_finishes_before_dispatch_fails_the_gate_and_execute_never_runs(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path, how: str
-) -> None:
-    ran: list[str] = []
-
-    async def execute(ctx: RunContext) -> None:
-        ran.append("execute")
-
-    quitter = agent()
-    if how == "its program exits":
-        quitter = dataclasses.replace(quitter, command=("python", "-c", "raise SystemExit(3)"))
-    spec = spec_of(execute, alice=agent(), bob=agent(), quitter=quitter)
-    run_id = new_run_id()
-    async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (
-        platform,
-        kube,
-        _record,
-        _pods,
-    ):
-
-        async def delete_on_sight() -> None:  # what an administrator's `kubectl delete` does
-            await sandboxes.until(lambda seen: seen.objects.get("quitter"))
-            await kube.delete("Sandbox", "quitter", run_id)
-
-        sandboxes = Informer(kube, "Sandbox", run_id)
-        async with anyio.create_task_group() as tasks:
-            if how == "its Sandbox is deleted":
-                tasks.start_soon(sandboxes.run)
-                tasks.start_soon(delete_on_sight)
-            with anyio.fail_after(100):
-                outcome = await Run.execute(
-                    spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
-                )
-            tasks.cancel_scope.cancel()
-        left = await left_in_cluster(kube, run_id)
-    assert ran == []
-    assert isinstance(outcome, ClusterLost), outcome
-    assert outcome.cause.reason == "readiness-gate-failed", outcome.cause
-    ledger = verified(spec, outcome)
-    failed = next(iter(ledger.events(ReadinessGateFailed)))
-    assert failed.failed[0] == "quitter" and "quitter" not in failed.ready
-    assert list(ledger.events(ReadinessGatePassed)) == []
     assert left == []

@@ -1,20 +1,16 @@
-"""Least privilege on clusters: the run worker, as its ServiceAccount, runs a whole run and is
-refused everything else (module content and the worker pod's refusals:
-``test_kubernetes_module_source``).
+"""Least privilege on clusters: the run worker, as its ServiceAccount, is refused everything
+outside what a run needs (the whole run it does: ``node/test_worker_identity``; module content
+and the worker pod's refusals: ``test_kubernetes_module_source``).
 
 Against the real control plane, with the Helm chart's RBAC and admission policies applied as
 ``helm install`` would (``rbac_support``). The worker runs in this process
 and acts as its ServiceAccount through impersonation (``SOCIETY_KUBE_IMPERSONATE``), which the
-API server authorizes and admits exactly as that ServiceAccount's own requests. Test-only
-substitution: ``pod_processes`` runs the controller Job's pod as a local process with a token of
-the controller's ServiceAccount (KWOK pods run nothing).
+API server authorizes and admits exactly as that ServiceAccount's own requests.
 """
 
 # ruff: noqa: F811  (pytest fixtures imported from other modules are parameters here)
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +21,6 @@ from cluster_support import (  # noqa: F401 (fixtures)
     cluster_queue,
     left_in_cluster,
 )
-from controlplane import ControlPlane
-from pod_processes import PodProcesses
 from rbac_support import (  # noqa: F401 (fixture)
     ANYWHERE,
     CLUSTER_WIDE,
@@ -43,9 +37,6 @@ from rbac_support import (  # noqa: F401 (fixture)
     takeover,
     worker_rights,
 )
-from temporalio import activity
-from test_kubernetes_incluster import controller_node, in_cluster_worker  # noqa: F401 (fixture)
-from test_kubernetes_temporal import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
 
 from controller.platform.kubernetes import (
     Kube,
@@ -58,92 +49,10 @@ from controller.platform.kubernetes.rbac import (
     CREATED_BY,
     RUN_NAMESPACE_ROLE,
     WORKER_BINDING,
-    credentials_binding_name,
 )
-from controller.platform.temporal.activities import LifecycleActivities
-from controller.platform.temporal.workflow import EXECUTE
-from controller.run import RunRequest, RunResult
-from controller.run.module_source import ModuleSource
 from controller.run.runid import new_run_id
-from controller.run.spec import load_run_spec
-from ledger import open_ledger_artifacts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-
-async def test_the_run_worker_as_its_service_account_runs_a_whole_run_in_cluster(
-    control_plane: ControlPlane,
-    worker_rights: str,
-    cluster_queue: str,
-    controller_node: str,
-    temporal_address: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    run_id = new_run_id()
-    module = tmp_path / "experiment.py"
-    module.write_text(textwrap.dedent(MODULE.format(image=PINNED)))
-    root = artifacts(tmp_path)
-    in_cluster_worker(monkeypatch, control_plane, cluster_queue, controller_node)
-    monkeypatch.setenv("SOCIETY_KUBE_IMPERSONATE", WORKER)
-    credentials = credentials_binding_name(run_id)
-    seen: dict[str, Any] = {}
-
-    async with (
-        Kube.connect(kubeconfig=worker_rights) as admin,
-        PodProcesses.running(
-            admin,
-            run_id,
-            role="controller",
-            artifact_root=root,
-            admin_kubeconfig=worker_rights,
-            node=controller_node,
-        ) as controllers,
-    ):
-        activities = LifecycleActivities()
-
-        @activity.defn(name=EXECUTE)
-        async def execute(request: RunRequest) -> RunResult:
-            seen["namespace"] = await admin.get("Namespace", run_id)
-            seen["binding"] = await admin.get("RoleBinding", WORKER_BINDING, run_id)
-            seen["controller"] = await admin.get("RoleBinding", "society-controller", run_id)
-            seen["credentials"] = await admin.get("RoleBinding", credentials, CREDENTIALS)
-            return await activities.execute(request)
-
-        request = RunRequest(
-            module_path=str(tmp_path / "not-on-the-worker.py"),  # the worker reads no path
-            module_source=ModuleSource.read(module),
-            run_id=run_id,
-            profile="kubernetes",
-            artifact_root=str(root),
-        )
-        result = await run_society(temporal_address, request, activities, execute)
-        left = await left_in_cluster(admin, run_id)
-        credentials_left = await admin.get("RoleBinding", credentials, CREDENTIALS)
-
-    outcome = RunResult.model_validate(result)
-    assert outcome.outcome == "ProgramFinished" and outcome.exit == "success", outcome.cause
-    assert [entry.returncode for entry in controllers.started.values()] == [0]
-    # prepare, as the worker: the namespace names its creator, and the worker bound itself there
-    assert seen["namespace"]["metadata"]["annotations"][CREATED_BY] == WORKER
-    assert seen["binding"]["roleRef"]["name"] == RUN_NAMESPACE_ROLE
-    assert seen["binding"]["subjects"] == [THE_WORKER]
-    assert seen["controller"]["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": CONTROLLER_ROLE,
-    }
-    assert seen["credentials"] is not None and credentials_left is None
-    # cleanup, as the worker: the namespace and everything in it are gone
-    assert left == []
-    spec = load_run_spec(str(module))
-    ledger = open_ledger_artifacts(
-        spec.catalog,
-        outcome.receipt.ledger_dir,
-        expected_definition_id=spec.id,
-        trusted_key=outcome.receipt.public_key,
-    )
-    assert ledger is not None and outcome.receipt.complete
 
 
 async def test_the_run_worker_is_refused_everything_outside_the_run_namespaces_it_created(

@@ -44,6 +44,7 @@ KINDS: dict[str, Kind] = {
     "ServiceAccount": Kind("", "v1", "serviceaccounts"),
     "Pod": Kind("", "v1", "pods"),
     "NetworkPolicy": Kind("networking.k8s.io", "v1", "networkpolicies"),
+    "EndpointSlice": Kind("discovery.k8s.io", "v1", "endpointslices"),
     "Role": Kind("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": Kind("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "ClusterRole": Kind("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False),

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import anyio
 
 from controller.platform.kubernetes import access, objects
+from controller.platform.kubernetes.images import CONTROLLER_IMAGE, ImageMap, pinned
 from controller.platform.kubernetes.kube import Informer, Kube, Obj, condition, is_true
 from controller.platform.kubernetes.settings import KubernetesSettings
 from controller.platform.kubernetes.worker_requests import module_source_of
@@ -39,6 +40,7 @@ FORWARDED_SETTINGS = (
     "SOCIETY_CREDENTIALS_NAMESPACE",
     "SOCIETY_AGENT_NODE_SELECTOR",
     "SOCIETY_AGENT_TOLERATIONS",
+    "SOCIETY_IMAGE_MAP",
 )
 
 
@@ -51,10 +53,14 @@ async def run_controller_job(
 ) -> RunResult:
     """Create the run's controller Job, observe it until it reports, return its result."""
     progress = progress or NO_PROGRESS
-    if not settings.controller_image:
+    images = ImageMap.parse(settings.image_map)
+    image = images.resolve(settings.controller_image or CONTROLLER_IMAGE)
+    if not image or not pinned(image):
         raise PlatformError(
-            "the controller Job needs an image: set SOCIETY_CONTROLLER_IMAGE to the controller "
-            "image pinned by digest (image@sha256:...)",
+            f"the controller Job needs its image pinned by digest, and {image!r} is not: run "
+            f"scripts/build-images.sh and set SOCIETY_IMAGE_MAP to the map it prints, or set "
+            f"SOCIETY_CONTROLLER_IMAGE to image@sha256:...; SOCIETY_CONTROLLER_JOB=0 runs the "
+            f"controller here instead (debugging; needs SOCIETY_ROUTER_ADDRESS)",
             reason="controller-image-missing",
         )
     run_id = request.run_id
@@ -87,14 +93,14 @@ async def run_controller_job(
             )
         job = access.controller_job(
             run_id,
-            image=settings.controller_image,
+            image=image,
             module_name=module.name,
             seed=request.seed,
             profile=request.profile,
             cluster_queue=settings.cluster_queue,
             active_deadline_s=int(settings.run_deadline_s),
             ledger_claim=settings.ledger_claim,
-            environment={**_forwarded(settings), MODULE_DIGEST_ENV: module.sha256},
+            environment={**_forwarded(settings, images), MODULE_DIGEST_ENV: module.sha256},
             node_selector=settings.controller_node_selector,
         )
         await kube.apply(objects.owned(job, owner))
@@ -109,8 +115,9 @@ async def run_controller_job(
             raise
 
 
-def _forwarded(settings: KubernetesSettings) -> dict[str, str]:
+def _forwarded(settings: KubernetesSettings, images: ImageMap) -> dict[str, str]:
     values = {
+        "SOCIETY_IMAGE_MAP": images.to_json() if images.images else "",
         "SOCIETY_ADMISSION_TIMEOUT_S": f"{settings.admission_timeout_s:g}",
         "SOCIETY_STARTUP_TIMEOUT_S": f"{settings.startup_timeout_s:g}",
         "SOCIETY_RUN_DEADLINE_S": f"{settings.run_deadline_s:g}",
@@ -120,7 +127,7 @@ def _forwarded(settings: KubernetesSettings) -> dict[str, str]:
         ),
         "SOCIETY_AGENT_TOLERATIONS": json.dumps(settings.agent_tolerations or []),
     }
-    return {name: values[name] for name in FORWARDED_SETTINGS}
+    return {name: values[name] for name in FORWARDED_SETTINGS if values[name]}
 
 
 class ControllerJob:

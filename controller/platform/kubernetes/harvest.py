@@ -53,7 +53,9 @@ async def capture_log(kube: Kube, namespace: str, sandbox: KubernetesSandbox) ->
     limit = 4 * 1024 * 1024
     try:
         with anyio.fail_after(_LOG_TIMEOUT_S):
-            sandbox.log = await kube.log(sandbox.pod, namespace, limit_bytes=limit)
+            sandbox.log = await kube.log(
+                sandbox.pod, namespace, container=objects.AGENT_CONTAINER, limit_bytes=limit
+            )
     except Exception as exc:
         sandbox.log_detail = f"the pod's log could not be read: {type(exc).__name__}: {exc}"
 

@@ -183,11 +183,13 @@ class Kube:
         result = await self._request("GET", KINDS[kind].path(namespace), query=query)
         return list(result.get("items") or []), str(result["metadata"].get("resourceVersion", ""))
 
-    async def log(self, pod: str, namespace: str, *, limit_bytes: int) -> bytes:
+    async def log(self, pod: str, namespace: str, *, container: str, limit_bytes: int) -> bytes:
+        """The log of ``container`` in ``pod`` (a pod with more than one container needs the
+        name), at most ``limit_bytes + 1`` bytes (so an oversize log shows as such)."""
         response = await self._request(
             "GET",
             f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/log",
-            query={"limitBytes": str(limit_bytes + 1)},
+            query={"container": container, "limitBytes": str(limit_bytes + 1)},
             stream=True,
         )
         try:

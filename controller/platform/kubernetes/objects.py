@@ -35,14 +35,29 @@ KEEPER_CONTAINER = "keeper"
 """Shares the working directory and outlives the agent's program, so that harvest can read the
 declared files through the exec API after the program exited (a container that has ended
 cannot be exec'd into). It runs the agent's own image, idle, and dies with the pod."""
-KEEPER_COMMAND = ("python", "-c", "import signal; signal.pause()")
+KEEPER_COMMAND = (
+    "python",
+    "-c",
+    "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); signal.pause()",
+)
+"""Idle until SIGTERM, then exit: it is its container's PID 1, to which the kernel delivers no
+signal without a handler, so without one every pod waited out its whole grace period (30 s)
+before it was deleted."""
 KEEPER_RESOURCES = Resources(cpu=0.001, memory_mib=16, memory_limit_mib=48)
 WORKDIR = "/home/agent/work"
 SECRETS_DIR = "/var/run/society/secrets"
 SECRETS_FILE = f"{SECRETS_DIR}/secrets.json"
 CA_DIR = "/var/run/society/router-ca"
 CA_FILE = f"{CA_DIR}/ca.pem"
+TMP_DIR = "/tmp"
 NON_ROOT_ID = 65532
+WORK_SIZE = "256Mi"
+"""The working directory's ``emptyDir`` sizeLimit (the kubelet evicts a pod that exceeds it)."""
+TMP_SIZE = "64Mi"
+EPHEMERAL_LIMIT = "512Mi"
+"""Each container's ephemeral-storage limit (logs and writable layers; the root is read-only)."""
+CPU_LIMIT_CORES = 1.0
+"""Each agent container's CPU limit, or its request when that is larger."""
 MAX_POD_SETS = 8
 """Kueue's limit on pod sets per Workload."""
 
@@ -66,7 +81,7 @@ def _object(kind: str, metadata: dict[str, Any], **body: Any) -> Obj:
 def namespace(run_id: str) -> Obj:
     labels = {
         **run_labels(run_id),
-        "pod-security.kubernetes.io/enforce": "baseline",
+        "pod-security.kubernetes.io/enforce": "restricted",
         "pod-security.kubernetes.io/warn": "restricted",
     }
     return _object("Namespace", {"name": run_id, "labels": labels})
@@ -148,12 +163,12 @@ def workload(run_id: str, sets: Sequence[PodSet]) -> Obj:
                                 {
                                     "name": AGENT_CONTAINER,
                                     "image": pod_set.image,
-                                    "resources": _resources(pod_set.resources),
+                                    "resources": _quota(pod_set.resources),
                                 },
                                 {
                                     "name": KEEPER_CONTAINER,
                                     "image": pod_set.image,
-                                    "resources": _resources(KEEPER_RESOURCES),
+                                    "resources": _quota(KEEPER_RESOURCES),
                                 },
                             ],
                         }
@@ -165,10 +180,23 @@ def workload(run_id: str, sets: Sequence[PodSet]) -> Obj:
     )
 
 
-def _resources(resources: Resources) -> dict[str, Any]:
+def _quota(resources: Resources) -> dict[str, Any]:
+    """What Kueue counts against the queue's quota: requests (and the memory limit); the pods'
+    ephemeral-storage limits would count as requests of a resource queues do not cover."""
     return {
         "requests": {"cpu": _cpu(resources.cpu), "memory": f"{resources.memory_mib}Mi"},
         "limits": {"memory": f"{resources.memory_limit_mib}Mi"},
+    }
+
+
+def _resources(resources: Resources) -> dict[str, Any]:
+    return {
+        "requests": {"cpu": _cpu(resources.cpu), "memory": f"{resources.memory_mib}Mi"},
+        "limits": {
+            "cpu": _cpu(max(resources.cpu, CPU_LIMIT_CORES)),
+            "memory": f"{resources.memory_limit_mib}Mi",
+            "ephemeral-storage": EPHEMERAL_LIMIT,
+        },
     }
 
 
@@ -230,6 +258,7 @@ def sandbox(
     shutdown_at: datetime.datetime,
     non_root: bool = True,
     placement: Mapping[str, Any] | None = None,
+    host_aliases: Sequence[Mapping[str, Any]] = (),
 ) -> Obj:
     """One Agent Sandbox for ``agent``: its pinned image, command, boot variables, Secrets;
     ``placement`` (nodeSelector, tolerations) puts its pod on the agents' nodes."""
@@ -247,6 +276,7 @@ def sandbox(
     keys = file_keys(descriptor.files)
     mounts: list[dict[str, Any]] = [
         {"name": "work", "mountPath": WORKDIR},
+        {"name": "tmp", "mountPath": TMP_DIR},
         {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
         {"name": "router-ca", "mountPath": CA_DIR, "readOnly": True},
         *(
@@ -258,7 +288,8 @@ def sandbox(
         {**mount, "readOnly": True} for mount in mounts if mount["mountPath"].startswith(WORKDIR)
     ]
     volumes: list[dict[str, Any]] = [
-        {"name": "work", "emptyDir": {}},
+        {"name": "work", "emptyDir": {"sizeLimit": WORK_SIZE}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
         {
             "name": "secrets",
             "secret": {"secretName": agent_secrets_name(agent), "defaultMode": 0o440},
@@ -287,6 +318,7 @@ def sandbox(
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
+            **({"hostAliases": [dict(a) for a in host_aliases]} if host_aliases else {}),
             "securityContext": pod_security,
             "containers": [
                 {
@@ -301,6 +333,7 @@ def sandbox(
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "capabilities": {"drop": ["ALL"]},
+                        "readOnlyRootFilesystem": True,  # writable: work, tmp (emptyDirs)
                     },
                     "volumeMounts": mounts,
                 },
@@ -333,72 +366,3 @@ def sandbox(
             "shutdownPolicy": "Delete",
         },
     )
-
-
-# ---- the router and the network -------------------------------------------------------------
-
-
-def router_service(run_id: str, port: int, service_ports: Sequence[int] = ()) -> Obj:
-    """The router as agents reach it: the controller's pod behind a per-run Service; the run
-    services' ports (the model gateway) are advertised on the same Service."""
-    ports = [{"name": "router", "port": port, "targetPort": port, "protocol": "TCP"}]
-    ports += [
-        {"name": f"service-{p}", "port": p, "targetPort": p, "protocol": "TCP"}
-        for p in sorted(set(service_ports) - {port})
-    ]
-    return _object(
-        "Service",
-        _meta(run_id, ROUTER_SERVICE, **{ROLE_LABEL: "router"}),
-        spec={"selector": {RUN_LABEL: run_id, ROLE_LABEL: "controller"}, "ports": ports},
-    )
-
-
-def router_host(run_id: str) -> str:
-    return f"{ROUTER_SERVICE}.{run_id}.svc"
-
-
-def network_policies(
-    run_id: str, *, controller_ports: Sequence[int], bridge_ports: Sequence[int]
-) -> list[Obj]:
-    """Default deny; agents reach only the controller (router, model gateway) and DNS; only the
-    controller reaches agents' bridges. Agents never reach each other around the router."""
-    agents = {"matchLabels": {ROLE_LABEL: "agent"}}
-    controller = {"matchLabels": {ROLE_LABEL: "controller"}}
-    dns = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-    }
-
-    def policy(name: str, spec: dict[str, Any]) -> Obj:
-        return _object("NetworkPolicy", _meta(run_id, name), spec=spec)
-
-    def ports(numbers: Sequence[int]) -> list[dict[str, Any]]:
-        return [{"protocol": "TCP", "port": p} for p in sorted(set(numbers))]
-
-    return [
-        policy("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
-        policy(
-            "agents",
-            {
-                "podSelector": agents,
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": [{"from": [{"podSelector": controller}], "ports": ports(bridge_ports)}],
-                "egress": [
-                    {"to": [{"podSelector": controller}], "ports": ports(controller_ports)},
-                    {
-                        "to": [dns],
-                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-                    },
-                ],
-            },
-        ),
-        policy(
-            "controller",
-            {
-                "podSelector": controller,
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": [{"from": [{"podSelector": agents}], "ports": ports(controller_ports)}],
-                "egress": [{}],  # the API server, agents' bridges
-            },
-        ),
-    ]

@@ -8,6 +8,7 @@ deletes the run's namespace, which in-cluster is the run worker's job.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import ClassVar
@@ -17,7 +18,8 @@ import anyio
 from controller.agents.runtime import RuntimeDescriptor
 from controller.events.run import AgentRequest, Capacity
 from controller.network.tls import RouterTLS
-from controller.platform.kubernetes import objects
+from controller.platform.kubernetes import objects, routing
+from controller.platform.kubernetes.images import ImageMap
 from controller.platform.kubernetes.kube import Kube
 from controller.platform.kubernetes.namespace import delete_run_namespace, prepare_run_namespace
 from controller.platform.kubernetes.session import BridgeAddress, KubernetesSession
@@ -31,6 +33,8 @@ from controller.run.platform import (
     RunPlacement,
 )
 from controller.services import LocalModelStarter
+
+_NOTHING = Capacity(cpu=0, memory_mib=0, agents=0)
 
 
 async def _service_address(run_id: str, agent: str, default: tuple[str, int]) -> tuple[str, int]:
@@ -49,7 +53,12 @@ class KubernetesPlatform(Platform):
         bridge_address: BridgeAddress | None = None,
     ) -> None:
         self.settings = settings or KubernetesSettings.from_environment()
-        self.router_host = "0.0.0.0" if self.settings.in_cluster else "127.0.0.1"
+        self.external_router = None if self.settings.in_cluster else self.settings.router_address
+        """Where pods reach this controller when it runs outside the cluster (debugging)."""
+        self.router_host = (
+            "0.0.0.0" if self.settings.in_cluster else self.external_router or "127.0.0.1"
+        )
+        self._images: ImageMap | None = None
         self.bridge_address: BridgeAddress = bridge_address or _service_address
         self.roster: Mapping[str, RuntimeDescriptor] = {}
         self.pod_sets: list[objects.PodSet] = []
@@ -71,9 +80,34 @@ class KubernetesPlatform(Platform):
         }
         return platforms[profile]()
 
+    @property
+    def images(self) -> ImageMap:
+        """The image map (``SOCIETY_IMAGE_MAP``), read once."""
+        if self._images is None:
+            self._images = ImageMap.parse(self.settings.image_map)
+        return self._images
+
+    def pinned(self, descriptor: RuntimeDescriptor) -> RuntimeDescriptor:
+        """``descriptor`` with its image resolved through the image map (pinned by digest)."""
+        image = self.images.resolve(descriptor.image)
+        return (
+            descriptor
+            if image == descriptor.image
+            else dataclasses.replace(descriptor, image=image)
+        )
+
     def admit(self, roster: Mapping[str, RuntimeDescriptor]) -> Admission:
-        """Check what can be checked before anything exists: pinned images, Kueue's shape
-        limit. The queue's own admission happens in the session, before any Sandbox."""
+        """Check what can be checked before anything exists: pinned images (resolved through
+        the image map), Kueue's shape limit. The queue's own admission happens in the session,
+        before any Sandbox."""
+        try:
+            roster = {name: self.pinned(d) for name, d in roster.items()}
+        except PlatformError as exc:
+            raise AdmissionRefused(
+                str(exc),
+                reason=exc.reason,
+                admission=Admission((), _NOTHING, _NOTHING),
+            ) from None
         requests = tuple(
             AgentRequest(
                 agent=name,
@@ -93,8 +127,10 @@ class KubernetesPlatform(Platform):
         if unpinned:
             raise AdmissionRefused(
                 f"cluster profiles run images pinned by digest (image@sha256:...); "
-                f"{', '.join(unpinned)} use {roster[unpinned[0]].image!r}: build the image from "
-                f"agent_images/<runtime>/Dockerfile, push it and pass image=...@sha256:<digest>",
+                f"{', '.join(unpinned)} use {roster[unpinned[0]].image!r}, which "
+                f"{_unmapped(self.images)}: "
+                f"run scripts/build-images.sh and set SOCIETY_IMAGE_MAP to the map it prints, "
+                f"or pass image=...@sha256:<digest>",
                 reason="image-not-pinned",
                 admission=admission,
             )
@@ -110,7 +146,7 @@ class KubernetesPlatform(Platform):
         controller out of cluster)."""
         tls = self._tls.get(run_id)
         if tls is None:
-            host = objects.router_host(run_id)
+            host = routing.router_host(run_id)
             tls = RouterTLS.generate([host, f"{host}.cluster.local", "localhost", "127.0.0.1"])
             self._tls[run_id] = tls
         return tls
@@ -160,6 +196,12 @@ class KubernetesPlatform(Platform):
                         await delete_run_namespace(
                             kube, run_id, credentials_namespace=settings.credentials_namespace
                         )
+
+
+def _unmapped(images: ImageMap) -> str:
+    if images.source:
+        return f"the image map from {images.source} does not name"
+    return "no image map names (SOCIETY_IMAGE_MAP is unset)"
 
 
 class KindPlatform(KubernetesPlatform):

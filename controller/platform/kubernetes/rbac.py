@@ -60,6 +60,8 @@ CONTROLLER_RULES: list[dict[str, Any]] = [
     _rule("", ["configmaps"], ["get"], resourceNames=[OWNER, RUNSPEC_CONFIGMAP]),
     _rule("", ["secrets"], ["create", "patch", "delete"]),
     _rule("", ["services"], ["get", "create", "patch", "delete"]),
+    # the debugging mode's selector-less router Service: its one endpoint, this controller
+    _rule("discovery.k8s.io", ["endpointslices"], ["get", "create", "patch"]),
     _rule("", ["pods"], ["get", "list", "watch"]),
     _rule("", ["pods/log"], ["get"]),
     _rule("", ["pods/exec"], ["get", "create"]),  # harvest reads files in the keeper container

@@ -22,9 +22,15 @@ class KubernetesSandbox(Sandbox):
         self.log_detail: str | None = None
 
 
+UNPULLABLE = frozenset({"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"})
+"""Container waiting reasons that a wait does not cure: the kubelet tried to pull and backs off
+(a transient ``ErrImagePull`` alone does not count), must not pull, or cannot parse the name."""
+
+
 def started(sandboxes: Informer, pods: Informer, agent: str) -> tuple[str, Obj, Obj | None] | None:
     """``("ready", sandbox, pod)`` once its one live pod runs, or how it ended before that
-    (``"vanished"``, ``"finished"``, ``"exited"``); ``None`` while still starting."""
+    (``"vanished"``, ``"finished"``, ``"exited"``, ``"unpullable"``: its image cannot be pulled);
+    ``None`` while still starting."""
     sandbox = sandboxes.objects.get(agent)
     if sandbox is None:
         gone = sandboxes.deleted.get(agent)
@@ -37,6 +43,8 @@ def started(sandboxes: Informer, pods: Informer, agent: str) -> tuple[str, Obj, 
             or terminated(pod) is not None  # the keeper container keeps the pod Running
         ):
             return ("exited", sandbox, pod)
+        if pod["metadata"].get("labels", {}).get(objects.AGENT_LABEL) == agent and unpullable(pod):
+            return ("unpullable", sandbox, pod)
     ready = condition(sandbox, "Ready")
     status = sandbox.get("status", {})
     generation = sandbox["metadata"].get("generation")
@@ -101,6 +109,19 @@ def terminated(pod: Obj) -> ProcessExit | None:
         if code > 128 and code - 128 in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
             return ProcessExit(signal=code - 128)  # the container runtime's 128 + n
         return ProcessExit(code=code)
+    return None
+
+
+def unpullable(pod: Obj) -> str | None:
+    """Why a container's image of ``pod`` cannot be pulled (image, reason, the kubelet's
+    message), or ``None``."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in UNPULLABLE:
+            message = (waiting.get("message") or "").strip()
+            return f"{status.get('image')}: {waiting['reason']}" + (
+                f" ({message})" if message else ""
+            )
     return None
 
 

@@ -24,7 +24,7 @@ from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.platform.kubernetes import admission as workload
 from controller.platform.kubernetes import harvest as harvesting
-from controller.platform.kubernetes import objects
+from controller.platform.kubernetes import objects, routing
 from controller.platform.kubernetes import sandbox as observed
 from controller.platform.kubernetes.credentials import CredentialResolver
 from controller.platform.kubernetes.kube import Informer, Kube, Obj
@@ -50,8 +50,7 @@ T = TypeVar("T")
 
 BridgeAddress = Callable[[str, str, tuple[str, int]], Awaitable[tuple[str, int]]]
 """``(run_id, agent, (host, port)) -> (host, port)``: where the controller reaches a bridge.
-The default is the Sandbox's Service name and the runtime's bridge port; tests that run pods'
-applications as local processes replace it (test-only)."""
+The default is the agent pod's IP and the runtime's bridge port (no DNS lookup)."""
 
 _DELETE_WAIT_S = 30.0
 
@@ -83,6 +82,8 @@ class KubernetesSession(PlatformSession):
         self._service_ports: set[int] = set()
         """Ports of run services in the controller (the model gateway) agents may reach."""
         self._network_lock = anyio.Lock()
+        self._router_ip = ""
+        """The router Service's ClusterIP: agents' ``/etc/hosts`` maps its name there."""
         self._credentials = CredentialResolver(
             kube, self.run_id, platform.settings.credentials_namespace
         )
@@ -122,16 +123,23 @@ class KubernetesSession(PlatformSession):
         """The router's Service and the policies, for the router and every run service's port."""
         port = _port(self.placement.router_url)
         bridge_ports = sorted({d.bridge_port for d in self.platform.roster.values()})
+        external = self.platform.external_router
+        service_ports = sorted(self._service_ports)
         manifests = [
-            objects.router_service(self.run_id, port, sorted(self._service_ports)),
-            *objects.network_policies(
+            routing.router_service(self.run_id, port, service_ports, external=external),
+            *routing.network_policies(
                 self.run_id,
                 controller_ports=[port, *self._service_ports],
                 bridge_ports=bridge_ports,
+                external=external,
             ),
         ]
+        if external:
+            manifests.append(routing.router_endpoints(self.run_id, external, port, service_ports))
         for manifest in manifests:
-            await self.kube.apply(objects.owned(manifest, self.owner))
+            applied = await self.kube.apply(objects.owned(manifest, self.owner))
+            if manifest["kind"] == "Service":
+                self._router_ip = applied.get("spec", {}).get("clusterIP") or ""
 
     async def _advertise_services(self, launch: AgentLaunch) -> RuntimeDescriptor:
         """``launch``'s descriptor with run services' URLs pointing at the router's Service.
@@ -153,14 +161,14 @@ class KubernetesSession(PlatformSession):
                 and url.hostname == self.platform.router_host
                 and url.port is not None
             ):
-                host = objects.router_host(self.run_id)
+                host = routing.router_host(self.run_id)
                 environment[name] = urlunsplit(url._replace(netloc=f"{host}:{url.port}"))
                 ports.add(url.port)
         async with self._network_lock:
             if not ports <= self._service_ports:
                 self._service_ports |= ports
                 await self._apply_network()
-        return dataclasses.replace(descriptor, environment=environment)
+        return self.platform.pinned(dataclasses.replace(descriptor, environment=environment))
 
     # ---- admission ---------------------------------------------------------------------------
 
@@ -214,6 +222,9 @@ class KubernetesSession(PlatformSession):
                 seed=self.placement.seed,
                 shutdown_at=self._shutdown_at,
                 placement=settings.agent_placement,
+                host_aliases=routing.host_aliases(self.run_id, self._router_ip)
+                if self._router_ip
+                else (),
             )
         )
         try:
@@ -234,13 +245,20 @@ class KubernetesSession(PlatformSession):
                 f"describe sandbox {agent} -n {self.run_id}",
                 reason="startup-timeout",
             )
-        state, sandbox, pod = started
+        state, _, pod = started
+        if state == "unpullable":
+            assert pod is not None
+            raise SandboxStartError(
+                f"the image of {agent} cannot be pulled: {observed.unpullable(pod)}; build and "
+                f"push it (or run scripts/build-images.sh) and pin it by digest",
+                reason="image-unpullable",
+            )
         if state != "ready":
             raise SandboxStartError(
                 f"the Sandbox of {agent} {state} before it was ready", reason="exited-before-ready"
             )
         assert pod is not None
-        default = (sandbox["status"]["serviceFQDN"], descriptor.bridge_port)
+        default = (pod.get("status", {}).get("podIP") or "", descriptor.bridge_port)
         host, port = await self.platform.bridge_address(self.run_id, agent, default)
         exited: Observation[ProcessExit] = Observation()
         access = SandboxAccess(agent, host, port, launch.bridge_token, exited)
@@ -252,7 +270,7 @@ class KubernetesSession(PlatformSession):
     @property
     def agent_router_url(self) -> str:
         scheme = "wss" if self.platform.tls_for(self.run_id) is not None else "ws"
-        host = objects.router_host(self.run_id)
+        host = routing.router_host(self.run_id)
         return f"{scheme}://{host}:{_port(self.placement.router_url)}"
 
     async def _observe_exit(self, handle: KubernetesSandbox) -> None:

@@ -28,8 +28,10 @@ class KubernetesSettings:
     | ``SOCIETY_RUN_DEADLINE_S`` | ``run_deadline_s`` | 86400 |
     | ``SOCIETY_CREDENTIALS_NAMESPACE`` | ``credentials_namespace`` | ``society-credentials`` |
     | ``SOCIETY_KUBE_WORKER_NAMESPACES=1`` | ``prepare_namespace``/``delete_namespace`` off | off |
-    | ``SOCIETY_CONTROLLER_JOB=1`` / ``=0`` | ``controller_job`` | on in-cluster |
-    | ``SOCIETY_CONTROLLER_IMAGE`` | ``controller_image`` | none (required for the Job) |
+    | ``SOCIETY_CONTROLLER_JOB=0`` | ``controller_job`` off: the controller runs here | on |
+    | ``SOCIETY_ROUTER_ADDRESS`` | ``router_address`` | none (required with the above) |
+    | ``SOCIETY_IMAGE_MAP`` | ``image_map`` | none (a path, or the JSON; see ``images``) |
+    | ``SOCIETY_CONTROLLER_IMAGE`` | ``controller_image`` | the map's ``society/controller:dev`` |
     | ``SOCIETY_CONTROLLER_NODE_SELECTOR`` | ``controller_node_selector`` | none (``k=v,k=v``) |
     | ``SOCIETY_LEDGER_PVC`` | ``ledger_claim`` | none: an ``emptyDir`` |
     | ``SOCIETY_LEDGER_STORAGE_CLASS`` | ``ledger_storage_class`` | the cluster's default |
@@ -62,10 +64,19 @@ class KubernetesSettings:
     through a per-run RoleBinding that ``prepare_run_namespace`` creates there."""
 
     controller_job: bool | None = None
-    """The run worker's ``execute`` runs the controller as a Job in the run's namespace
-    (default: in-cluster) instead of in its own process; see ``controller_job.py``."""
+    """The run worker's ``execute`` runs the controller as a Job in the run's namespace (the
+    default, in-cluster and from a laptop alike: agents reach the router at the run's Service,
+    which selects that Job's pod); see ``controller_job.py``. Off (``SOCIETY_CONTROLLER_JOB=0``)
+    is a debugging mode: the controller runs in the worker's process and the Service points at
+    ``router_address``."""
+    router_address: str | None = None
+    """With the controller out of cluster: the address at which pods reach this machine (on
+    kind, the host's address on the kind network); the router listens there, the run's Service
+    has it as its only endpoint, the network policies let agents reach it and it reach them."""
+    image_map: str | None = None
+    """Image name -> digest-pinned image (``images.ImageMap``): a path or the JSON itself."""
     controller_image: str | None = None
-    """The controller Job's image, pinned by digest."""
+    """The controller Job's image, pinned by digest (default: from the image map)."""
     controller_node_selector: dict[str, str] | None = None
     """Where the controller Job's pod may run (e.g. a system node pool), as node labels."""
     ledger_claim: str | None = None
@@ -90,7 +101,12 @@ class KubernetesSettings:
 
     @property
     def runs_controller_job(self) -> bool:
-        return self.in_cluster if self.controller_job is None else self.controller_job
+        return True if self.controller_job is None else self.controller_job
+
+    @property
+    def controller_out_of_cluster(self) -> bool:
+        """The debugging mode: this process is the controller, and it is not in the cluster."""
+        return not self.in_cluster and self.controller_job is False
 
     @property
     def prepares(self) -> bool:
@@ -119,6 +135,8 @@ class KubernetesSettings:
             credentials_namespace=env.get("SOCIETY_CREDENTIALS_NAMESPACE")
             or DEFAULT_CREDENTIALS_NAMESPACE,
             controller_job={"1": True, "0": False}.get(env.get("SOCIETY_CONTROLLER_JOB", "")),
+            router_address=env.get("SOCIETY_ROUTER_ADDRESS") or None,
+            image_map=env.get("SOCIETY_IMAGE_MAP") or None,
             controller_image=env.get("SOCIETY_CONTROLLER_IMAGE") or None,
             controller_node_selector=_labels(env.get("SOCIETY_CONTROLLER_NODE_SELECTOR") or ""),
             ledger_claim=env.get("SOCIETY_LEDGER_PVC") or None,

@@ -1,7 +1,7 @@
 """Secrets on the cluster: credential references resolved by the controller's own identity, and
 no token or credential value in any object but the agents' Secrets (nor in the ledger).
 
-Runs against the real local control plane; pods' applications run as local processes.
+Runs against the real local control plane; the agents' pods run on its real node.
 """
 
 # ruff: noqa: F811  (pytest fixtures imported from cluster_support are parameters here)
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from cluster_support import (  # noqa: F401 (fixtures)
-    PINNED,
+    SCRIPTED,
     anyio_backend,
     artifacts,
     cluster_queue,
@@ -25,7 +25,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
     on_cluster,
 )
 from controlplane import ControlPlane
-from test_kubernetes_platform import echo, hear_everyone
+from run_support import echo, hear_everyone
 
 from controller import Run, RunSpec
 from controller.agents import SecretRef, scripted
@@ -134,7 +134,8 @@ async def test_secret_references_reach_only_the_agents_secrets_and_no_token_is_i
     spec = RunSpec.define(
         id="acme.k8s-credentials/v1",
         agents={
-            name: scripted(echo, image=PINNED, credentials=credentials) for name in ("alice", "bob")
+            name: scripted(echo, image=SCRIPTED, credentials=credentials)
+            for name in ("alice", "bob")
         },
         execute=execute,
     )
@@ -150,7 +151,7 @@ async def test_secret_references_reach_only_the_agents_secrets_and_no_token_is_i
                 prepare_namespace=False,
                 delete_namespace=False,
                 credentials_namespace=namespace,
-            ) as (platform, _kube, _record, _pods):
+            ) as (platform, _kube, _record):
                 outcome = await Run.execute(
                     spec, platform=platform, run_id=run_id, artifact_root=root
                 )
@@ -192,15 +193,15 @@ async def test_a_missing_secret_reference_fails_the_start_before_any_sandbox_wit
     spec = RunSpec.define(
         id="acme.k8s-credentials/v1",
         agents={
-            "alice": scripted(echo, image=PINNED),
-            "bob": scripted(echo, image=PINNED, credentials=broken),
+            "alice": scripted(echo, image=SCRIPTED),
+            "bob": scripted(echo, image=SCRIPTED, credentials=broken),
         },
         execute=execute,
     )
     run_id = new_run_id()
     async with on_cluster(
         control_plane, run_id, cluster_queue=cluster_queue, credentials_namespace=namespace
-    ) as (platform, kube, record, _pods):
+    ) as (platform, kube, record):
         outcome = await Run.execute(
             spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
         )
