@@ -7,7 +7,8 @@ import datetime
 
 from controller.agents.runtime import Resources
 from controller.agents.scripted import scripted
-from controller.platform.kubernetes import access, controller_job, objects, rbac
+from controller.platform.kubernetes import access, controller_job, objects, rbac, routing
+from controller.platform.kubernetes.images import ImageMap
 from controller.platform.kubernetes.kube import Obj
 from controller.platform.kubernetes.settings import KubernetesSettings
 
@@ -46,8 +47,8 @@ def sample_run_objects(
         objects.local_queue(run_id, settings.cluster_queue),
         objects.workload(run_id, objects.pod_sets(roster)),
         objects.router_ca(run_id, b"-----BEGIN CERTIFICATE-----\n"),
-        objects.router_service(run_id, router_port, [7310]),
-        *objects.network_policies(
+        routing.router_service(run_id, router_port, [7310]),
+        *routing.network_policies(
             run_id, controller_ports=[router_port, 7310], bridge_ports=[7400]
         ),
         access.runspec_configmap(run_id, "negotiation.py", b"SPEC = None\n"),
@@ -60,7 +61,7 @@ def sample_run_objects(
             cluster_queue=settings.cluster_queue,
             active_deadline_s=86400,
             ledger_claim="ledger",
-            environment=controller_job._forwarded(settings),
+            environment=controller_job._forwarded(settings, ImageMap()),
             node_selector={"society.run/pool": "system"},
         ),
     ]
@@ -73,10 +74,11 @@ def sample_run_objects(
                 run_id,
                 agent,
                 descriptor,
-                router_url=f"https://{objects.router_host(run_id)}:{router_port}",
+                router_url=f"https://{routing.router_host(run_id)}:{router_port}",
                 seed=7,
                 shutdown_at=shutdown,
                 placement=settings.agent_placement,
+                host_aliases=routing.host_aliases(run_id, "10.96.0.10"),
             )
         )
     return prepared + [objects.owned(obj, owner) for obj in made]
