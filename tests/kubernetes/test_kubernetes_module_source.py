@@ -20,8 +20,8 @@ from pathlib import Path
 import anyio
 import pytest
 from cluster_support import PINNED, anyio_backend, artifacts  # noqa: F401 (fixture)
+from k8s_run_support import run_society, temporal_address  # noqa: F401 (fixture)
 from rbac_support import WORKER, worker_rights  # noqa: F401 (fixture)
-from run_support import run_society, temporal_address  # noqa: F401 (fixture)
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ActivityError, ApplicationError
 

@@ -17,7 +17,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
     small_queue,
 )
 from controlplane import ControlPlane
-from run_support import echo, hear_everyone, spec_of, verified
+from k8s_run_support import echo, hear_everyone, spec_of, verified
 
 from controller import Run
 from controller.agents import scripted

@@ -18,7 +18,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
     on_cluster,
 )
 from controlplane import ControlPlane
-from run_support import hear_everyone, spec_of
+from k8s_run_support import hear_everyone, spec_of
 
 from controller import Run
 from controller.platform.kubernetes import (

@@ -28,7 +28,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
 )
 from controlplane import ControlPlane
-from run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
+from k8s_run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
 from temporalio import activity
 
 from controller.platform.kubernetes import (

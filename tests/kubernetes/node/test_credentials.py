@@ -25,7 +25,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
     on_cluster,
 )
 from controlplane import ControlPlane
-from run_support import echo, hear_everyone
+from k8s_run_support import echo, hear_everyone
 
 from controller import Run, RunSpec
 from controller.agents import SecretRef, scripted

@@ -26,7 +26,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
     on_cluster,
 )
 from controlplane import ControlPlane
-from run_support import echo, hear_everyone, verified
+from k8s_run_support import echo, hear_everyone, verified
 
 from controller import Run, RunSpec
 from controller.agents import Resources, scripted

@@ -24,13 +24,13 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
 )
 from controlplane import ControlPlane
+from k8s_run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
 from rbac_support import (  # noqa: F401 (fixture)
     CREDENTIALS,
     THE_WORKER,
     WORKER,
     worker_rights,
 )
-from run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
 from temporalio import activity
 from test_controller_job import in_cluster_worker
 
