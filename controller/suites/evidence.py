@@ -13,7 +13,14 @@ from types import ModuleType
 from typing import Any, Literal
 
 from controller.events import core_events
-from controller.events.run import PlatformFailed, ProgramFailed, ProgramInterrupted, RunStarted
+from controller.events.run import (
+    PlatformFailed,
+    ProgramFailed,
+    ProgramInterrupted,
+    ReadinessGateFailed,
+    RosterRefused,
+    RunStarted,
+)
 from controller.modelgateway.events import (
     AgentModelCallFailed,
     AgentModelUsage,
@@ -131,6 +138,13 @@ def _failure(events: list[Any], tags: list[str]) -> tuple[str, str] | None:
             return "program-interrupted", event.reason
         if isinstance(event, PlatformFailed):
             return f"platform-failed:{event.reason}", event.detail
+        if isinstance(event, RosterRefused):
+            return f"roster-refused:{event.reason}", event.detail
+        if isinstance(event, ReadinessGateFailed):
+            return (
+                f"readiness-gate-failed:{event.reason}",
+                f"not ready: {', '.join(event.failed)}; ready: {', '.join(event.ready) or 'none'}",
+            )
     if SUCCEEDED not in tags:
         return "no-outcome", "the ledger is complete but records no program outcome"
     return None

@@ -3,7 +3,9 @@
 Each run is started through the public command a user has (``society run MODULE.py --seed N
 --run-id ID``), one child process per run, at most ``jobs`` at once. The journal records a
 slot's run id before the run starts; on a later invocation a slot whose latest run left a
-complete ledger that verifies is kept, and every other slot runs again with a fresh run id.
+complete ledger that verifies and records the program's outcome is kept; every other slot (never
+finished, interrupted, or lost to the platform before or while its program ran: a failed readiness
+gate, a refused roster, a lost cluster) runs again with a fresh run id.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ SOCIETY = (sys.executable, "-c", "import sys; from controller.cli import main; s
 """The ``society`` program, run by this interpreter (the one a user's ``society`` runs)."""
 DEFAULT_JOBS = 2
 INTERRUPTED = "society.program-interrupted/v1"
+PLATFORM_FAILED = "society.platform-failed/v1"
+OUTCOMES = frozenset({"society.program-succeeded/v1", "society.program-failed/v1"})
+"""What a kept run's ledger must record: the program ran and ended (well or not)."""
 
 
 def society_run_argv(
@@ -119,7 +124,9 @@ class SuiteRunner:
 
     def _completed(self, journal: Journal, slot: Slot) -> bool:
         """The slot's latest run finished while this suite watched, and its ledger is complete,
-        verifies, and was not interrupted (an interrupted run runs again)."""
+        verifies, and records the program's outcome. An interrupted run, or one the platform lost
+        (its gate failed, its roster was refused, its cluster went away), says nothing about the
+        competitors: it runs again."""
         run_id = journal.latest.get(slot.key)
         if run_id is None or slot.key not in journal.seconds:
             return False
@@ -127,7 +134,8 @@ class SuiteRunner:
             verified = verify_ledger(None, self.folder.ledger(run_id), require_catalog=False)
         except LedgerError:
             return False
-        return all(envelope.tag != INTERRUPTED for envelope in verified.envelopes)
+        tags = {envelope.tag for envelope in verified.envelopes}
+        return bool(tags & OUTCOMES) and not tags & {INTERRUPTED, PLATFORM_FAILED}
 
     async def _interrupt_on(self, stop: anyio.Event) -> None:
         await stop.wait()
