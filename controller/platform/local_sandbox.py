@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,9 +194,14 @@ def _probe() -> Bubblewrap:
             )
     code_paths, python_path = _code_paths()
     bwrap = Bubblewrap(executable, _version(executable), setpriv, code_paths, python_path)
-    probe = bwrap.command([python_executable(), "-c", "pass"], workdir=Path("/"), sockets=())
-    probe[probe.index(HOME) - 2] = "--ro-bind"  # the probe writes nothing
-    result = subprocess.run(probe, capture_output=True, timeout=30, check=False)
+    # The probe's home is an empty directory of its own: binding "/" there would make bwrap
+    # remount every mount on the host read-only, one by one, and fail whenever one of them (a
+    # container's overlay, another sandbox's bind) goes away meanwhile.
+    with tempfile.TemporaryDirectory(prefix="society-bwrap-probe-") as empty:
+        os.chmod(empty, 0o755)
+        probe = bwrap.command([python_executable(), "-c", "pass"], workdir=Path(empty), sockets=())
+        probe[probe.index(HOME) - 2] = "--ro-bind"  # the probe writes nothing
+        result = subprocess.run(probe, capture_output=True, timeout=30, check=False)
     if result.returncode != 0:
         detail = result.stderr.decode(errors="replace").strip().splitlines()
         raise SandboxUnavailable(

