@@ -43,7 +43,8 @@ def started(
     if sandbox is None:
         gone = sandboxes.deleted.get(agent)
         return ("vanished", gone, None) if gone is not None else None
-    if is_true(sandbox, "Finished"):
+    if is_true(sandbox, "Finished") and superseded is None:
+        # (Replacing, the condition may still describe the lost pod, which ended as it went.)
         return ("finished", sandbox, None)
     for pod in pods.objects.values():
         if superseded is not None and pod["metadata"].get("uid") == superseded:
@@ -110,13 +111,10 @@ def ended(sandboxes: Informer, pods: Informer, handle: KubernetesSandbox) -> Pro
 
 def replaceable(sandboxes: Informer, pods: Informer, handle: KubernetesSandbox) -> bool:
     """Whether the Sandbox controller re-creates ``handle``'s pod: the pod is gone or going
-    while its Sandbox stays (a program that ended in a pod that stays is not replaced)."""
+    while its Sandbox stays (a program that ended in a pod that stays is not replaced). The
+    Sandbox's ``Finished`` does not count: a deleted pod's phase turns terminal as it goes."""
     sandbox = sandboxes.objects.get(handle.name)
-    if (
-        sandbox is None
-        or sandbox["metadata"].get("deletionTimestamp")
-        or is_true(sandbox, "Finished")
-    ):
+    if sandbox is None or sandbox["metadata"].get("deletionTimestamp"):
         return False
     pod = pods.objects.get(handle.pod)
     return (
