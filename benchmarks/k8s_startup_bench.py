@@ -15,8 +15,9 @@ roster size runs a scripted society:
   this process saw them through watches: Workload admitted, every pod created (Agent Sandbox),
   every agent container running (the kubelet: sandbox, CNI, container start; image pulls are
   counted from the kubelet's ``Pulled`` events: the images were imported into containerd when
-  the node started), every agent ready (its bridge attached and its router session
-  authenticated: the controller's "agents ready" progress), the gate passed;
+  the node started), every agent ready (its program booted in the container, its bridge
+  attached and its router session authenticated: the controller's "agents ready" progress), the
+  gate passed;
 - on KWOK: the same roster placed on the KWOK node; its pods run nothing, so no gate can pass:
   submit -> admitted -> every pod Running, then the run is cancelled;
 - on the local profile: submit -> gate.
