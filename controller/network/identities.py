@@ -37,6 +37,8 @@ class Registration:
     kind: ParticipantKind
     secret: bytes | None  # None once revoked
     connection: Consumer | None = None
+    sessions: int = 0
+    """How many connections have authenticated as this participant so far."""
 
 
 class ParticipantRegistry:
@@ -121,15 +123,22 @@ class ParticipantRegistry:
         """Whether ``name`` is connected and authenticated right now."""
         return self.registration(name).connection is not None
 
-    async def wait_authenticated(self, name: str) -> None:
+    def sessions(self, name: str) -> int:
+        """How many connections have authenticated as ``name`` so far."""
+        return self.registration(name).sessions
+
+    async def wait_authenticated(self, name: str, *, after: int = 0) -> None:
+        """Until ``name`` is connected by a session later than its first ``after`` (a restarted
+        agent's new session, not the old one still closing)."""
         registration = self.registration(name)
-        while registration.connection is None:
+        while registration.connection is None or registration.sessions <= after:
             await self._auth_changed.wait()
 
     def attach(self, registration: Registration, consumer: Consumer) -> None:
         """``consumer`` is now the participant's live connection (superseding an older one)."""
         previous = registration.connection
         registration.connection = consumer
+        registration.sessions += 1
         if previous is not None and previous is not consumer:
             previous.close_for("superseded")
         self._auth_changed.notify()

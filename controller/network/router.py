@@ -279,8 +279,13 @@ class Router:
         """Whether ``name`` is connected and authenticated right now."""
         return self.participants.is_authenticated(name)
 
-    async def wait_authenticated(self, name: str) -> None:
-        await self.participants.wait_authenticated(name)
+    def sessions(self, name: str) -> int:
+        """How many connections have authenticated as ``name`` so far."""
+        return self.participants.sessions(name)
+
+    async def wait_authenticated(self, name: str, *, after: int = 0) -> None:
+        """Until ``name`` is connected by a session later than its first ``after``."""
+        await self.participants.wait_authenticated(name, after=after)
 
     def attach(self, registration: Registration, consumer: Consumer) -> None:
         """``consumer`` is now the participant's live connection (superseding an older one)."""

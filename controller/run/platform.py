@@ -133,6 +133,16 @@ class PlatformSession(ABC):
     async def start(self, launch: AgentLaunch) -> Sandbox:
         """Start one sandbox; returns once its process exists. Raises ``SandboxStartError``."""
 
+    replaces_lost_sandboxes: ClassVar[bool] = False
+    """Whether the platform re-creates a sandbox whose process was lost (a cluster's Sandbox
+    controller re-creates a deleted pod); before dispatch the kernel then waits for it."""
+
+    async def replacement(self, sandbox: Sandbox) -> Sandbox | None:
+        """Before dispatch, once ``sandbox``'s process ended: the sandbox the platform re-created
+        in its place, once its process runs, or ``None`` when there is none (the process ended by
+        itself, or the platform replaces nothing). Raises ``SandboxStartError``."""
+        return None
+
     @abstractmethod
     async def stop(self, sandbox: Sandbox, *, grace_s: float) -> ProcessExit:
         """Wait up to ``grace_s`` for the sandbox to end by itself, then end it; its exit."""

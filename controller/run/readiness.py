@@ -1,6 +1,8 @@
 """The readiness gate: all roster agents ready (alive, bridge attached, authenticated), or none.
 
 The first agent that fails (never ready in time, died, could not start) fails the gate at once.
+An agent whose sandbox the platform replaces before dispatch is withdrawn until its new
+application is ready again.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ class ReadinessGate:
                 self._settled.set()
         return elapsed
 
+    def withdraw(self, agent: str) -> None:
+        """Take ``agent`` out of the gate until it is ``ready`` again (its sandbox is replaced)."""
+        if not self._closed:
+            self._ready.pop(agent, None)
+
     def fail(self, agent: str, reason: str, detail: str) -> bool:
         """Fail the gate because of ``agent``; returns whether this was news (first report)."""
         if self._closed or agent in self._failures:
@@ -64,8 +71,11 @@ class ReadinessGate:
         return True
 
     async def wait(self) -> GateResult:
-        await self._settled.wait()
-        return self.close()
+        while True:
+            await self._settled.wait()
+            if self._closed or self._failures or len(self._ready) == len(self._expected):
+                return self.close()
+            self._settled = anyio.Event()  # an agent was withdrawn after the last one was ready
 
     def close(self) -> GateResult:
         """Decide the gate now."""

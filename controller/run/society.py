@@ -2,7 +2,9 @@
 
 Each agent has one keeper task that starts its sandbox, attaches its bridge and holds it until
 teardown, and one watcher task that records how it ended, whenever that is. Before dispatch an
-ended or failed agent fails the readiness gate.
+ended or failed agent fails the readiness gate, unless the platform replaces its sandbox (a
+cluster's Sandbox controller re-creates a deleted pod): then it is out of the gate until the
+replacement's bridge attached and its new router session authenticated.
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ class AgentSlot:
     """Set once the agent is ready or its start failed."""
     recorded: anyio.Event = field(default_factory=anyio.Event)
     """Set once its termination is in the ledger (or it never started)."""
+    replaced: anyio.Event = field(default_factory=anyio.Event)
+    """Set once the current sandbox's watcher knows whether the platform replaced it."""
+    holding: anyio.CancelScope | None = None
+    """The current sandbox's attachment; cancelled when the sandbox is replaced."""
+    sessions: int = 0
+    """The agent's router sessions when its sandbox was lost: a replacement's must be newer."""
+    was_ready: bool = False
 
     @property
     def runtime(self) -> str:
@@ -151,8 +160,7 @@ class Society:
         started: Counter,
         readied: Counter,
     ) -> None:
-        """Start, attach and authenticate one agent, then hold its bridge until released."""
-        descriptor = slot.descriptor
+        """Start one agent's sandbox, then attach it (again for each replacement)."""
         slot.requested_at = time.monotonic()
         try:
             slot.sandbox = await session.start(launch)
@@ -165,32 +173,62 @@ class Society:
             slot.recorded.set()
             return
         started.advance()
-        tasks.start_soon(self._watch, slot)
+        while slot.sandbox is not None:
+            sandbox = slot.sandbox
+            slot.attachment, slot.settled, slot.replaced = None, anyio.Event(), anyio.Event()
+            tasks.start_soon(self._watch, slot, session, router)
+            with anyio.CancelScope() as slot.holding:
+                await self._attach(slot, session, router, readied)
+            await slot.replaced.wait()
+            if slot.sandbox is sandbox:
+                return
+
+    async def _attach(
+        self, slot: AgentSlot, session: PlatformSession, router: Any, readied: Counter
+    ) -> None:
+        """Attach and authenticate the agent's current sandbox, then hold its bridge until
+        released (or until its sandbox is replaced before dispatch)."""
+        descriptor = slot.descriptor
         try:
             with anyio.fail_after(descriptor.ready_timeout_s) as readiness:
                 async with descriptor.attach(self._access(slot)) as attachment:
                     slot.attachment = attachment
-                    await router.wait_authenticated(slot.name)
+                    await router.wait_authenticated(slot.name, after=slot.sessions)
                     await self._ready(slot)
-                    readied.advance()
+                    if not slot.was_ready:
+                        readied.advance()
+                    slot.was_ready = True
                     slot.settled.set()
                     readiness.deadline = math.inf  # ready: hold the bridge until released
                     await slot.released.wait()
         except RuntimeDescriptorError as exc:
-            await self._start_failed(slot, exc.reason, str(exc))
+            await self._attach_failed(slot, session, exc.reason, str(exc))
         except TimeoutError:
             attached = "attached" if slot.attachment else "not attached"
             authenticated = "" if router.is_authenticated(slot.name) else "not "
-            await self._start_failed(
+            await self._attach_failed(
                 slot,
+                session,
                 "ready-timeout",
                 f"not ready within {descriptor.ready_timeout_s:g} s (bridge {attached}, router "
                 f"session {authenticated}authenticated)",
             )
         except Exception as exc:
-            await self._start_failed(slot, "attach-failed", f"{type(exc).__name__}: {exc}")
+            await self._attach_failed(
+                slot, session, "attach-failed", f"{type(exc).__name__}: {exc}"
+            )
         finally:
             slot.settled.set()
+
+    async def _attach_failed(
+        self, slot: AgentSlot, session: PlatformSession, reason: str, detail: str
+    ) -> None:
+        """Fail the gate, unless the sandbox ended on a platform that may replace it: then its
+        watcher decides (a replacement, or the gate fails)."""
+        assert slot.sandbox is not None
+        if session.replaces_lost_sandboxes and slot.sandbox.exit is not None:
+            return
+        await self._start_failed(slot, reason, detail)
 
     def _access(self, slot: AgentSlot) -> SandboxAccess:
         """The platform's access to the sandbox, plus recording of the runtime's own events."""
@@ -244,12 +282,17 @@ class Society:
                 )
             )
 
-    async def _watch(self, slot: AgentSlot) -> None:
-        """Record how the agent ended, whenever it ends; before dispatch that fails the gate."""
+    async def _watch(self, slot: AgentSlot, session: PlatformSession, router: Any) -> None:
+        """Record how the agent ended, whenever it ends; before dispatch that fails the gate,
+        unless the platform replaces its sandbox."""
         assert slot.sandbox is not None
+        replaced = False
         try:
             ended = await slot.sandbox.access.exit
             phase = self.phase
+            if phase == "startup":
+                self.gate.withdraw(slot.name)  # out of the gate until ready again, if ever
+                slot.sessions = router.sessions(slot.name)  # a replacement's session is newer
             termination: Termination = ended.plain()
             if slot.attachment is None:
                 with anyio.move_on_after(0.5):  # an attach racing the exit
@@ -257,13 +300,38 @@ class Society:
             if slot.attachment is not None:
                 with anyio.move_on_after(_RECORD_GRACE_S):
                     termination = await slot.attachment.termination
+            if phase == "startup" and session.replaces_lost_sandboxes:
+                replaced = await self._replace(slot, session, termination)
+                if replaced:
+                    return
             if phase == "startup":
                 await self._start_failed(
                     slot, "exited-before-dispatch", f"ended before dispatch: {termination}"
                 )
             await self.record(termination_event(slot, termination, phase))
         finally:
-            slot.recorded.set()
+            if not replaced:
+                slot.recorded.set()
+            slot.replaced.set()
+
+    async def _replace(
+        self, slot: AgentSlot, session: PlatformSession, termination: Termination
+    ) -> bool:
+        """Before dispatch, the platform's replacement of a lost sandbox, once its process runs:
+        the lost one's end is recorded, its bridge dropped, and the agent is attached anew."""
+        assert slot.sandbox is not None
+        try:
+            successor = await session.replacement(slot.sandbox)
+        except PlatformError as exc:
+            await self._start_failed(slot, exc.reason, f"its replacement: {exc}")
+            return False
+        if successor is None or self.gate.closed:
+            return False
+        await self.record(termination_event(slot, termination, "startup"))
+        if slot.holding is not None:
+            slot.holding.cancel()
+        slot.sandbox = successor
+        return True
 
     # ---- teardown ------------------------------------------------------------------------------
 

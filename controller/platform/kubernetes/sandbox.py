@@ -14,10 +14,15 @@ from controller.run.platform import Sandbox
 
 
 class KubernetesSandbox(Sandbox):
-    def __init__(self, name: str, access: SandboxAccess, pod: str) -> None:
+    """One pod of an agent's Sandbox: a replacement pod (same name, new uid) is a new handle."""
+
+    def __init__(self, name: str, access: SandboxAccess, pod: str, uid: str, port: int) -> None:
         self.name = name
         self.access = access
         self.pod = pod
+        self.uid = uid
+        self.port = port
+        """The runtime's bridge port in the pod."""
         self.log: bytes | None = None
         self.log_detail: str | None = None
 
@@ -27,17 +32,23 @@ UNPULLABLE = frozenset({"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageNa
 (a transient ``ErrImagePull`` alone does not count), must not pull, or cannot parse the name."""
 
 
-def started(sandboxes: Informer, pods: Informer, agent: str) -> tuple[str, Obj, Obj | None] | None:
+def started(
+    sandboxes: Informer, pods: Informer, agent: str, *, superseded: str | None = None
+) -> tuple[str, Obj, Obj | None] | None:
     """``("ready", sandbox, pod)`` once its one live pod runs, or how it ended before that
     (``"vanished"``, ``"finished"``, ``"exited"``, ``"unpullable"``: its image cannot be pulled);
-    ``None`` while still starting."""
+    ``None`` while still starting. The pod whose uid is ``superseded`` (a lost one the Sandbox
+    controller replaces) does not count."""
     sandbox = sandboxes.objects.get(agent)
     if sandbox is None:
         gone = sandboxes.deleted.get(agent)
         return ("vanished", gone, None) if gone is not None else None
-    if is_true(sandbox, "Finished"):
+    if is_true(sandbox, "Finished") and superseded is None:
+        # (Replacing, the condition may still describe the lost pod, which ended as it went.)
         return ("finished", sandbox, None)
     for pod in pods.objects.values():
+        if superseded is not None and pod["metadata"].get("uid") == superseded:
+            continue
         if pod["metadata"].get("labels", {}).get(objects.AGENT_LABEL) == agent and (
             pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
             or terminated(pod) is not None  # the keeper container keeps the pod Running
@@ -56,7 +67,7 @@ def started(sandboxes: Informer, pods: Informer, agent: str) -> tuple[str, Obj, 
         or not status.get("selector")
     ):
         return None
-    live = _live_pods(pods, sandbox)
+    live = [pod for pod in _live_pods(pods, sandbox) if pod["metadata"].get("uid") != superseded]
     if len(live) != 1 or live[0].get("status", {}).get("phase") != "Running":
         return None
     return ("ready", sandbox, live[0])
@@ -80,6 +91,8 @@ def describe(sandboxes: Informer, pods: Informer, agent: str) -> str:
 def ended(sandboxes: Informer, pods: Informer, handle: KubernetesSandbox) -> ProcessExit | None:
     """How the agent's process ended (its container, its pod, or the Sandbox gone)."""
     pod = pods.objects.get(handle.pod)
+    if pod is not None and pod["metadata"].get("uid") != handle.uid:
+        return ProcessExit(signal=signal.SIGKILL)  # vanished; a replacement took its name
     if pod is not None:
         found = terminated(pod)
         if found is not None:
@@ -89,10 +102,26 @@ def ended(sandboxes: Informer, pods: Informer, handle: KubernetesSandbox) -> Pro
         return None
     gone = pods.deleted.get(handle.pod)
     if gone is not None:
-        return terminated(gone) or ProcessExit(signal=signal.SIGKILL)  # vanished
+        mine = gone["metadata"].get("uid") == handle.uid
+        return (terminated(gone) if mine else None) or ProcessExit(signal=signal.SIGKILL)
     if handle.name not in sandboxes.objects:
         return ProcessExit(signal=signal.SIGKILL)
     return None
+
+
+def replaceable(sandboxes: Informer, pods: Informer, handle: KubernetesSandbox) -> bool:
+    """Whether the Sandbox controller re-creates ``handle``'s pod: the pod is gone or going
+    while its Sandbox stays (a program that ended in a pod that stays is not replaced). The
+    Sandbox's ``Finished`` does not count: a deleted pod's phase turns terminal as it goes."""
+    sandbox = sandboxes.objects.get(handle.name)
+    if sandbox is None or sandbox["metadata"].get("deletionTimestamp"):
+        return False
+    pod = pods.objects.get(handle.pod)
+    return (
+        pod is None
+        or pod["metadata"].get("uid") != handle.uid
+        or bool(pod["metadata"].get("deletionTimestamp"))
+    )
 
 
 def terminated(pod: Obj) -> ProcessExit | None:

@@ -234,9 +234,30 @@ class KubernetesSession(PlatformSession):
             raise SandboxStartError(
                 f"cannot create the sandbox of {agent}: {exc}", reason="sandbox-create-failed"
             ) from exc
+        return await self._running(agent, launch.bridge_token, descriptor.bridge_port)
+
+    replaces_lost_sandboxes = True
+
+    async def replacement(self, sandbox: Sandbox) -> Sandbox | None:
+        """The Sandbox controller re-creates a deleted pod under the same name: the new pod, once
+        it runs, as a new handle (``None`` when the pod stays or the Sandbox is going)."""
+        assert isinstance(sandbox, KubernetesSandbox)
+        if not observed.replaceable(self.sandboxes, self.pods, sandbox):
+            return None
+        return await self._running(
+            sandbox.name, sandbox.access.bridge_token, sandbox.port, superseded=sandbox.uid
+        )
+
+    async def _running(
+        self, agent: str, bridge_token: str, bridge_port: int, *, superseded: str | None = None
+    ) -> KubernetesSandbox:
+        """Wait for the Sandbox's one live pod to run (not the ``superseded`` one); its handle."""
+        settings = self.platform.settings
         started: tuple[str, Obj, Obj | None] | None = None
         with anyio.move_on_after(settings.startup_timeout_s):
-            started = await self.until(lambda: observed.started(self.sandboxes, self.pods, agent))
+            started = await self.until(
+                lambda: observed.started(self.sandboxes, self.pods, agent, superseded=superseded)
+            )
         if started is None:
             why = observed.describe(self.sandboxes, self.pods, agent)
             raise SandboxStartError(
@@ -258,11 +279,12 @@ class KubernetesSession(PlatformSession):
                 f"the Sandbox of {agent} {state} before it was ready", reason="exited-before-ready"
             )
         assert pod is not None
-        default = (pod.get("status", {}).get("podIP") or "", descriptor.bridge_port)
+        default = (pod.get("status", {}).get("podIP") or "", bridge_port)
         host, port = await self.platform.bridge_address(self.run_id, agent, default)
         exited: Observation[ProcessExit] = Observation()
-        access = SandboxAccess(agent, host, port, launch.bridge_token, exited)
-        handle = KubernetesSandbox(agent, access, pod["metadata"]["name"])
+        access = SandboxAccess(agent, host, port, bridge_token, exited)
+        metadata = pod["metadata"]
+        handle = KubernetesSandbox(agent, access, metadata["name"], metadata["uid"], bridge_port)
         self._sandboxes.append(handle)
         self._tasks.start_soon(self._observe_exit, handle)
         return handle

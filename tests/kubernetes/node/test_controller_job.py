@@ -12,9 +12,13 @@ Nothing is substituted: the Job's pod and the agents' pods are containers.
 # ruff: noqa: F811  (pytest fixtures imported from other modules are parameters here)
 from __future__ import annotations
 
+import json
 import os
+import sys
 import textwrap
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,7 @@ from controlplane import ControlPlane
 from k8s_run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
 from temporalio import activity
 
+from controller.events.run import ProgramInterrupted
 from controller.platform.kubernetes import (
     Kube,
     KubernetesSettings,
@@ -78,6 +83,52 @@ async def controller_pods(kube: Kube, run_id: str, seen: dict[str, Obj]) -> None
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(informer.run)
         await informer.until(note)
+
+
+@contextmanager
+def retained_volume(
+    plane: ControlPlane, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, Callable[[], str]]]:
+    """``SOCIETY_LEDGER_PVC`` on a StorageClass with ``reclaimPolicy: Retain`` and a statically
+    provisioned volume (a directory on the node: the harness runs no provisioner); yields the
+    directory and the volume's phase."""
+    from kubernetes import client
+
+    assert plane.workdir is not None
+    suffix = run_id[-10:]
+    storage_class, volume = f"ledger-{suffix}", f"ledger-{suffix}"
+    directory = plane.workdir / "volumes" / volume
+    directory.mkdir(parents=True)
+    os.chown(directory, objects.NON_ROOT_ID, objects.NON_ROOT_ID)  # hostPath: no fsGroup
+    monkeypatch.setenv("SOCIETY_LEDGER_PVC", "ledger")
+    monkeypatch.setenv("SOCIETY_LEDGER_STORAGE_CLASS", storage_class)
+    api = plane.api_client()
+    storage, core = client.StorageV1Api(api), client.CoreV1Api(api)
+    storage.create_storage_class(
+        {
+            "metadata": {"name": storage_class},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "reclaimPolicy": "Retain",
+            "volumeBindingMode": "Immediate",
+        }
+    )
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": storage_class,
+                "hostPath": {"path": str(directory), "type": "Directory"},
+            },
+        }
+    )
+    try:
+        yield directory, lambda: str(core.read_persistent_volume(volume).status.phase)
+    finally:
+        core.delete_persistent_volume(volume)
+        storage.delete_storage_class(storage_class)
 
 
 async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_its_result(
@@ -213,43 +264,11 @@ async def test_the_ledger_on_a_retained_volume_outlives_the_controller_pod_and_v
     ``reclaimPolicy: Retain`` and a statically provisioned volume (a directory on the node: the
     harness runs no provisioner) keep it after the pod, the Job and the namespace are gone; it
     then verifies offline from the volume."""
-    assert control_plane.workdir is not None
     run_id = new_run_id()
-    suffix = run_id[-10:]
-    storage_class, volume = f"ledger-{suffix}", f"ledger-{suffix}"
-    directory = control_plane.workdir / "volumes" / volume
-    directory.mkdir(parents=True)
-    os.chown(directory, objects.NON_ROOT_ID, objects.NON_ROOT_ID)  # hostPath: no fsGroup
     module = tmp_path / "experiment.py"
     module.write_text(textwrap.dedent(MODULE.format(image=SCRIPTED)))
     in_cluster_worker(monkeypatch, control_plane, cluster_queue)
-    monkeypatch.setenv("SOCIETY_LEDGER_PVC", "ledger")
-    monkeypatch.setenv("SOCIETY_LEDGER_STORAGE_CLASS", storage_class)
-    from kubernetes import client
-
-    api = control_plane.api_client()
-    storage, core = client.StorageV1Api(api), client.CoreV1Api(api)
-    storage.create_storage_class(
-        {
-            "metadata": {"name": storage_class},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "reclaimPolicy": "Retain",
-            "volumeBindingMode": "Immediate",
-        }
-    )
-    core.create_persistent_volume(
-        {
-            "metadata": {"name": volume},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": storage_class,
-                "hostPath": {"path": str(directory), "type": "Directory"},
-            },
-        }
-    )
-    try:
+    with retained_volume(control_plane, run_id, monkeypatch) as (directory, phase):
         request = RunRequest(
             module_path=str(module),
             module_source=ModuleSource.read(module),
@@ -261,15 +280,12 @@ async def test_the_ledger_on_a_retained_volume_outlives_the_controller_pod_and_v
         result = await run_society(temporal_address, request, activities, activities.execute)
         async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
             left = await left_in_cluster(kube, run_id)
-        phase = core.read_persistent_volume(volume).status.phase
-    finally:
-        core.delete_persistent_volume(volume)
-        storage.delete_storage_class(storage_class)
+        released = phase()
 
     outcome = RunResult.model_validate(result)
     assert outcome.outcome == "ProgramFinished" and outcome.exit == "success", outcome.cause
     assert left == []  # the pod, the Job, the claim and the namespace are gone
-    assert phase == "Released"  # its claim is gone; its data stays (Retain)
+    assert released == "Released"  # its claim is gone; its data stays (Retain)
     ledger_dir = Path(outcome.receipt.ledger_dir)
     assert ledger_dir.is_relative_to(ARTIFACT_ROOT)
     on_volume = directory / ledger_dir.relative_to(ARTIFACT_ROOT)
@@ -295,25 +311,31 @@ async def execute(ctx):
 
 
 run_spec = RunSpec.define(
-    id="acme.k8s-cancel/v1",
+    id="{definition}",
     agents={{name: scripted(ScriptedPolicy(), image={image!r}) for name in ("alice", "bob")}},
     execute=execute,
 )
 """
+CANCEL_DEFINITION = "acme.k8s-cancel/v1"
+SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
 CANCEL_BOUND_S = 90.0
 """Cancelling a Job run: the Job and every pod of the run gone within this (the worker waits up
 to 60 s for the Job; agents' pods get the kubelet's SIGTERM and their grace period)."""
 
 
-async def test_cancelling_a_job_run_deletes_the_job_and_every_pod_within_the_bound(
+async def test_cancelling_a_job_run_deletes_every_pod_in_the_bound_and_finalizes_the_ledger(
     control_plane: ControlPlane,
     cluster_queue: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The activity's cancellation deletes the Job; its pod's SIGTERM cancels the controller,
+    which finalizes the ledger (on the retained volume) before it exits: the ledger verifies
+    with ``society ledger verify``, complete and signed, and ends naming the cancellation."""
     run_id = new_run_id()
     module = tmp_path / "experiment.py"
-    module.write_text(textwrap.dedent(WAITING_MODULE.format(image=SCRIPTED)))
+    waiting = WAITING_MODULE.format(image=SCRIPTED, definition=CANCEL_DEFINITION)
+    module.write_text(textwrap.dedent(waiting))
     in_cluster_worker(monkeypatch, control_plane, cluster_queue)
     request = RunRequest(
         module_path=str(module),
@@ -322,31 +344,46 @@ async def test_cancelling_a_job_run_deletes_the_job_and_every_pod_within_the_bou
         profile="kubernetes",
         artifact_root=str(artifacts(tmp_path)),
     )
-    async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
-        await prepare_run_namespace(kube, run_id)
-        try:
-            agents = Informer(kube, "Pod", run_id, label_selector=f"{objects.ROLE_LABEL}=agent")
+    with retained_volume(control_plane, run_id, monkeypatch) as (directory, _phase):
+        async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
+            await prepare_run_namespace(kube, run_id)
+            try:
+                agents = Informer(kube, "Pod", run_id, label_selector=f"{objects.ROLE_LABEL}=agent")
 
-            def both_running(i: Informer) -> bool | None:
-                phases = [p.get("status", {}).get("phase") for p in i.objects.values()]
-                return True if phases == ["Running", "Running"] else None
+                def both_running(i: Informer) -> bool | None:
+                    phases = [p.get("status", {}).get("phase") for p in i.objects.values()]
+                    return True if phases == ["Running", "Running"] else None
 
-            with anyio.fail_after(180):
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(agents.run)
-                    tasks.start_soon(
-                        run_controller_job, request, KubernetesSettings.from_environment()
-                    )
-                    await agents.until(both_running)
-                    cancelled = time.monotonic()
-                    tasks.cancel_scope.cancel()
-            with anyio.fail_after(CANCEL_BOUND_S):
-                while True:
-                    pods, _ = await kube.list("Pod", run_id)
-                    job = await kube.get("Job", CONTROLLER_JOB, run_id)
-                    if not pods and job is None:
-                        break
-                    await anyio.sleep(0.5)
-            print(f"\ncancel -> Job and pods gone: {time.monotonic() - cancelled:.1f} s")
-        finally:
-            await delete_run_namespace(kube, run_id)
+                with anyio.fail_after(180):
+                    async with anyio.create_task_group() as tasks:
+                        tasks.start_soon(agents.run)
+                        tasks.start_soon(
+                            run_controller_job, request, KubernetesSettings.from_environment()
+                        )
+                        await agents.until(both_running)
+                        cancelled = time.monotonic()
+                        tasks.cancel_scope.cancel()
+                with anyio.fail_after(CANCEL_BOUND_S):
+                    while True:
+                        pods, _ = await kube.list("Pod", run_id)
+                        job = await kube.get("Job", CONTROLLER_JOB, run_id)
+                        if not pods and job is None:
+                            break
+                        await anyio.sleep(0.5)
+                print(f"\ncancel -> Job and pods gone: {time.monotonic() - cancelled:.1f} s")
+            finally:
+                await delete_run_namespace(kube, run_id)
+        ledger_dir = directory / run_id / "ledger" / "main"
+        with anyio.fail_after(120):
+            verify = await anyio.run_process(
+                [*SOCIETY, "ledger", "verify", str(ledger_dir), "--definition", CANCEL_DEFINITION],
+                check=False,
+            )
+        spec = load_run_spec(str(module))
+        ledger = open_ledger_artifacts(spec.catalog, ledger_dir)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    summary = json.loads(verify.stdout.decode().splitlines()[-1])
+    assert summary["valid"] is True and "complete" not in summary, summary  # completion.json
+    assert summary["signature"] == "self" and summary["unsignedRecords"] == 0, summary
+    interrupted = list(ledger.events(ProgramInterrupted))
+    assert [e.reason for e in interrupted] == ["cancelled"], interrupted
