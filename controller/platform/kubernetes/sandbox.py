@@ -30,20 +30,22 @@ UNPULLABLE = frozenset({"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageNa
 def started(sandboxes: Informer, pods: Informer, agent: str) -> tuple[str, Obj, Obj | None] | None:
     """``("ready", sandbox, pod)`` once its one live pod runs, or how it ended before that
     (``"vanished"``, ``"finished"``, ``"exited"``, ``"unpullable"``: its image cannot be pulled);
-    ``None`` while still starting."""
+    ``None`` while still starting. ``pods`` is indexed by the agent label: this looks at the
+    agent's own pods only, so a check costs the same with 5 agents or 1,000."""
     sandbox = sandboxes.objects.get(agent)
     if sandbox is None:
         gone = sandboxes.deleted.get(agent)
         return ("vanished", gone, None) if gone is not None else None
     if is_true(sandbox, "Finished"):
         return ("finished", sandbox, None)
-    for pod in pods.objects.values():
-        if pod["metadata"].get("labels", {}).get(objects.AGENT_LABEL) == agent and (
+    own = pods.labelled(agent)
+    for pod in own:
+        if (
             pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
             or terminated(pod) is not None  # the keeper container keeps the pod Running
         ):
             return ("exited", sandbox, pod)
-        if pod["metadata"].get("labels", {}).get(objects.AGENT_LABEL) == agent and unpullable(pod):
+        if unpullable(pod):
             return ("unpullable", sandbox, pod)
     ready = condition(sandbox, "Ready")
     status = sandbox.get("status", {})
@@ -56,7 +58,7 @@ def started(sandboxes: Informer, pods: Informer, agent: str) -> tuple[str, Obj, 
         or not status.get("selector")
     ):
         return None
-    live = _live_pods(pods, sandbox)
+    live = _live_pods(own, sandbox)
     if len(live) != 1 or live[0].get("status", {}).get("phase") != "Running":
         return None
     return ("ready", sandbox, live[0])
@@ -125,13 +127,13 @@ def unpullable(pod: Obj) -> str | None:
     return None
 
 
-def _live_pods(pods: Informer, sandbox: Obj) -> list[Obj]:
+def _live_pods(pods: list[Obj], sandbox: Obj) -> list[Obj]:
     selector = _parse_selector(sandbox.get("status", {}).get("selector") or "")
     if not selector:
         return []
     return [
         pod
-        for pod in pods.objects.values()
+        for pod in pods
         if _matches(pod, selector)
         and not pod["metadata"].get("deletionTimestamp")
         and pod.get("status", {}).get("phase") in ("Pending", "Running", None)

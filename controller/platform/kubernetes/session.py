@@ -73,9 +73,17 @@ class KubernetesSession(PlatformSession):
         self.owner = owner
         self._tasks = tasks
         self._changed = anyio.Event()
+        self._agent_changed: dict[str, anyio.Event] = {}
         selector = objects.run_selector(self.run_id)
         self.sandboxes, self.pods, self.workloads = (
-            Informer(kube, kind, self.run_id, label_selector=selector, notify=self._notify)
+            Informer(
+                kube,
+                kind,
+                self.run_id,
+                label_selector=selector,
+                notify=self._notify,
+                index=objects.AGENT_LABEL,
+            )
             for kind in ("Sandbox", "Pod", "Workload")
         )
         self._sandboxes: list[KubernetesSandbox] = []
@@ -93,16 +101,36 @@ class KubernetesSession(PlatformSession):
 
     # ---- the view ----------------------------------------------------------------------------
 
-    def _notify(self) -> None:
+    def _notify(self, changed: Obj | None) -> None:
+        """Wake the waiters ``changed`` concerns: one agent's for its Sandbox or pod (a
+        1,000-agent roster's pods change thousands of times while they start, and each change
+        woke every agent's wait before), everyone after a relist or another object's change."""
+        labels = {} if changed is None else changed["metadata"].get("labels") or {}
+        agent = labels.get(objects.AGENT_LABEL)
+        if agent is not None:
+            event = self._agent_changed.pop(agent, None)
+            if event is not None:
+                event.set()
+            return
         self._changed.set()
         self._changed = anyio.Event()
+        for event in self._agent_changed.values():
+            event.set()
+        self._agent_changed = {}
 
-    async def until(self, check: Callable[[], T | None]) -> T:
-        """Wait until ``check()`` is not ``None``, re-evaluated after every change seen."""
+    async def until(self, check: Callable[[], T | None], *, agent: str | None = None) -> T:
+        """Wait until ``check()`` is not ``None``, re-evaluated after every change seen; with
+        ``agent``, after changes to that agent's Sandbox and pods only (and relists), which is
+        all a check of that agent may read; without, after changes to anything else (the
+        Workload)."""
         for informer in (self.sandboxes, self.pods, self.workloads):
             await informer.synced.wait()
         while True:
-            changed = self._changed
+            changed = (
+                self._changed
+                if agent is None
+                else self._agent_changed.setdefault(agent, anyio.Event())
+            )
             result = check()
             if result is not None:
                 return result
@@ -236,7 +264,9 @@ class KubernetesSession(PlatformSession):
             ) from exc
         started: tuple[str, Obj, Obj | None] | None = None
         with anyio.move_on_after(settings.startup_timeout_s):
-            started = await self.until(lambda: observed.started(self.sandboxes, self.pods, agent))
+            started = await self.until(
+                lambda: observed.started(self.sandboxes, self.pods, agent), agent=agent
+            )
         if started is None:
             why = observed.describe(self.sandboxes, self.pods, agent)
             raise SandboxStartError(
@@ -274,7 +304,9 @@ class KubernetesSession(PlatformSession):
         return f"{scheme}://{host}:{_port(self.placement.router_url)}"
 
     async def _observe_exit(self, handle: KubernetesSandbox) -> None:
-        ended = await self.until(lambda: observed.ended(self.sandboxes, self.pods, handle))
+        ended = await self.until(
+            lambda: observed.ended(self.sandboxes, self.pods, handle), agent=handle.name
+        )
         handle.access.exit.set(ended)
 
     async def stop(self, sandbox: Sandbox, *, grace_s: float) -> ProcessExit:
