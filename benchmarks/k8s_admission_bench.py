@@ -106,5 +106,6 @@ def main() -> None:
             f"| {cpu:.1f} | {base:.1f} | {cpu / base:.2f}x |"
         )
 
+
 if __name__ == "__main__":
     main()

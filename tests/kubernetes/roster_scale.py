@@ -36,8 +36,9 @@ ROUTER_URL = "wss://127.0.0.1:7443"
 """Where agents would dial the router; nothing listens, KWOK pods dial nothing."""
 COUNTED = ("Sandbox", "Secret", "Service", "NetworkPolicy", "Pod")
 """The run objects whose creation is timed and counted."""
-SCALE_NODE_CAPACITY = NodeCapacity(cpu="64", memory="256Gi", pods="1100")
-"""Each KWOK node's room: 1,000 agents' pods (and a baseline's) on two nodes, with room to spare."""
+SCALE_NODE_CAPACITY = NodeCapacity(pods="1100", ephemeral_storage="1200Gi")
+"""Each KWOK node's room: 1,000 agents' pods (21 cores, 78 GiB and, from their limits, 1,000 GiB
+of ephemeral storage requested) fit two nodes; the kubelet's default is 110 pods a node."""
 
 
 def scale_queue_quota(agents: int) -> tuple[str, str]:
@@ -80,6 +81,14 @@ class ObjectClock:
     origin: float
     created: dict[str, dict[str, float]] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    async def until_running(self, pods: int) -> float:
+        """Until ``pods`` pods were seen Running; when the last of them was."""
+        while len(self.running) < pods:
+            changed = self._changed
+            await changed.wait()
+        return max(self.running.values())
 
     def last(self, kind: str) -> float:
         return max(self.created.get(kind, {}).values(), default=float("nan"))
@@ -93,6 +102,8 @@ class ObjectClock:
         self.created.setdefault(kind, {}).setdefault(name, now)
         if kind == "Pod" and obj.get("status", {}).get("phase") == "Running":
             self.running.setdefault(name, now)
+        self._changed.set()
+        self._changed = anyio.Event()
 
 
 @asynccontextmanager
@@ -126,6 +137,7 @@ async def clocked(kube: Kube, namespace: str, origin: float) -> AsyncIterator[Ob
 class RosterStarted:
     """One roster's start on the platform: phase times (seconds after submit), what it made."""
 
+    run_id: str
     agents: int
     opened: float
     """Namespace, owner, controller identity, router Service, CA Secret, NetworkPolicies."""
@@ -179,7 +191,7 @@ async def start_roster(
         workload = await observer.get("Workload", objects.WORKLOAD, run_id)
         assert workload is not None
         listed = {kind: (await observer.list(kind, run_id))[0] for kind in COUNTED}
-    return RosterStarted(agents, opened, admitted, ready, clock, workload, listed)
+    return RosterStarted(run_id, agents, opened, admitted, ready, clock, workload, listed)
 
 
 # ---- the baseline: the same objects straight through the API ---------------------------------
@@ -207,9 +219,8 @@ def direct_objects(run_id: str, roster: Mapping[str, RuntimeDescriptor]) -> list
         objects.router_ca(run_id, b"-----BEGIN CERTIFICATE-----\n"),
     ]
     for agent, descriptor in roster.items():
-        made.append(objects.agent_secrets(run_id, agent, b'{"router_token": "t"}'))
-        if descriptor.files:
-            made.append(objects.agent_files(run_id, agent, descriptor.files))
+        boot = b'{"router_token": "t"}'
+        made.append(objects.agent_secrets(run_id, agent, boot, descriptor.files))
         sandbox = objects.sandbox(
             run_id, agent, descriptor, router_url=ROUTER_URL, seed=1, shutdown_at=shutdown
         )
@@ -251,9 +262,7 @@ async def create_directly(
                         tasks.start_soon(create, obj)
                 created = time.monotonic() - started
                 with anyio.fail_after(timeout_s):
-                    while len(clock.running) < agents:
-                        await anyio.sleep(0.05)
-                running = max(clock.running.values())
+                    running = await clock.until_running(agents)
         finally:
             with anyio.CancelScope(shield=True):
                 await delete_run_namespace(kube, run_id)
