@@ -256,7 +256,7 @@ class KubernetesSession(PlatformSession):
         ]
         try:
             for manifest in manifests:
-                await self.kube.apply(objects.owned(manifest, self.owner))
+                await self.kube.create_or_apply(objects.owned(manifest, self.owner))
         except PlatformError as exc:
             raise SandboxStartError(
                 f"cannot create the sandbox of {agent}: {exc}", reason="sandbox-create-failed"
