@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from controlplane import ControlPlane, build_control_plane, find_go, wait_until
+from roster_scale import SCALE_NODE_CAPACITY
 
 ENABLE_HINT = (
     "the Kubernetes control-plane tests need Go >= 1.26 on PATH (they build etcd, "
@@ -17,7 +18,8 @@ ENABLE_HINT = (
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
-    """A started control plane shared by the session: 2 KWOK nodes, Kueue, Agent Sandbox.
+    """A started control plane shared by the session: 2 KWOK nodes of 1,100 pods each, Kueue,
+    Agent Sandbox.
 
     Skips when `go` is missing, except under CI (env CI set), where it fails instead.
     SOCIETY_CONTROL_PLANE_KEEP=1 keeps the work directory (logs, kubeconfig) afterwards.
@@ -28,7 +30,9 @@ def control_plane() -> Iterator[ControlPlane]:
         pytest.skip(f"'go' is not on PATH: {ENABLE_HINT}")
     build = build_control_plane()
     keep = os.environ.get("SOCIETY_CONTROL_PLANE_KEEP") == "1"
-    with ControlPlane(build, nodes=2, keep_workdir=keep) as plane:
+    # Room for test_roster_admission's 1,000 pods.
+    capacity = SCALE_NODE_CAPACITY
+    with ControlPlane(build, nodes=2, node_capacity=capacity, keep_workdir=keep) as plane:
         yield plane
 
 

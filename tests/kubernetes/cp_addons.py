@@ -24,6 +24,8 @@ KUEUE_CA_NAME = "kueue-ca"  # Kueue's cert rotator only keeps a CA whose SAN is 
 SANDBOX_NAMESPACE = "agent-sandbox-system"
 SANDBOX_WEBHOOK_SERVICE = "agent-sandbox-webhook-service"
 SANDBOX_WEBHOOK_SECRET = "agent-sandbox-webhook-certs"
+SANDBOX_WORKERS = 16
+"""Sandboxes the Agent Sandbox controller reconciles at once."""
 # The names the shared webhook serving certificate is valid for (besides localhost).
 WEBHOOK_DNS_NAMES = (
     f"{KUEUE_WEBHOOK_SERVICE}.{KUEUE_NAMESPACE}.svc",
@@ -246,6 +248,10 @@ def start_agent_sandbox(cp: ControlPlane) -> None:
             f"--health-probe-bind-address=127.0.0.1:{health_port}",
             f"--metrics-bind-address=127.0.0.1:{metrics_port}",
             "--zap-log-level=info",
+            # One worker (the default) reconciles Sandboxes one at a time: a 1,000-agent
+            # roster's pods then trickle out at its round-trip rate (benchmarks/
+            # k8s_admission_bench.py). kind/README.md raises it the same way.
+            f"--sandbox-concurrent-workers={SANDBOX_WORKERS}",
         ],
     )
     wait_until(

@@ -99,6 +99,10 @@ def start_kube_controllers(cp: ControlPlane) -> None:
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
         "--leader-elect=false",
+        # No client-side throttling (as kwokctl runs them): the defaults (scheduler 50 QPS,
+        # controller-manager 20) would pace a 1,000-pod roster's bindings, not the API server.
+        "--kube-api-qps=5000",
+        "--kube-api-burst=10000",
     ]
     kcm_port, scheduler_port = (
         processes.port("kube-controller-manager"),

@@ -144,7 +144,7 @@ class ControllerJob:
         )
         self._phase = ""
 
-    def _notify(self) -> None:
+    def _notify(self, changed: Obj | None) -> None:
         self._changed.set()
         self._changed = anyio.Event()
 

@@ -21,6 +21,9 @@ class Informer:
 
     ``run()`` keeps it current (relisting after an expired watch); ``until(check)`` waits,
     level-triggered, until ``check(objects)`` returns something other than ``None``.
+    ``notify(obj)`` is called after each change with the changed object, or ``None`` after a
+    (re)list, when anything may have changed. With ``index``, a label key, ``labelled(value)``
+    finds the objects carrying that label value without a scan (a run's pods by agent).
     """
 
     def __init__(
@@ -30,7 +33,8 @@ class Informer:
         namespace: str,
         *,
         label_selector: str | None = None,
-        notify: Callable[[], None] | None = None,
+        notify: Callable[[Obj | None], None] | None = None,
+        index: str | None = None,
     ) -> None:
         self.kube = kube
         self.kind = kind
@@ -43,6 +47,29 @@ class Informer:
         self.synced = anyio.Event()
         self.error: BaseException | None = None
         self._changed = anyio.Event()
+        self._index = index
+        self._indexed: dict[str, dict[str, Obj]] = {}
+        """Label value -> name -> object, for objects of ``objects`` carrying the label."""
+
+    def labelled(self, value: str) -> list[Obj]:
+        """The current objects whose ``index`` label has ``value``."""
+        return list(self._indexed.get(value, {}).values())
+
+    def _put(self, obj: Obj) -> None:
+        name = obj["metadata"]["name"]
+        self._drop(name)
+        self.objects[name] = obj
+        if self._index is not None:
+            value = (obj["metadata"].get("labels") or {}).get(self._index)
+            if value is not None:
+                self._indexed.setdefault(value, {})[name] = obj
+
+    def _drop(self, name: str) -> None:
+        old = self.objects.pop(name, None)
+        if old is not None and self._index is not None:
+            value = (old["metadata"].get("labels") or {}).get(self._index)
+            if value is not None:
+                self._indexed.get(value, {}).pop(name, None)
 
     async def run(self) -> None:
         """Keep the cache current; API errors are retried (a watch is level-triggered)."""
@@ -61,9 +88,11 @@ class Informer:
             seen = {item["metadata"]["name"]: item for item in items}
             for name in set(self.objects) - set(seen):
                 self.deleted[name] = self.objects[name]
-            self.objects = seen
+            self.objects, self._indexed = {}, {}
+            for item in items:
+                self._put(item)
             self.synced.set()
-            self._notify()
+            self._notify(None)
             try:
                 while True:
                     async for kind, obj in self.kube.watch(
@@ -77,22 +106,22 @@ class Informer:
                             continue
                         name = obj["metadata"]["name"]
                         if kind == "DELETED":
-                            self.objects.pop(name, None)
+                            self._drop(name)
                             self.deleted[name] = obj
                         else:
-                            self.objects[name] = obj
+                            self._put(obj)
                             self.deleted.pop(name, None)
-                        self._notify()
+                        self._notify(obj)
             except KubeError as exc:
                 if exc.status != 410:  # 410 Gone: the version expired; relist
                     raise
 
-    def _notify(self) -> None:
+    def _notify(self, changed: Obj | None) -> None:
         self.error = None
         self._changed.set()
         self._changed = anyio.Event()
         if self.notify is not None:
-            self.notify()
+            self.notify(changed)
 
     async def until(self, check: Callable[[Informer], T | None]) -> T:
         """Wait until ``check(self)`` is not ``None``; re-evaluated after every change."""

@@ -46,7 +46,10 @@ before it was deleted."""
 KEEPER_RESOURCES = Resources(cpu=0.001, memory_mib=16, memory_limit_mib=48)
 WORKDIR = "/home/agent/work"
 SECRETS_DIR = "/var/run/society/secrets"
-SECRETS_FILE = f"{SECRETS_DIR}/secrets.json"
+SECRETS_KEY = "secrets.json"
+"""The ``secrets`` volume holds this one key of the agent's Secret; the ``files`` volume the
+rest, each mounted into the working directory by ``subPath``."""
+SECRETS_FILE = f"{SECRETS_DIR}/{SECRETS_KEY}"
 CA_DIR = "/var/run/society/router-ca"
 CA_FILE = f"{CA_DIR}/ca.pem"
 TMP_DIR = "/tmp"
@@ -211,10 +214,6 @@ def agent_secrets_name(agent: str) -> str:
     return f"agent-{agent}-secrets"
 
 
-def agent_files_name(agent: str) -> str:
-    return f"agent-{agent}-files"
-
-
 def _secret(run_id: str, name: str, data: Mapping[str, bytes], **labels: str) -> Obj:
     return _object(
         "Secret",
@@ -225,23 +224,22 @@ def _secret(run_id: str, name: str, data: Mapping[str, bytes], **labels: str) ->
     )
 
 
-def agent_secrets(run_id: str, agent: str, secrets_json: bytes) -> Obj:
-    """The agent's boot secrets file (router token, bridge token, credentials), immutable."""
+def agent_secrets(
+    run_id: str, agent: str, secrets_json: bytes, files: Mapping[str, bytes] | None = None
+) -> Obj:
+    """The agent's one Secret, immutable: its boot secrets file (router token, bridge token,
+    credentials) and the runtime's declared ``files``, each mounted where it belongs
+    (``sandbox``). One Secret rather than two: a 1,000-agent roster's start is 1,000 requests
+    and objects fewer."""
+    keys = file_keys(files or {})
+    data = {SECRETS_KEY: secrets_json, **{keys[path]: c for path, c in (files or {}).items()}}
     labels = {AGENT_LABEL: agent, ROLE_LABEL: "agent"}
-    return _secret(run_id, agent_secrets_name(agent), {"secrets.json": secrets_json}, **labels)
+    return _secret(run_id, agent_secrets_name(agent), data, **labels)
 
 
 def file_keys(files: Mapping[str, bytes]) -> dict[str, str]:
     """Relative path -> the Secret key that holds it (paths are not valid keys)."""
     return {path: f"file-{index}" for index, path in enumerate(sorted(files))}
-
-
-def agent_files(run_id: str, agent: str, files: Mapping[str, bytes]) -> Obj:
-    """The runtime's declared files, immutable, mounted one by one into the working directory."""
-    keys = file_keys(files)
-    labels = {AGENT_LABEL: agent, ROLE_LABEL: "agent"}
-    data = {keys[path]: content for path, content in files.items()}
-    return _secret(run_id, agent_files_name(agent), data, **labels)
 
 
 def router_ca(run_id: str, ca_pem: bytes) -> Obj:
@@ -292,7 +290,11 @@ def sandbox(
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
         {
             "name": "secrets",
-            "secret": {"secretName": agent_secrets_name(agent), "defaultMode": 0o440},
+            "secret": {
+                "secretName": agent_secrets_name(agent),
+                "defaultMode": 0o440,
+                "items": [{"key": SECRETS_KEY, "path": SECRETS_KEY}],
+            },
         },
         {"name": "router-ca", "secret": {"secretName": ROUTER_CA_SECRET, "defaultMode": 0o444}},
     ]
@@ -300,7 +302,11 @@ def sandbox(
         volumes.append(
             {
                 "name": "files",
-                "secret": {"secretName": agent_files_name(agent), "defaultMode": 0o444},
+                "secret": {
+                    "secretName": agent_secrets_name(agent),
+                    "defaultMode": 0o444,
+                    "items": [{"key": key, "path": key} for key in keys.values()],
+                },
             }
         )
     pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}

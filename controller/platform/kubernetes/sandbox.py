@@ -38,7 +38,8 @@ def started(
     """``("ready", sandbox, pod)`` once its one live pod runs, or how it ended before that
     (``"vanished"``, ``"finished"``, ``"exited"``, ``"unpullable"``: its image cannot be pulled);
     ``None`` while still starting. The pod whose uid is ``superseded`` (a lost one the Sandbox
-    controller replaces) does not count."""
+    controller replaces) does not count. ``pods`` is indexed by the agent label: this looks at
+    the agent's own pods only, so a check costs the same with 5 agents or 1,000."""
     sandbox = sandboxes.objects.get(agent)
     if sandbox is None:
         gone = sandboxes.deleted.get(agent)
@@ -46,15 +47,14 @@ def started(
     if is_true(sandbox, "Finished") and superseded is None:
         # (Replacing, the condition may still describe the lost pod, which ended as it went.)
         return ("finished", sandbox, None)
-    for pod in pods.objects.values():
-        if superseded is not None and pod["metadata"].get("uid") == superseded:
-            continue
-        if pod["metadata"].get("labels", {}).get(objects.AGENT_LABEL) == agent and (
+    own = [pod for pod in pods.labelled(agent) if pod["metadata"].get("uid") != superseded]
+    for pod in own:
+        if (
             pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
             or terminated(pod) is not None  # the keeper container keeps the pod Running
         ):
             return ("exited", sandbox, pod)
-        if pod["metadata"].get("labels", {}).get(objects.AGENT_LABEL) == agent and unpullable(pod):
+        if unpullable(pod):
             return ("unpullable", sandbox, pod)
     ready = condition(sandbox, "Ready")
     status = sandbox.get("status", {})
@@ -67,7 +67,7 @@ def started(
         or not status.get("selector")
     ):
         return None
-    live = [pod for pod in _live_pods(pods, sandbox) if pod["metadata"].get("uid") != superseded]
+    live = _live_pods(own, sandbox)
     if len(live) != 1 or live[0].get("status", {}).get("phase") != "Running":
         return None
     return ("ready", sandbox, live[0])
@@ -154,13 +154,13 @@ def unpullable(pod: Obj) -> str | None:
     return None
 
 
-def _live_pods(pods: Informer, sandbox: Obj) -> list[Obj]:
+def _live_pods(pods: list[Obj], sandbox: Obj) -> list[Obj]:
     selector = _parse_selector(sandbox.get("status", {}).get("selector") or "")
     if not selector:
         return []
     return [
         pod
-        for pod in pods.objects.values()
+        for pod in pods
         if _matches(pod, selector)
         and not pod["metadata"].get("deletionTimestamp")
         and pod.get("status", {}).get("phase") in ("Pending", "Running", None)

@@ -53,6 +53,7 @@ BridgeAddress = Callable[[str, str, tuple[str, int]], Awaitable[tuple[str, int]]
 The default is the agent pod's IP and the runtime's bridge port (no DNS lookup)."""
 
 _DELETE_WAIT_S = 30.0
+_DELETES_IN_FLIGHT = 32
 
 
 class KubernetesSession(PlatformSession):
@@ -73,9 +74,17 @@ class KubernetesSession(PlatformSession):
         self.owner = owner
         self._tasks = tasks
         self._changed = anyio.Event()
+        self._agent_changed: dict[str, anyio.Event] = {}
         selector = objects.run_selector(self.run_id)
         self.sandboxes, self.pods, self.workloads = (
-            Informer(kube, kind, self.run_id, label_selector=selector, notify=self._notify)
+            Informer(
+                kube,
+                kind,
+                self.run_id,
+                label_selector=selector,
+                notify=self._notify,
+                index=objects.AGENT_LABEL,
+            )
             for kind in ("Sandbox", "Pod", "Workload")
         )
         self._sandboxes: list[KubernetesSandbox] = []
@@ -93,16 +102,36 @@ class KubernetesSession(PlatformSession):
 
     # ---- the view ----------------------------------------------------------------------------
 
-    def _notify(self) -> None:
+    def _notify(self, changed: Obj | None) -> None:
+        """Wake the waiters ``changed`` concerns: one agent's for its Sandbox or pod (a
+        1,000-agent roster's pods change thousands of times while they start, and each change
+        woke every agent's wait before), everyone after a relist or another object's change."""
+        labels = {} if changed is None else changed["metadata"].get("labels") or {}
+        agent = labels.get(objects.AGENT_LABEL)
+        if agent is not None:
+            event = self._agent_changed.pop(agent, None)
+            if event is not None:
+                event.set()
+            return
         self._changed.set()
         self._changed = anyio.Event()
+        for event in self._agent_changed.values():
+            event.set()
+        self._agent_changed = {}
 
-    async def until(self, check: Callable[[], T | None]) -> T:
-        """Wait until ``check()`` is not ``None``, re-evaluated after every change seen."""
+    async def until(self, check: Callable[[], T | None], *, agent: str | None = None) -> T:
+        """Wait until ``check()`` is not ``None``, re-evaluated after every change seen; with
+        ``agent``, after changes to that agent's Sandbox and pods only (and relists), which is
+        all a check of that agent may read; without, after changes to anything else (the
+        Workload)."""
         for informer in (self.sandboxes, self.pods, self.workloads):
             await informer.synced.wait()
         while True:
-            changed = self._changed
+            changed = (
+                self._changed
+                if agent is None
+                else self._agent_changed.setdefault(agent, anyio.Event())
+            )
             result = check()
             if result is not None:
                 return result
@@ -209,11 +238,9 @@ class KubernetesSession(PlatformSession):
         credentials = await self._credentials.values(launch)
         descriptor = await self._advertise_services(launch)
         manifests = [
-            objects.agent_secrets(self.run_id, agent, launch.secrets(credentials).to_json())
-        ]
-        if descriptor.files:
-            manifests.append(objects.agent_files(self.run_id, agent, descriptor.files))
-        manifests.append(
+            objects.agent_secrets(
+                self.run_id, agent, launch.secrets(credentials).to_json(), descriptor.files
+            ),
             objects.sandbox(
                 self.run_id,
                 agent,
@@ -225,11 +252,11 @@ class KubernetesSession(PlatformSession):
                 host_aliases=routing.host_aliases(self.run_id, self._router_ip)
                 if self._router_ip
                 else (),
-            )
-        )
+            ),
+        ]
         try:
             for manifest in manifests:
-                await self.kube.apply(objects.owned(manifest, self.owner))
+                await self.kube.create_or_apply(objects.owned(manifest, self.owner))
         except PlatformError as exc:
             raise SandboxStartError(
                 f"cannot create the sandbox of {agent}: {exc}", reason="sandbox-create-failed"
@@ -256,7 +283,8 @@ class KubernetesSession(PlatformSession):
         started: tuple[str, Obj, Obj | None] | None = None
         with anyio.move_on_after(settings.startup_timeout_s):
             started = await self.until(
-                lambda: observed.started(self.sandboxes, self.pods, agent, superseded=superseded)
+                lambda: observed.started(self.sandboxes, self.pods, agent, superseded=superseded),
+                agent=agent,
             )
         if started is None:
             why = observed.describe(self.sandboxes, self.pods, agent)
@@ -296,7 +324,9 @@ class KubernetesSession(PlatformSession):
         return f"{scheme}://{host}:{_port(self.placement.router_url)}"
 
     async def _observe_exit(self, handle: KubernetesSandbox) -> None:
-        ended = await self.until(lambda: observed.ended(self.sandboxes, self.pods, handle))
+        ended = await self.until(
+            lambda: observed.ended(self.sandboxes, self.pods, handle), agent=handle.name
+        )
         handle.access.exit.set(ended)
 
     async def stop(self, sandbox: Sandbox, *, grace_s: float) -> ProcessExit:
@@ -320,10 +350,25 @@ class KubernetesSession(PlatformSession):
         )
 
     async def teardown(self) -> None:
-        """Release the queue's capacity and the sandboxes (the namespace goes after)."""
-        for name in list(self.sandboxes.objects):
-            await self.kube.delete("Sandbox", name, self.run_id)
+        """Release the queue's capacity and the sandboxes (the namespace goes after); the
+        deletes are pipelined, ``_DELETES_IN_FLIGHT`` at a time (one after another, a
+        1,000-agent roster's teardown took minutes)."""
+        limiter = anyio.CapacityLimiter(_DELETES_IN_FLIGHT)
+        failed: list[PlatformError] = []
+
+        async def delete(name: str) -> None:
+            async with limiter:
+                try:
+                    await self.kube.delete("Sandbox", name, self.run_id)
+                except PlatformError as exc:
+                    failed.append(exc)
+
+        async with anyio.create_task_group() as deletes:
+            for name in list(self.sandboxes.objects):
+                deletes.start_soon(delete, name)
         await self.kube.delete("Workload", objects.WORKLOAD, self.run_id)
+        if failed:
+            raise failed[0]
 
 
 def _port(url: str) -> int:

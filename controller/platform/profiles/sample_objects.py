@@ -66,9 +66,7 @@ def sample_run_objects(
         ),
     ]
     for agent, descriptor in roster.items():
-        made.append(objects.agent_secrets(run_id, agent, b"{}"))
-        if descriptor.files:
-            made.append(objects.agent_files(run_id, agent, descriptor.files))
+        made.append(objects.agent_secrets(run_id, agent, b"{}", descriptor.files))
         made.append(
             objects.sandbox(
                 run_id,

@@ -95,10 +95,9 @@ def test_the_agent_pod_runs_hardened(node_plane: ControlPlane, node_images: Imag
     async def create() -> None:
         async with Kube.connect(kubeconfig=str(node_plane.kubeconfig)) as kube:
             owner = await prepare_run_namespace(kube, run_id)
-            secrets = objects.agent_secrets(run_id, "alice", b"{}")
-            files = objects.agent_files(run_id, "alice", descriptor.files)
+            secrets = objects.agent_secrets(run_id, "alice", b"{}", descriptor.files)
             ca = objects.router_ca(run_id, b"-----BEGIN CERTIFICATE-----\n")
-            for obj in (secrets, files, ca, manifest):
+            for obj in (secrets, ca, manifest):
                 await kube.apply(objects.owned(obj, owner))
 
     anyio.run(create)
