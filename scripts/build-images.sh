@@ -7,7 +7,10 @@
 #   wheels      the Python dependencies as wheels, built on the host (pip wheel; PyPI or pip's
 #               cache), so that the image builds need no network
 #   pause       kind/pause: the test node's pod sandbox, one static binary FROM scratch
-#   scripted, llm, controller, worker   agent_images/*/Dockerfile
+#   scripted, llm, controller, worker, peer, openclaw   agent_images/*/Dockerfile
+#   openclaw    also takes Node 24 and OpenClaw from the host's install of
+#               scripts/install-openclaw.sh (run here, idempotent; npm's registry and cache),
+#               hard-linked into the context, so npm never runs in a build
 #
 # Idempotent: podman's layer cache and the files under
 #   ${SOCIETY_IMAGE_DIR:-$HOME/.cache/society-runner/images}/
@@ -23,7 +26,7 @@ OUT_DIR="${SOCIETY_IMAGE_DIR:-${HOME}/.cache/society-runner/images}"
 PYTHON="${PYTHON:-${REPO_ROOT}/.venv/bin/python}"
 SUITE=bookworm
 REGISTRY=localhost/society
-IMAGES=(scripted llm controller worker)
+IMAGES=(scripted llm controller worker peer openclaw)
 
 die() {
     echo "build-images: ERROR: $*" >&2
@@ -112,6 +115,18 @@ stage_context() {
 }
 stage_context
 
+# --- openclaw: the pinned Node and OpenClaw install, hard-linked (no copy of its ~840 MB) --------
+stage_openclaw() {
+    "${REPO_ROOT}/scripts/install-openclaw.sh"
+    local dir
+    dir="$(cd "${REPO_ROOT}" && env -u SOCIETY_OPENCLAW_DIR PYTHONPATH="${REPO_ROOT}" "${PYTHON}" -c \
+        'from agent_images.openclaw.config import install_dir; print(install_dir())')"
+    # hard links when the install is on this filesystem, else a copy
+    cp -al "${dir}" "${CONTEXT}/openclaw" 2>/dev/null ||
+        { rm -rf "${CONTEXT}/openclaw" && cp -a "${dir}" "${CONTEXT}/openclaw"; }
+}
+step "openclaw install (staged)" stage_openclaw
+
 # --- images: build, then save as OCI archives (only when the image changed) ----------------
 declare -A DOCKERFILES=([pause]=kind/pause/Dockerfile)
 for name in "${IMAGES[@]}"; do DOCKERFILES[${name}]="agent_images/${name}/Dockerfile"; done
@@ -130,7 +145,10 @@ for name in pause "${IMAGES[@]}"; do
     what="built"
     if [[ "$(cat "${archive}.id" 2>/dev/null)" != "${id}" ]]; then
         rm -f "${archive}"
-        pm save --quiet --format oci-archive -o "${archive}.tmp" "${tag}" >>"${BUILD_LOG}" 2>&1
+        # openclaw's layers stay uncompressed: gzip of its ~900 MB took longer than the build
+        save=(--format oci-archive)
+        [[ "${name}" == openclaw ]] && save+=(--uncompressed)
+        pm save --quiet "${save[@]}" -o "${archive}.tmp" "${tag}" >>"${BUILD_LOG}" 2>&1
         mv "${archive}.tmp" "${archive}"
         echo "${id}" >"${archive}.id"
         what="built and saved"

@@ -8,6 +8,7 @@ sandbox. Everything here is plain data so both sides share one definition.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +33,8 @@ OPENCLAW_LOG = "openclaw.log"
 PROVIDER_ID = "society"
 """The provider name OpenClaw sees: the run's model gateway, through the sandbox's relay."""
 PROTOCOL = 4
+INSTALL_DIR_VARIABLE = "SOCIETY_OPENCLAW_DIR"
+"""Overrides ``install_dir``: the openclaw image keeps Node and OpenClaw outside Python's prefix."""
 
 ExecMode = Literal["deny", "allowlist", "ask", "auto", "full"]
 SandboxMode = Literal["off", "non-main", "all"]
@@ -159,8 +162,11 @@ def openclaw_environment(workdir: Path, config_path: Path) -> dict[str, str]:
 
 
 def install_dir() -> Path:
-    """Where ``scripts/install-openclaw.sh`` installed Node and OpenClaw: inside the Python
-    environment, which the local sandbox binds read-only."""
+    """Where Node and OpenClaw are: ``SOCIETY_OPENCLAW_DIR`` when set (the openclaw image sets it),
+    else where ``scripts/install-openclaw.sh`` put them, inside the Python environment, which the
+    local sandbox binds read-only."""
+    if explicit := os.environ.get(INSTALL_DIR_VARIABLE):
+        return Path(explicit)
     return Path(sys.prefix).resolve() / "openclaw" / f"{OPENCLAW_VERSION}-node{NODE_VERSION}"
 
 
