@@ -7,7 +7,7 @@
 #   wheels      the Python dependencies as wheels, built on the host (pip wheel; PyPI or pip's
 #               cache), so that the image builds need no network
 #   pause       kind/pause: the test node's pod sandbox, one static binary FROM scratch
-#   scripted, llm, controller, worker   agent_images/*/Dockerfile
+#   scripted, llm, controller, worker, temporal   agent_images/*/Dockerfile
 #
 # Idempotent: podman's layer cache and the files under
 #   ${SOCIETY_IMAGE_DIR:-$HOME/.cache/society-runner/images}/
@@ -23,7 +23,7 @@ OUT_DIR="${SOCIETY_IMAGE_DIR:-${HOME}/.cache/society-runner/images}"
 PYTHON="${PYTHON:-${REPO_ROOT}/.venv/bin/python}"
 SUITE=bookworm
 REGISTRY=localhost/society
-IMAGES=(scripted llm controller worker)
+IMAGES=(scripted llm controller worker temporal)
 
 die() {
     echo "build-images: ERROR: $*" >&2
