@@ -33,7 +33,7 @@ from controller.platform.cluster.profile_file import (
 )
 from controller.platform.cluster.queue_size import pool_quota
 from controller.platform.cluster.steps import Step, StepFailed, StepRunner
-from controller.platform.kubernetes.api import KubeError, is_true
+from controller.platform.kubernetes.api import KubeError, Obj, is_true
 from controller.platform.kubernetes.kube import Kube
 from controller.platform.kubernetes.settings import DEFAULT_CLUSTER_QUEUE
 
@@ -48,6 +48,7 @@ AGENTS_POOL = {"society.run/pool": "agents"}
 WORKER_IMAGE = "society/worker:dev"
 READY_TIMEOUT_S = 300.0
 INSTALLED_BY = {"society.run/installed-by": "cluster-up"}
+TEMPORAL_PODS = f"app.kubernetes.io/name={temporal.NAME}"
 
 
 @dataclass
@@ -78,6 +79,26 @@ async def _poll(what: str, check: Callable[[], Awaitable[bool]], limit_s: float)
             return
         await anyio.sleep(1)
     raise StepFailed("not-ready", f"{what} was not ready after {limit_s:.0f} s")
+
+
+def pod_states(pods: list[Obj]) -> str:
+    """What each pod is waiting on, for a step's error (``ErrImageNeverPull``, a crash, ...)."""
+    if not pods:
+        return "no pod was created (is the namespace's quota or an admission policy refusing it?)"
+    states = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        where = (pod.get("spec") or {}).get("nodeName") or "unscheduled"
+        details = [status.get("phase", "?")]
+        for container in status.get("containerStatuses") or []:
+            for state, info in (container.get("state") or {}).items():
+                reason = info.get("reason") or state
+                details.append(f"{container['name']} {reason}: {info.get('message', '')}".strip())
+        for condition in status.get("conditions") or []:
+            if condition.get("status") != "True" and condition.get("message"):
+                details.append(condition["message"])
+        states.append(f"pod {pod['metadata']['name']} on {where}: {'; '.join(details)}")
+    return " | ".join(states)
 
 
 def _helm(programs: Programs, options: ClusterOptions, *args: str) -> str:
@@ -221,7 +242,13 @@ class ClusterUp:
                     current and temporal.available(found) and not status.get("unavailableReplicas")
                 )
 
-            await _poll(f"Deployment {SYSTEM_NAMESPACE}/{temporal.NAME}", ready, READY_TIMEOUT_S)
+            try:
+                await _poll(
+                    f"Deployment {SYSTEM_NAMESPACE}/{temporal.NAME}", ready, READY_TIMEOUT_S
+                )
+            except StepFailed as failed:
+                pods, _ = await kube.list("Pod", SYSTEM_NAMESPACE, label_selector=TEMPORAL_PODS)
+                raise StepFailed(failed.reason, f"{failed}; {pod_states(pods)}") from None
             service = await kube.get("Service", temporal.NAME, SYSTEM_NAMESPACE)
             assert service is not None
             self.temporal_cluster_ip = str(service["spec"]["clusterIP"])
@@ -239,9 +266,7 @@ class ClusterUp:
 
     async def _node_port_address(self, kube: Kube) -> str:
         """The NodePort on the InternalIP of the node that runs the server."""
-        pods, _ = await kube.list(
-            "Pod", SYSTEM_NAMESPACE, label_selector=f"app.kubernetes.io/name={temporal.NAME}"
-        )
+        pods, _ = await kube.list("Pod", SYSTEM_NAMESPACE, label_selector=TEMPORAL_PODS)
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
         node = await kube.get("Node", running[0]["spec"]["nodeName"]) if running else None
         address = temporal.node_address(node) if node else None
