@@ -248,7 +248,10 @@ class ClusterUp:
                 )
             except StepFailed as failed:
                 pods, _ = await kube.list("Pod", SYSTEM_NAMESPACE, label_selector=TEMPORAL_PODS)
-                raise StepFailed(failed.reason, f"{failed}; {pod_states(pods)}") from None
+                logs = f"`kubectl -n {SYSTEM_NAMESPACE} logs deploy/{temporal.NAME} --previous`"
+                raise StepFailed(
+                    failed.reason, f"{failed}; {pod_states(pods)} ({logs} shows a crash's cause)"
+                ) from None
             service = await kube.get("Service", temporal.NAME, SYSTEM_NAMESPACE)
             assert service is not None
             self.temporal_cluster_ip = str(service["spec"]["clusterIP"])
