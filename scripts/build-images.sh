@@ -7,7 +7,7 @@
 #   wheels      the Python dependencies as wheels, built on the host (pip wheel; PyPI or pip's
 #               cache), so that the image builds need no network
 #   pause       kind/pause: the test node's pod sandbox, one static binary FROM scratch
-#   scripted, llm, controller, worker, peer, openclaw   agent_images/*/Dockerfile
+#   scripted, llm, controller, worker, peer, openclaw, temporal   agent_images/*/Dockerfile
 #   openclaw    also takes Node 24 and OpenClaw from the host's install of
 #               scripts/install-openclaw.sh (run here, idempotent; npm's registry and cache),
 #               hard-linked into the context, so npm never runs in a build
@@ -26,7 +26,7 @@ OUT_DIR="${SOCIETY_IMAGE_DIR:-${HOME}/.cache/society-runner/images}"
 PYTHON="${PYTHON:-${REPO_ROOT}/.venv/bin/python}"
 SUITE=bookworm
 REGISTRY=localhost/society
-IMAGES=(scripted llm controller worker peer openclaw)
+IMAGES=(scripted llm controller worker peer openclaw temporal)
 
 die() {
     echo "build-images: ERROR: $*" >&2

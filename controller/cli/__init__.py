@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     from controller.cli import (
+        cluster_commands,
         ledger_commands,
         profile_commands,
         run_commands,
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     suite_commands.add_commands(commands)
     view_commands.add_commands(commands)
     profile_commands.add_commands(commands)
+    cluster_commands.add_commands(commands)
     return parser
 
 

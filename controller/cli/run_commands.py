@@ -178,6 +178,8 @@ async def _run_async(args: argparse.Namespace) -> int:
     root = artifact_root(args)
     progress = TerminalProgress()
     spec, module = _load_module(args.module)  # before Temporal, a run id or a run directory
+    if args.profile != "local":
+        _apply_cluster_profile(root, args.profile, progress)
     await reap_stale(root, await _live_temporal(root))
     if args.profile != "local":
         await _check_cluster()
@@ -346,6 +348,24 @@ async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
     # No result and no live controller: it died before reporting.
     workflow = None if live is None else live["workflow"]
     return {"state": "abandoned", "runId": run_id, "workflow": workflow, **on_disk}
+
+
+def _apply_cluster_profile(root: Path, profile: str, progress: Any) -> None:
+    """The settings ``society cluster up`` wrote for this profile, where the environment has
+    none (a variable that is set always wins)."""
+    from controller.platform.cluster.profile_file import (
+        ProfileFileError,
+        apply_profile,
+        profile_path,
+    )
+
+    try:
+        filled = apply_profile(root, profile)
+    except ProfileFileError as error:
+        raise SetupError(error.reason, str(error)) from None
+    if filled:
+        names = ", ".join(sorted(filled))
+        progress.phase(f"profile {profile}: {names} from {profile_path(root, profile)}")
 
 
 async def _check_cluster() -> None:

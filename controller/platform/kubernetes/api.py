@@ -54,6 +54,7 @@ KINDS: dict[str, Kind] = {
     "Job": Kind("batch", "v1", "jobs"),
     "PersistentVolumeClaim": Kind("", "v1", "persistentvolumeclaims"),
     "Deployment": Kind("apps", "v1", "deployments"),
+    "Node": Kind("", "v1", "nodes", namespaced=False),
     "LocalQueue": Kind(KUEUE, KUEUE_VERSION, "localqueues"),
     "Workload": Kind(KUEUE, KUEUE_VERSION, "workloads"),
     "ClusterQueue": Kind(KUEUE, KUEUE_VERSION, "clusterqueues", namespaced=False),

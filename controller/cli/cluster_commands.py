@@ -1,0 +1,182 @@
+"""``society cluster up|down --profile kind``: the kind profile's cluster in one command, gone in
+one; a progress line per install step on stderr, and the profile file's path on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a step failed; the steps before it stay done (run `up` again to resume)
+EXIT_SETUP = 2  # nothing was changed: a prerequisite is missing, or the options are wrong
+
+UP_HELP = """\
+Create (or reuse) the kind cluster of kind/cluster.yaml and install everything a run needs:
+a local registry, the pinned Kueue and Agent Sandbox, the images (scripts/build-images.sh),
+a Temporal dev server in the cluster, the agents' queue sized from the agents' nodes, the
+credentials namespace and the chart (helm/society-runner). Idempotent: run it again to resume
+or to update. Afterwards `society run MODULE.py --profile kind` needs no environment: it reads
+the profile file written under the artifact root (.cluster/kind.json).
+
+--existing-kubeconfig PATH installs into an existing cluster instead (no Docker, kind or
+internet needed): no cluster is created, no registry runs, the images are imported into each
+node's containerd given by --node-containerd, and Kueue and Agent Sandbox must already be
+served there (they are checked, not installed)."""
+
+
+def add_commands(subparsers: Any) -> None:
+    cluster = subparsers.add_parser(
+        "cluster", help="stand a profile's cluster up, or take it down", description=UP_HELP
+    )
+    actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    up = actions.add_parser(
+        "up",
+        help="create or reuse the cluster and install what runs need (idempotent)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=UP_HELP,
+    )
+    _common(up)
+    up.add_argument(
+        "--existing-kubeconfig",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="install into this kubeconfig's cluster instead of creating a kind cluster",
+    )
+    up.add_argument("--context", default=None, help="the kubeconfig context (with the above)")
+    up.add_argument(
+        "--agent-nodes",
+        default="society.run/pool=agents",
+        metavar="KEY=VALUE[,...]",
+        help="the agents' node pool: the queue is sized from these nodes' allocatable CPU and "
+        "memory, and agents' pods are placed on them (default: %(default)s, kind/cluster.yaml's)",
+    )
+    up.add_argument(
+        "--node-containerd",
+        action="append",
+        default=[],
+        metavar="SOCKET",
+        help="with --existing-kubeconfig: a node's containerd socket to import the images into "
+        "(repeat per node); `ctr` must be on PATH",
+    )
+    up.set_defaults(handler=_up)
+    down = actions.add_parser(
+        "down",
+        help="remove what `cluster up` made: the chart, Temporal, namespaces, imported images, "
+        "the kind cluster and registry (when it made them), and the profile file",
+        description="Reads the profile file `cluster up` wrote and removes what it made; a "
+        "cluster given with --existing-kubeconfig is kept, with everything up installed in it "
+        "removed.",
+    )
+    _common(down)
+    down.set_defaults(handler=_down)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", choices=["kind"], default="kind", help="only kind for now")
+    parser.add_argument(
+        "--artifacts",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="artifact root that holds the profile file (default: $SOCIETY_ARTIFACTS, else "
+        "./artifacts)",
+    )
+
+
+def _error(action: str, message: str) -> None:
+    print(f"society cluster {action}: error: {message}", file=sys.stderr, flush=True)
+
+
+def _up(args: argparse.Namespace) -> int:
+    import anyio
+
+    from controller.cli.run_commands import artifact_root
+    from controller.platform.cluster.install import ClusterOptions, ClusterUp
+    from controller.platform.cluster.prerequisites import PrerequisitesMissing, find_programs
+    from controller.platform.cluster.queue_size import parse_selector
+    from controller.platform.cluster.steps import StepFailed
+
+    if args.node_containerd and args.existing_kubeconfig is None:
+        _error("up", "--node-containerd needs --existing-kubeconfig (kind nodes pull from the "
+                     "local registry)")  # fmt: skip
+        return EXIT_SETUP
+    if args.existing_kubeconfig is not None and not args.existing_kubeconfig.is_file():
+        _error("up", f"--existing-kubeconfig {args.existing_kubeconfig} is not a file")
+        return EXIT_SETUP
+    try:
+        agent_nodes = parse_selector(args.agent_nodes)
+    except ValueError as exc:
+        _error("up", f"--agent-nodes: {exc}")
+        return EXIT_SETUP
+    try:
+        programs = find_programs(
+            existing_cluster=args.existing_kubeconfig is not None,
+            import_images=bool(args.node_containerd),
+        )
+    except PrerequisitesMissing as exc:
+        _error("up", str(exc))
+        return EXIT_SETUP
+    options = ClusterOptions(
+        artifact_root=artifact_root(args),
+        profile=args.profile,
+        existing_kubeconfig=args.existing_kubeconfig,
+        context=args.context,
+        agent_nodes=agent_nodes,
+        node_containerd=list(args.node_containerd),
+    )
+    try:
+        path = anyio.run(ClusterUp(options, programs, sys.stderr).run)
+    except StepFailed as exc:
+        _error("up", f"{exc}\n  the steps before it are done; fix this and run it again")
+        return EXIT_FAILED
+    print(
+        f"ready: `society run MODULE.py --profile {args.profile} --artifacts "
+        f"{options.artifact_root}` reads {path}",
+        file=sys.stderr,
+    )
+    print(path)
+    return EXIT_OK
+
+
+def _down(args: argparse.Namespace) -> int:
+    import anyio
+
+    from controller.cli.run_commands import artifact_root
+    from controller.platform.cluster.install import ClusterDown, ClusterOptions
+    from controller.platform.cluster.prerequisites import PrerequisitesMissing, find_programs
+    from controller.platform.cluster.profile_file import ProfileFileError, read_profile
+    from controller.platform.cluster.steps import StepFailed
+
+    root = artifact_root(args)
+    try:
+        profile = read_profile(root, args.profile)
+    except ProfileFileError as exc:
+        _error("down", str(exc))
+        return EXIT_SETUP
+    if profile is None:
+        print(
+            f"society cluster down: nothing to remove: no profile file under {root} (`kind "
+            "delete cluster --name society` removes a cluster made another way)",
+            file=sys.stderr,
+        )
+        return EXIT_OK
+    try:
+        programs = find_programs(
+            existing_cluster=profile.existing_cluster, import_images=bool(profile.imported)
+        )
+    except PrerequisitesMissing as exc:
+        _error("down", str(exc))
+        return EXIT_SETUP
+    options = ClusterOptions(artifact_root=root, profile=args.profile)
+    if profile.existing_cluster:
+        options.existing_kubeconfig = Path(profile.kubeconfig)
+    options.context = profile.context
+    try:
+        anyio.run(ClusterDown(options, programs, profile, sys.stderr).run)
+    except StepFailed as exc:
+        _error("down", f"{exc}\n  fix this and run it again")
+        return EXIT_FAILED
+    return EXIT_OK
