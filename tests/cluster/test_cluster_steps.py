@@ -76,3 +76,25 @@ def test_a_selector_is_key_value_pairs() -> None:
     assert parse_selector("a=b, c=d") == {"a": "b", "c": "d"}
     with pytest.raises(ValueError, match="'oops' is not key=value"):
         parse_selector("a=b,oops")
+
+
+def test_the_kind_config_maps_the_temporal_node_ports_and_reads_the_registry_hosts_dir() -> None:
+    import yaml
+
+    from controller.platform.cluster import kind, temporal
+
+    config = yaml.safe_load(kind.CLUSTER_CONFIG.read_text())
+    control_plane = next(n for n in config["nodes"] if n["role"] == "control-plane")
+    mapped = {
+        (m["containerPort"], f"{m['listenAddress']}:{m['hostPort']}")
+        for m in control_plane["extraPortMappings"]
+    }
+    ui_host = temporal.KIND_HOST_UI.removeprefix("http://")
+    assert mapped == {
+        (temporal.GRPC_NODE_PORT, temporal.KIND_HOST_GRPC),
+        (temporal.UI_NODE_PORT, ui_host),
+    }
+    patches = "\n".join(config["containerdConfigPatches"])
+    assert f'config_path = "{kind.CONTAINERD_CERTS_DIR}"' in patches
+    workers = [n for n in config["nodes"] if n["role"] == "worker"]
+    assert workers and all(n["labels"] == {"society.run/pool": "agents"} for n in workers)

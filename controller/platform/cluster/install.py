@@ -178,6 +178,8 @@ class ClusterUp:
         assert self.programs.kind is not None and self.programs.engine is not None
         made = kind.start_registry(self.programs.engine, self.programs.kind)
         self.made_registry = self.made_registry or made
+        async with self.kube() as kube:
+            await kube.apply(kind.local_registry_hosting())
         return f"{'started' if made else 'reused'} {kind.REGISTRY_NAME} at {kind.REGISTRY_HOST}"
 
     async def addon(self, addon: str) -> str:

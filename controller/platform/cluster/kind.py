@@ -22,6 +22,10 @@ CLUSTER_NAME = "society"
 REGISTRY_NAME = "kind-registry"
 REGISTRY_HOST = "localhost:5001"
 """Where this machine pushes; nodes reach the same registry as ``kind-registry:5000``."""
+CONTAINERD_CERTS_DIR = "/etc/containerd/certs.d"
+"""The nodes' registry ``config_path`` (``containerdConfigPatches`` in ``kind/cluster.yaml``)."""
+SANDBOX_WORKERS = 16
+"""Sandboxes Agent Sandbox reconciles at once (its default, 1, paces a large roster's pods)."""
 REGISTRY_IMAGE = (
     "docker.io/library/registry:2@sha256:"
     "a3d8aaa63ed8681a604f1dea0aa03f100d5895b6a58ace528858a7b332415373"
@@ -108,7 +112,7 @@ def start_registry(engine: Path, kind: Path) -> bool:
     nodes = _run([str(kind), "get", "nodes", "--name", CLUSTER_NAME], "kind-failed",
                  "kind get nodes", _kind_env(engine)).split()  # fmt: skip
     hosts = f'[host."http://{REGISTRY_NAME}:5000"]\n'
-    directory = f"/etc/containerd/certs.d/{REGISTRY_HOST}"
+    directory = f"{CONTAINERD_CERTS_DIR}/{REGISTRY_HOST}"
     for node in nodes:
         _run([e, "exec", node, "mkdir", "-p", directory], "registry-failed", f"configuring {node}")
         _run([e, "exec", node, "sh", "-c", f"printf '%s' '{hosts}' > {directory}/hosts.toml"],
@@ -126,9 +130,35 @@ def apply_addon(kubectl: Path, kubeconfig: Path, addon: str) -> str:
     base = [str(kubectl), "--kubeconfig", str(kubeconfig)]
     _run([*base, "apply", "--server-side", "--force-conflicts", "-f", manifest],
          "addon-install-failed", f"applying {manifest}")  # fmt: skip
+    if addon == "agent-sandbox":
+        _set_sandbox_workers(base, namespace, deployment)
     _run([*base, "-n", namespace, "rollout", "status", f"deployment/{deployment}",
           "--timeout=300s"], "addon-install-failed", f"waiting for {deployment}")  # fmt: skip
     return f"applied {manifest.rsplit('/', 3)[-2]}"
+
+
+def _set_sandbox_workers(base: list[str], namespace: str, deployment: str) -> None:
+    """Add ``--sandbox-concurrent-workers`` to the controller's arguments unless present."""
+    found = _run([*base, "-n", namespace, "get", f"deployment/{deployment}", "-o",
+                  "jsonpath={.spec.template.spec.containers[0].args}"],
+                 "addon-install-failed", f"reading {deployment}'s arguments")  # fmt: skip
+    if "--sandbox-concurrent-workers" in found:
+        return
+    flag = f"--sandbox-concurrent-workers={SANDBOX_WORKERS}"
+    patch = f'[{{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"{flag}"}}]'
+    _run([*base, "-n", namespace, "patch", f"deployment/{deployment}", "--type=json", "-p",
+          patch], "addon-install-failed", f"setting {flag} on {deployment}")  # fmt: skip
+
+
+def local_registry_hosting() -> dict[str, object]:
+    """The ConfigMap by which tools find a cluster's local registry (KEP-1755)."""
+    host = f'host: "{REGISTRY_HOST}"\nhelp: "https://kind.sigs.k8s.io/docs/user/local-registry/"\n'
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "local-registry-hosting", "namespace": "kube-public"},
+        "data": {"localRegistryHosting.v1": host},
+    }
 
 
 def delete_addon(kubectl: Path, kubeconfig: Path, addon: str) -> None:
