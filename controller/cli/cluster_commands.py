@@ -23,7 +23,14 @@ the profile file written under the artifact root (.cluster/kind.json).
 --existing-kubeconfig PATH installs into an existing cluster instead (no Docker, kind or
 internet needed): no cluster is created, no registry runs, the images are imported into each
 node's containerd given by --node-containerd, and Kueue and Agent Sandbox must already be
-served there (they are checked, not installed)."""
+served there (they are checked, not installed). Each run's ledger then goes to a volume of
+--ledger-storage-class (else it goes with the controller's pod), copied home when
+--ledger-volumes says where this machine sees the nodes' volumes.
+
+On kind, each run's ledger is written to a volume of the StorageClass `society-ledgers` (kind's
+local-path provisioner, reclaimPolicy Retain), which kind mounts from .cluster/kind-volumes
+under the artifact root, and the run directory is copied home to the artifact root when the
+run ends, so `society ledger verify` reads it as it reads a local run's."""
 
 
 def add_commands(subparsers: Any) -> None:
@@ -60,6 +67,21 @@ def add_commands(subparsers: Any) -> None:
         metavar="SOCKET",
         help="with --existing-kubeconfig: a node's containerd socket to import the images into "
         "(repeat per node); `ctr` must be on PATH",
+    )
+    up.add_argument(
+        "--ledger-storage-class",
+        default=None,
+        metavar="NAME",
+        help="with --existing-kubeconfig: a StorageClass (reclaimPolicy Retain) for each run's "
+        "ledger volume; on kind, `up` makes one on kind's local-path provisioner",
+    )
+    up.add_argument(
+        "--ledger-volumes",
+        default=None,
+        metavar="NODE_DIR[=HOST_DIR]",
+        help="with --ledger-storage-class: where the nodes keep that class's volumes, and where "
+        "this machine sees that directory (default: the same path); each run's directory is then "
+        "copied home to the artifact root",
     )
     up.set_defaults(handler=_up)
     down = actions.add_parser(
@@ -106,6 +128,14 @@ def _up(args: argparse.Namespace) -> int:
     if args.existing_kubeconfig is not None and not args.existing_kubeconfig.is_file():
         _error("up", f"--existing-kubeconfig {args.existing_kubeconfig} is not a file")
         return EXIT_SETUP
+    if (args.ledger_storage_class or args.ledger_volumes) and args.existing_kubeconfig is None:
+        _error("up", "--ledger-storage-class and --ledger-volumes need --existing-kubeconfig "
+                     "(on kind, `up` makes the class and the mount itself)")  # fmt: skip
+        return EXIT_SETUP
+    if args.ledger_volumes and not args.ledger_storage_class:
+        _error("up", "--ledger-volumes needs --ledger-storage-class")
+        return EXIT_SETUP
+    node_dir, _, host_dir = (args.ledger_volumes or "").partition("=")
     try:
         agent_nodes = parse_selector(args.agent_nodes)
     except ValueError as exc:
@@ -126,6 +156,9 @@ def _up(args: argparse.Namespace) -> int:
         context=args.context,
         agent_nodes=agent_nodes,
         node_containerd=list(args.node_containerd),
+        ledger_storage_class=args.ledger_storage_class,
+        ledger_node_root=node_dir or None,
+        ledger_host_root=(host_dir or node_dir) or None,
     )
     try:
         path = anyio.run(ClusterUp(options, programs, sys.stderr).run)

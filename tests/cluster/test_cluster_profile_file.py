@@ -65,3 +65,30 @@ def test_no_file_fills_nothing_and_a_broken_one_says_how_to_rewrite_it(tmp_path:
     path.write_text(json.dumps({"profile": "kind"}))
     with pytest.raises(ProfileFileError, match="society cluster up --profile kind"):
         apply_profile(tmp_path, "kind", {})
+
+
+def test_a_kind_profile_keeps_each_runs_ledger_on_a_retained_volume_copied_home(
+    tmp_path: Path,
+) -> None:
+    volumes = str(tmp_path / ".cluster" / "kind-volumes")
+    profile = _profile().model_copy(
+        update={
+            "ledger_storage_class": "society-ledgers",
+            "ledger_node_root": "/var/local-path-provisioner",
+            "ledger_host_root": volumes,
+        }
+    )
+    write_profile(tmp_path, profile)
+    env: dict[str, str] = {}
+    apply_profile(tmp_path, "kind", env)
+    settings = KubernetesSettings.from_environment(env)
+    assert settings.ledger_claim == "ledger"
+    assert settings.ledger_storage_class == "society-ledgers"
+    assert (settings.ledger_node_root, settings.ledger_host_root) == (
+        "/var/local-path-provisioner",
+        volumes,
+    )
+    # A claim of the user's own keeps the file's class and mapping out.
+    mine = {"SOCIETY_LEDGER_PVC": "mine"}
+    apply_profile(tmp_path, "kind", mine)
+    assert "SOCIETY_LEDGER_STORAGE_CLASS" not in mine and "SOCIETY_LEDGER_HOST_ROOT" not in mine

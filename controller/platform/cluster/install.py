@@ -59,6 +59,9 @@ class ClusterOptions:
     context: str | None = None
     agent_nodes: dict[str, str] = field(default_factory=lambda: dict(AGENTS_POOL))
     node_containerd: list[str] = field(default_factory=list)
+    ledger_storage_class: str | None = None
+    ledger_node_root: str | None = None
+    ledger_host_root: str | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -127,6 +130,10 @@ class ClusterUp:
         self.temporal_ui: str | None = None
         self.temporal_cluster_ip = ""
         self.quota = ("", "")
+        self.made_storage_class = bool(previous and previous.made_storage_class)
+        self.ledger_storage_class = options.ledger_storage_class
+        self.ledger_node_root = options.ledger_node_root
+        self.ledger_host_root = options.ledger_host_root
 
     @property
     def existing(self) -> bool:
@@ -146,6 +153,7 @@ class ClusterUp:
             Step("images", self.build_images),
             Step("temporal dev server", self.temporal),
             Step("agents queue size", self.queue_size),
+            Step("ledger volumes", self.ledger_volumes),
             Step("chart (queues, credentials namespace, run worker)", self.chart),
             Step("profile file", self.profile_file),
         ]  # fmt: skip
@@ -166,8 +174,10 @@ class ClusterUp:
                     ) from exc
             return f"existing cluster of {self.options.kubeconfig} ({len(nodes)} nodes)"
         assert self.programs.kind is not None and self.programs.engine is not None
+        self.volumes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        config = kind.cluster_config(self.volumes_dir)
         created = kind.create_cluster(
-            self.programs.kind, self.programs.engine, self.options.kubeconfig
+            self.programs.kind, self.programs.engine, self.options.kubeconfig, config
         )
         self.made_cluster = self.made_cluster or created
         return f"{'created' if created else 'reused'} kind cluster '{kind.CLUSTER_NAME}'"
@@ -302,6 +312,44 @@ class ClusterUp:
             f"the in-cluster Temporal does not answer at {self.temporal_address}: {last}",
         )
 
+    @property
+    def volumes_dir(self) -> Path:
+        """kind: where this machine sees the nodes' local-path volumes (the ledgers)."""
+        return self.options.state_dir / f"{self.options.profile}-volumes"
+
+    async def ledger_volumes(self) -> str:
+        if self.existing:
+            name = self.ledger_storage_class
+            if name is None:
+                return ("none (no --ledger-storage-class): each run's ledger goes with its "
+                        "controller's pod")  # fmt: skip
+            async with self.kube() as kube:
+                found = await kube.get("StorageClass", name)
+            if found is None:
+                raise StepFailed(
+                    "storage-class-missing",
+                    f"the cluster has no StorageClass {name}; create one with reclaimPolicy "
+                    "Retain, or leave --ledger-storage-class out",
+                )
+            if found.get("reclaimPolicy") != "Retain":
+                raise StepFailed(
+                    "storage-class-deletes",
+                    f"StorageClass {name} has reclaimPolicy {found.get('reclaimPolicy')}: a run's "
+                    "ledger volume would be deleted with its namespace; use one with Retain",
+                )
+            home = self.ledger_host_root or "not copied home (no --ledger-volumes)"
+            return f"StorageClass {name} (checked, not made); copied home from {home}"
+        self.volumes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        async with self.kube() as kube:
+            before = await kube.get("StorageClass", kind.LEDGER_STORAGE_CLASS)
+            await kube.apply(kind.ledger_storage_class())
+        self.made_storage_class = True
+        self.ledger_storage_class = kind.LEDGER_STORAGE_CLASS
+        self.ledger_node_root, self.ledger_host_root = kind.LOCAL_PATH_DIR, str(self.volumes_dir)
+        state = "unchanged" if before else "created"
+        return (f"StorageClass {kind.LEDGER_STORAGE_CLASS} {state} (Retain); the nodes' "
+                f"{kind.LOCAL_PATH_DIR} is {self.volumes_dir}")  # fmt: skip
+
     async def queue_size(self) -> str:
         selector = self.options.agent_nodes
         async with self.kube() as kube:
@@ -364,6 +412,10 @@ class ClusterUp:
             made_cluster=self.made_cluster,
             made_registry=self.made_registry,
             imported=self.imported,
+            ledger_storage_class=self.ledger_storage_class,
+            ledger_node_root=self.ledger_node_root,
+            ledger_host_root=self.ledger_host_root,
+            made_storage_class=self.made_storage_class,
         )
         return str(write_profile(self.options.artifact_root, profile))
 
@@ -459,5 +511,7 @@ class ClusterDown:
         try:
             state.rmdir()
         except OSError:
-            pass  # another profile's file is still there
+            pass  # another profile's file is still there, or the kept ledger volumes
+        if self.profile.made_storage_class and self.profile.ledger_host_root:
+            return f"removed {path}; kept the ledgers' volumes in {self.profile.ledger_host_root}"
         return f"removed {path}"

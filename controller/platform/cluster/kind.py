@@ -24,6 +24,10 @@ REGISTRY_HOST = "localhost:5001"
 """Where this machine pushes; nodes reach the same registry as ``kind-registry:5000``."""
 CONTAINERD_CERTS_DIR = "/etc/containerd/certs.d"
 """The nodes' registry ``config_path`` (``containerdConfigPatches`` in ``kind/cluster.yaml``)."""
+LOCAL_PATH_DIR = "/var/local-path-provisioner"
+"""Where kind's local-path provisioner makes volumes on each node."""
+LOCAL_PATH_PROVISIONER = "rancher.io/local-path"
+LEDGER_STORAGE_CLASS = "society-ledgers"
 SANDBOX_WORKERS = 16
 """Sandboxes Agent Sandbox reconciles at once (its default, 1, paces a large roster's pods)."""
 REGISTRY_IMAGE = (
@@ -65,14 +69,44 @@ def cluster_exists(kind: Path, engine: Path) -> bool:
     return CLUSTER_NAME in clusters.split()
 
 
-def create_cluster(kind: Path, engine: Path, kubeconfig: Path) -> bool:
+def cluster_config(volumes: Path) -> str:
+    """``kind/cluster.yaml`` with every node's local-path volumes mounted from ``volumes``
+    (kind's ``extraMounts``), so this machine reads the ledgers the runs' Jobs write there."""
+    import yaml  # type: ignore[import-untyped]
+
+    config = yaml.safe_load(CLUSTER_CONFIG.read_text())
+    mount = {"hostPath": str(volumes.resolve()), "containerPath": LOCAL_PATH_DIR}
+    for node in config["nodes"]:
+        node["extraMounts"] = [*node.get("extraMounts", []), mount]
+    return str(yaml.safe_dump(config, sort_keys=False))
+
+
+def ledger_storage_class() -> dict[str, object]:
+    """kind's local-path provisioner, keeping each volume when its claim goes."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": LEDGER_STORAGE_CLASS,
+            "labels": {"society.run/installed-by": "cluster-up"},
+        },
+        "provisioner": LOCAL_PATH_PROVISIONER,
+        "reclaimPolicy": "Retain",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+
+
+def create_cluster(kind: Path, engine: Path, kubeconfig: Path, config: str) -> bool:
     """Create the cluster unless it exists; write its kubeconfig; ``True`` when created here."""
     env = _kind_env(engine)
     created = False
     if not cluster_exists(kind, engine):
+        config_file = kubeconfig.parent / f"{CLUSTER_NAME}-kind-config.yaml"
+        config_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        config_file.write_text(config)
         _run(
             [str(kind), "create", "cluster", "--name", CLUSTER_NAME, "--config",
-             str(CLUSTER_CONFIG), "--wait", "5m"],
+             str(config_file), "--wait", "5m"],
             "kind-create-failed", "kind create cluster", env,
         )  # fmt: skip
         created = True

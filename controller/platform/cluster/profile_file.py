@@ -16,12 +16,19 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 PROFILE_DIR = ".cluster"
+"""Under the artifact root: the profile file and the kubeconfig ``cluster up`` wrote."""
+LEDGER_CLAIM = "ledger"
+"""The name of each run's ledger claim in its namespace."""
 GROUPS = {
     "TEMPORAL_ADDRESS": ("TEMPORAL_NAMESPACE", "TEMPORAL_UI_URL"),
     "SOCIETY_KUBECONFIG": ("SOCIETY_KUBE_CONTEXT",),
+    "SOCIETY_LEDGER_PVC": (
+        "SOCIETY_LEDGER_STORAGE_CLASS",
+        "SOCIETY_LEDGER_NODE_ROOT",
+        "SOCIETY_LEDGER_HOST_ROOT",
+    ),
 }
 """A variable the user set keeps the file's related settings out."""
-"""Under the artifact root: the profile file and the kubeconfig ``cluster up`` wrote."""
 
 
 class ProfileFileError(Exception):
@@ -51,6 +58,12 @@ class ClusterProfile(BaseModel):
     made_registry: bool = Field(default=False, alias="madeRegistry")
     imported: dict[str, list[str]] = Field(default_factory=dict)
     """containerd socket -> the image references ``cluster up`` imported there."""
+    ledger_storage_class: str | None = Field(default=None, alias="ledgerStorageClass")
+    """Each run's ledger volume's class (``Retain``); none: the ledger goes with its pod."""
+    ledger_node_root: str | None = Field(default=None, alias="ledgerNodeRoot")
+    ledger_host_root: str | None = Field(default=None, alias="ledgerHostRoot")
+    """Where the nodes keep those volumes, and where this machine sees them (copy home)."""
+    made_storage_class: bool = Field(default=False, alias="madeStorageClass")
 
     def environment(self) -> dict[str, str]:
         """The variables a run on this cluster reads (``KubernetesSettings``, Temporal)."""
@@ -63,6 +76,12 @@ class ClusterProfile(BaseModel):
         }
         if self.context:
             env["SOCIETY_KUBE_CONTEXT"] = self.context
+        if self.ledger_storage_class:
+            env["SOCIETY_LEDGER_PVC"] = LEDGER_CLAIM
+            env["SOCIETY_LEDGER_STORAGE_CLASS"] = self.ledger_storage_class
+            if self.ledger_node_root and self.ledger_host_root:
+                env["SOCIETY_LEDGER_NODE_ROOT"] = self.ledger_node_root
+                env["SOCIETY_LEDGER_HOST_ROOT"] = self.ledger_host_root
         if self.temporal_ui_url:
             env["TEMPORAL_UI_URL"] = self.temporal_ui_url
         if self.agent_node_selector:

@@ -53,6 +53,8 @@ KINDS: dict[str, Kind] = {
     ),
     "Job": Kind("batch", "v1", "jobs"),
     "PersistentVolumeClaim": Kind("", "v1", "persistentvolumeclaims"),
+    "PersistentVolume": Kind("", "v1", "persistentvolumes", namespaced=False),
+    "StorageClass": Kind("storage.k8s.io", "v1", "storageclasses", namespaced=False),
     "Deployment": Kind("apps", "v1", "deployments"),
     "Node": Kind("", "v1", "nodes", namespaced=False),
     "LocalQueue": Kind(KUEUE, KUEUE_VERSION, "localqueues"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -22,6 +23,7 @@ import anyio
 from controller.platform.kubernetes import access, objects
 from controller.platform.kubernetes.images import CONTROLLER_IMAGE, ImageMap, pinned
 from controller.platform.kubernetes.kube import Informer, Kube, Obj, condition, is_true
+from controller.platform.kubernetes.ledger_home import LedgerHomeError, bring_home
 from controller.platform.kubernetes.settings import KubernetesSettings
 from controller.platform.kubernetes.worker_requests import module_source_of
 from controller.run import NO_PROGRESS, Progress, RunRequest, RunResult
@@ -105,7 +107,7 @@ async def run_controller_job(
         )
         await kube.apply(objects.owned(job, owner))
         try:
-            return await ControllerJob(kube, run_id, progress).outcome()
+            result = await ControllerJob(kube, run_id, progress).outcome()
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 progress.phase("cancelled: deleting the controller Job (the controller finalizes)")
@@ -113,6 +115,11 @@ async def run_controller_job(
                 with anyio.move_on_after(cancel_grace_s):
                     await ControllerJob(kube, run_id, progress).gone()
             raise
+        try:
+            return await bring_home(kube, result, settings, Path(request.artifact_root), progress)
+        except LedgerHomeError as error:  # the volume outlives the namespace: nothing is lost
+            progress.phase(f"ledger: not copied home ({error.reason}): {error}")
+            return result
 
 
 def _forwarded(settings: KubernetesSettings, images: ImageMap) -> dict[str, str]:

@@ -36,6 +36,8 @@ class KubernetesSettings:
     | ``SOCIETY_LEDGER_PVC`` | ``ledger_claim`` | none: an ``emptyDir`` |
     | ``SOCIETY_LEDGER_STORAGE_CLASS`` | ``ledger_storage_class`` | the cluster's default |
     | ``SOCIETY_LEDGER_SIZE`` | ``ledger_size`` | ``1Gi`` |
+    | ``SOCIETY_LEDGER_NODE_ROOT`` | ``ledger_node_root`` | none (no copy home) |
+    | ``SOCIETY_LEDGER_HOST_ROOT`` | ``ledger_host_root`` | none (no copy home) |
     | ``SOCIETY_AGENT_NODE_SELECTOR`` | ``agent_node_selector`` | none (``k=v,k=v``) |
     | ``SOCIETY_AGENT_TOLERATIONS`` | ``agent_tolerations`` | none (a JSON list) |
     """
@@ -84,6 +86,11 @@ class KubernetesSettings:
     root; without it the ledger lives on an ``emptyDir`` and goes with the pod."""
     ledger_storage_class: str | None = None
     ledger_size: str = "1Gi"
+    ledger_node_root: str | None = None
+    """Where the nodes keep the claim's volumes (kind: ``/var/local-path-provisioner``)..."""
+    ledger_host_root: str | None = None
+    """... and where this machine sees that directory: with both, the run directory is copied
+    home to the artifact root after the run (``ledger_home``)."""
     agent_node_selector: dict[str, str] | None = None
     """Where agents' pods run (GKE: the agents pool's label)."""
     agent_tolerations: list[dict[str, str]] | None = None
@@ -142,6 +149,8 @@ class KubernetesSettings:
             ledger_claim=env.get("SOCIETY_LEDGER_PVC") or None,
             ledger_storage_class=env.get("SOCIETY_LEDGER_STORAGE_CLASS") or None,
             ledger_size=env.get("SOCIETY_LEDGER_SIZE") or "1Gi",
+            ledger_node_root=env.get("SOCIETY_LEDGER_NODE_ROOT") or None,
+            ledger_host_root=env.get("SOCIETY_LEDGER_HOST_ROOT") or None,
             agent_node_selector=_labels(env.get("SOCIETY_AGENT_NODE_SELECTOR") or ""),
             agent_tolerations=_tolerations(env.get("SOCIETY_AGENT_TOLERATIONS") or ""),
         )
