@@ -19,6 +19,10 @@ def _finder(*present: str):  # type: ignore[no-untyped-def]
     return lambda name: f"/opt/bin/{name}" if name in present else None
 
 
+def _pinned_kind(kind: Path) -> str:
+    return "kind v0.32.0 go1.26.8 linux/amd64"
+
+
 @pytest.fixture(autouse=True)
 def no_built_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No helm from scripts/build-tools.sh either: the tools directory is empty."""
@@ -27,7 +31,9 @@ def no_built_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_kind_cluster_needs_an_engine_kind_kubectl_and_helm_and_each_is_named() -> None:
     with pytest.raises(PrerequisitesMissing) as raised:
-        find_programs(existing_cluster=False, import_images=False, which=_finder())
+        find_programs(
+            existing_cluster=False, import_images=False, which=_finder(), version_of=_pinned_kind
+        )
     missing = {item.tool: item.next_step for item in raised.value.missing}
     assert set(missing) == {"container engine", "kind", "kubectl", "helm"}
     assert "go install sigs.k8s.io/kind@v0.32.0" in missing["kind"]
@@ -41,6 +47,7 @@ def test_podman_serves_as_the_container_engine() -> None:
         existing_cluster=False,
         import_images=False,
         which=_finder("podman", "kind", "kubectl", "helm"),
+        version_of=_pinned_kind,
     )
     assert found.engine == Path("/opt/bin/podman")
 
@@ -96,3 +103,22 @@ def test_down_with_no_profile_file_says_there_is_nothing_to_remove(tmp_path: Pat
         timeout=60,
     )
     assert done.returncode == 0 and "nothing to remove" in done.stderr, done.stderr
+
+
+def test_a_kind_of_another_release_is_named_with_the_pinned_one(tmp_path: Path) -> None:
+    kind = tmp_path / "kind"
+    kind.write_text("#!/bin/sh\necho 'kind v0.20.0 go1.20.4 linux/amd64'\n")
+    kind.chmod(0o755)
+
+    def which(name: str) -> str | None:
+        return str(kind) if name == "kind" else f"/opt/bin/{name}"
+
+    with pytest.raises(PrerequisitesMissing) as raised:
+        find_programs(existing_cluster=False, import_images=False, which=which)
+    [wrong] = raised.value.missing
+    assert (
+        wrong.tool == "kind" and "`kind v0.20.0 go1.20.4 linux/amd64`, not v0.32.0" in wrong.line()
+    )
+    assert "go install sigs.k8s.io/kind@v0.32.0" in wrong.line()
+    kind.write_text("#!/bin/sh\necho 'kind v0.32.0 go1.26.8 linux/amd64'\n")
+    assert find_programs(existing_cluster=False, import_images=False, which=which).kind == kind

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,10 @@ class Missing:
 
     tool: str
     next_step: str
+    problem: str = "not found"
 
     def line(self) -> str:
-        return f"{self.tool}: not found; {self.next_step}"
+        return f"{self.tool}: {self.problem}; {self.next_step}"
 
 
 class PrerequisitesMissing(Exception):
@@ -63,10 +65,24 @@ class Programs:
 
 
 Finder = Callable[[str], str | None]
+VersionOf = Callable[[Path], str]
+
+
+def kind_version(kind: Path) -> str:
+    """What ``kind version`` says (``kind v0.32.0 go1.24 linux/amd64``), or why it said nothing."""
+    try:
+        done = subprocess.run([str(kind), "version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unusable ({exc})"
+    return (done.stdout or done.stderr).strip() or f"unusable (exit {done.returncode})"
 
 
 def find_programs(
-    *, existing_cluster: bool, import_images: bool, which: Finder = shutil.which
+    *,
+    existing_cluster: bool,
+    import_images: bool,
+    which: Finder = shutil.which,
+    version_of: VersionOf = kind_version,
 ) -> Programs:
     """The programs this mode needs; ``PrerequisitesMissing`` names each absent one.
 
@@ -85,10 +101,17 @@ def find_programs(
         return None
 
     helm = need("helm", "helm")
+    kind = None if existing_cluster else need("kind", "kind")
+    if kind is not None:
+        said = version_of(kind)
+        if KIND_VERSION not in said.split():
+            problem = (f"{kind} is `{said}`, not {KIND_VERSION} (the release whose node image "
+                       "kind/cluster.yaml pins)")  # fmt: skip
+            missing.append(Missing("kind", NEXT_STEPS["kind"], problem))
     programs = Programs(
         helm=helm or Path("helm"),
         kubectl=None if existing_cluster else need("kubectl", "kubectl"),
-        kind=None if existing_cluster else need("kind", "kind"),
+        kind=kind,
         engine=None if existing_cluster else need("container engine", "docker", "podman"),
         ctr=need("ctr", "ctr") if import_images else None,
     )
