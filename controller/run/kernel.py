@@ -209,11 +209,12 @@ class _Kernel:
                 return await self._admit(router)
         except LedgerError as exc:
             return ClusterCause("ledger-failed", str(exc), exc)
-        except Exception as exc:
-            reason = str(getattr(exc, "reason", None) or "platform-error")
-            detail = f"{type(exc).__name__}: {exc}"
+        except Exception as raised:
+            cause = _sole_cause(raised)
+            reason = str(getattr(cause, "reason", None) or "platform-error")
+            detail = f"{type(cause).__name__}: {cause}"
             await record(PlatformFailed(reason=reason, detail=detail))
-            return ClusterCause(reason, detail, exc)
+            return ClusterCause(reason, detail, cause)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._interrupted(_interruption(exc))
@@ -399,3 +400,10 @@ def _interruption(exc: BaseException) -> str:
     if isinstance(exc, anyio.get_cancelled_exc_class()):
         return "cancelled"
     return type(exc).__name__
+
+
+def _sole_cause(exc: Exception) -> Exception:
+    """The one error inside task groups' exception groups (their own message names no cause)."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

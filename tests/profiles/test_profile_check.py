@@ -14,7 +14,7 @@ import pytest
 
 from controller.platform.profiles import check, pins
 from controller.platform.profiles.sample_objects import sample_run_objects
-from controller.platform.profiles.tools import REPO, ToolMissing, tool
+from controller.platform.profiles.tools import REPO, ToolMissing, read_versions, shellcheck, tool
 
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
 
@@ -185,3 +185,37 @@ def test_tofu_fmt_and_tflint_fail_on_a_misformatted_file_and_an_unused_variable(
     assert "extra.tf" in outcomes["tofu fmt -check"].problems[0]
     assert not outcomes["tflint (built-in rules)"].passed
     assert "never_used" in outcomes["tflint (built-in rules)"].problems[0]
+
+
+def test_a_script_that_does_not_parse_or_that_shellcheck_flags_is_named(tmp_path: Path) -> None:
+    try:
+        shellcheck()
+    except ToolMissing as exc:
+        pytest.fail(str(exc))
+    broken = tmp_path / "broken.sh"
+    broken.write_text("#!/usr/bin/env bash\nif true; then\n  echo missing fi\n")
+    unquoted = tmp_path / "unquoted.sh"
+    unquoted.write_text("#!/usr/bin/env bash\nset -euo pipefail\nrm -rf $1/data\n")
+    outcome = check.check_shell([broken, unquoted])
+    text = "\n".join(outcome.problems)
+    assert f"bash -n {broken}" in text
+    assert "SC2086" in text  # double quote to prevent globbing and word splitting
+    assert check.check_shell([]).problems == []
+
+
+def test_a_chart_annotation_or_node_image_that_disagrees_with_the_pins_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tool_versions = read_versions()
+    assert pins.version_problems(tool_versions) == []
+    chart = tmp_path / "chart"
+    chart.mkdir()
+    text = (pins.CHART / "Chart.yaml").read_text()
+    (chart / "Chart.yaml").write_text(text.replace("v0.17.0", "v0.16.9"))
+    monkeypatch.setattr(pins, "CHART", chart)
+    kind_config = tmp_path / "cluster.yaml"
+    kind_config.write_text(pins.KIND_CONFIG.read_text().replace("v1.36.1@", "v1.35.4@"))
+    monkeypatch.setattr(pins, "KIND_CONFIG", kind_config)
+    problems = "\n".join(pins.version_problems(tool_versions))
+    assert "society.run/kueue-version = 'v0.16.9' but kind/versions.env KUEUE_VERSION" in problems
+    assert "node image kindest/node:v1.35.4@" in problems and "is not Kubernetes 1.36" in problems

@@ -33,6 +33,7 @@ from controller.events.run import (
     AgentRuntimeReady,
     AgentRuntimeStartFailed,
     AgentWorkspaceFileHarvested,
+    PlatformFailed,
     ProgramFailed,
     ProgramInterrupted,
     ReadinessGateFailed,
@@ -216,6 +217,26 @@ async def test_a_roster_over_the_local_budget_is_refused_before_any_agent_starts
     assert refused.requested.cpu == pytest.approx(0.04) and refused.capacity.cpu == 0.03
     assert "society.agent-runtime-ready/v1" not in tags(verified(spec, outcome))
     assert not (artifact_root / outcome.receipt.run_id / "sandboxes").exists()
+
+
+async def test_a_platform_error_inside_a_task_group_is_reported_by_its_own_type_and_reason(
+    artifact_root: Path,
+) -> None:
+    class NodeGone(Exception):
+        reason = "node-gone"
+
+    class FailingPlatform(LocalPlatform):
+        def admit(self, agents: Any) -> Any:
+            raise ExceptionGroup("unhandled errors in a TaskGroup", [NodeGone("node-1 left")])
+
+    async def execute(ctx: RunContext) -> None:
+        raise AssertionError("never dispatched")
+
+    spec = spec_of(execute)
+    outcome = await Run.execute(spec, platform=FailingPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ClusterLost) and outcome.cause.reason == "node-gone"
+    failed = only(verified(spec, outcome).events(PlatformFailed))
+    assert failed.detail == "NodeGone: node-1 left" and failed.reason == "node-gone"
 
 
 async def test_the_gateway_instructs_reports_and_stops_its_agent(artifact_root: Path) -> None:

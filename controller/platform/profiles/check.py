@@ -231,17 +231,21 @@ def shell_scripts() -> list[Path]:
     return found
 
 
-def check_shell() -> CheckOutcome:
-    scripts = shell_scripts()
+def check_shell(scripts: list[Path] | None = None) -> CheckOutcome:
+    scripts = shell_scripts() if scripts is None else scripts
     problems = []
     for script in scripts:
         code, output = _run(["bash", "-n", script])
         if code != 0:
-            problems.append(f"bash -n {script.relative_to(REPO)}: {output}")
+            problems.append(f"bash -n {_shown(script)}: {output}")
     code, output = _run([shellcheck(), "--external-sources", "--source-path=SCRIPTDIR", *scripts])
     if code != 0:
         problems.append(output)
     return CheckOutcome(f"bash -n and shellcheck ({len(scripts)} scripts)", problems)
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 def run_checks(
