@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import aiohttp
 import anyio
 
 from controller.platform.kubernetes.api import (
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 FIELD_MANAGER = "society-runner"
+IN_CLUSTER_REACH_S = 60.0
+"""How long an in-cluster client waits for its pod's first route to the API server."""
 
 
 class Kube:
@@ -81,10 +84,36 @@ class Kube:
         if impersonate:
             api.set_default_header("Impersonate-User", impersonate)  # type: ignore[no-untyped-call]
         try:
-            yield cls(api)
+            kube = cls(api)
+            if in_cluster:
+                await kube.until_reachable()
+            yield kube
         finally:
             with anyio.CancelScope(shield=True):
                 await api.close()  # type: ignore[no-untyped-call]
+
+    async def until_reachable(self, limit_s: float = IN_CLUSTER_REACH_S) -> None:
+        """Until the API server answers ``/version``. A new pod's network may lag its start: a
+        NetworkPolicy enforcer (kube-router, kindnet's) admits its egress once it has seen the
+        pod, which under load takes seconds. ``KubeError`` names the server after ``limit_s``."""
+        deadline = anyio.current_time() + limit_s
+        delay = 0.2
+        while True:
+            try:
+                await self._request("GET", "/version", request_timeout=10.0)
+                return
+            except (OSError, aiohttp.ClientError, TimeoutError) as exc:
+                if anyio.current_time() + delay > deadline:
+                    host = self.api.configuration.host
+                    raise KubeError(
+                        f"the API server at {host} did not answer for {limit_s:.0f} s ({exc}); "
+                        "check that the pod's egress to it is allowed (NetworkPolicy) and that the "
+                        "cluster is up",
+                        status=0,
+                        reason="api-server-unreachable",
+                    ) from None
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     # ---- requests -------------------------------------------------------------------------
 

@@ -238,9 +238,12 @@ def check_shell(scripts: list[Path] | None = None) -> CheckOutcome:
         code, output = _run(["bash", "-n", script])
         if code != 0:
             problems.append(f"bash -n {_shown(script)}: {output}")
-    code, output = _run([shellcheck(), "--external-sources", "--source-path=SCRIPTDIR", *scripts])
-    if code != 0:
-        problems.append(output)
+    if scripts:
+        code, output = _run(
+            [shellcheck(), "--external-sources", "--source-path=SCRIPTDIR", *scripts]
+        )
+        if code != 0:
+            problems.append(output)
     return CheckOutcome(f"bash -n and shellcheck ({len(scripts)} scripts)", problems)
 
 
