@@ -1,0 +1,194 @@
+"""``society cluster up --profile kind`` drives its install path against the harness's cluster
+with the real node (``--existing-kubeconfig``: the substitutes for what needs Docker, kind or
+the internet are listed in the README), then ``society run examples/negotiation.py --profile
+kind`` runs with no ``SOCIETY_*`` or ``TEMPORAL_*`` variable on the Temporal that ``up`` started
+in the cluster, its run directory comes home to the artifact root from the ledger's retained
+volume and verifies there, a second ``up`` changes nothing, and ``down`` leaves nothing behind.
+
+Substitutions (README, "Profiles"): kind's local-path provisioner is a StorageClass with one
+statically made hostPath volume (the harness runs no provisioner), and the node's volume
+directory is this machine's own (the real node shares its file system), so the volume mapping is
+the identity that kind's ``extraMounts`` gives a laptop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controlplane import REPO_ROOT, ControlPlane
+
+from controller.platform.cluster import install, temporal
+from controller.platform.cluster.queue_size import quantity
+from controller.platform.kubernetes import objects
+
+pytestmark = pytest.mark.slow
+
+SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
+
+
+def _clean_environment(plane: ControlPlane) -> dict[str, str]:
+    """The caller's environment without any run setting, with ``ctr`` on PATH."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SOCIETY_", "TEMPORAL_")) and k != "KUBECONFIG"
+    }
+    env["PATH"] = f"{plane.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    return env
+
+
+def _society(env: dict[str, str], *args: str, timeout: float = 600) -> Any:
+    return subprocess.run(
+        [*SOCIETY, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _workflow_status(address: str, run_id: str) -> str:
+    """The run's workflow as the in-cluster Temporal knows it."""
+    from temporalio.client import Client
+
+    async def describe() -> str:
+        client = await Client.connect(address)
+        return str((await client.get_workflow_handle(run_id).describe()).status.name)
+
+    return asyncio.run(describe())
+
+
+@contextmanager
+def ledger_volumes(plane: ControlPlane) -> Iterator[tuple[str, Path]]:
+    """A ``Retain`` StorageClass with one static hostPath volume in a directory of its own;
+    yields the class and that directory (the nodes' volume root)."""
+    from kubernetes import client
+
+    assert plane.workdir is not None
+    name = f"ledgers-{uuid.uuid4().hex[:8]}"
+    root = plane.workdir / name
+    directory = root / "volume-0"
+    directory.mkdir(parents=True)
+    os.chown(directory, objects.NON_ROOT_ID, objects.NON_ROOT_ID)  # hostPath: no fsGroup
+    api = plane.api_client()
+    storage, core = client.StorageV1Api(api), client.CoreV1Api(api)
+    storage.create_storage_class(
+        {"metadata": {"name": name}, "provisioner": "kubernetes.io/no-provisioner",
+         "reclaimPolicy": "Retain", "volumeBindingMode": "Immediate"}
+    )  # fmt: skip
+    core.create_persistent_volume(
+        {"metadata": {"name": name},
+         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                  "persistentVolumeReclaimPolicy": "Retain", "storageClassName": name,
+                  "hostPath": {"path": str(directory), "type": "Directory"}}}
+    )  # fmt: skip
+    try:
+        yield name, root
+    finally:
+        core.delete_persistent_volume(name)
+        storage.delete_storage_class(name)
+
+
+def test_cluster_up_then_a_run_with_no_environment_then_down_leaves_nothing(
+    node_plane: ControlPlane, tmp_path: Path
+) -> None:
+    with ledger_volumes(node_plane) as (storage_class, volumes):
+        _up_run_down(node_plane, tmp_path, storage_class, volumes)
+
+
+def _up_run_down(
+    node_plane: ControlPlane, tmp_path: Path, storage_class: str, volumes: Path
+) -> None:
+    from kubernetes import client
+
+    assert node_plane.node is not None
+    env = _clean_environment(node_plane)
+    artifacts = tmp_path / "artifacts"
+    socket = str(node_plane.node.containerd_socket)
+    up = [
+        "cluster", "up", "--profile", "kind", "--artifacts", str(artifacts),
+        "--existing-kubeconfig", str(node_plane.kubeconfig),
+        "--agent-nodes", "society.test/node=real", "--node-containerd", socket,
+        "--ledger-storage-class", storage_class, "--ledger-volumes", str(volumes),
+    ]  # fmt: skip
+    first = _society(env, *up)
+    assert first.returncode == 0, first.stderr[-4000:]
+    progress = first.stderr
+    for step in ("cluster", "local registry", "kueue v", "agent sandbox v", "images",
+                 "temporal dev server", "agents queue size", "ledger volumes", "chart",
+                 "profile file"):  # fmt: skip
+        assert f"] {step}" in progress, progress
+    assert "skipped (--existing-kubeconfig" in progress and "checked, not installed" in progress
+    profile_file = Path(first.stdout.strip().splitlines()[-1])
+    profile = json.loads(profile_file.read_text())
+    assert profile_file == artifacts / ".cluster" / "kind.json"
+    assert profile["temporalAddress"].endswith(f":{temporal.GRPC_NODE_PORT}")
+    assert profile["existingCluster"] is True and profile["imported"][socket]
+    assert profile["ledgerStorageClass"] == storage_class
+
+    api = node_plane.api_client()
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    temporal_pods = core.list_namespaced_pod(
+        install.SYSTEM_NAMESPACE, label_selector=f"app.kubernetes.io/name={temporal.NAME}"
+    ).items
+    assert [p.spec.node_name for p in temporal_pods] == [node_plane.node.name]
+    worker = apps.read_namespaced_deployment("society-run-worker", install.SYSTEM_NAMESPACE)
+    assert worker.status.available_replicas == 1  # the chart's run worker runs on the node
+    queue = custom.get_cluster_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "clusterqueues", "society-agents"
+    )
+    node = core.read_node(node_plane.node.name)
+    quota = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    # the API server stores a quantity in its canonical form ("2000m" reads back as "2")
+    assert quota[0]["name"] == "cpu"
+    assert quantity(quota[0]["nominalQuota"]) == quantity(node.status.allocatable["cpu"])
+    assert quantity(quota[1]["nominalQuota"]) == quantity(node.status.allocatable["memory"])
+
+    # Idempotent: a second `up` imports nothing, restarts nothing, and says so.
+    second = _society(env, *up)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert "imported 0 new" in second.stderr and "unchanged;" in second.stderr, second.stderr
+    again = core.list_namespaced_pod(
+        install.SYSTEM_NAMESPACE, label_selector=f"app.kubernetes.io/name={temporal.NAME}"
+    ).items
+    assert [p.metadata.uid for p in again] == [p.metadata.uid for p in temporal_pods]
+
+    # A run with no environment: every setting comes from the profile file.
+    example = REPO_ROOT / "examples" / "negotiation.py"
+    run = _society(env, "run", "--profile", "kind", "--artifacts", str(artifacts), str(example))
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["outcome"] == "ProgramFinished" and result["exit"] == "success", result
+    assert f"Temporal at {profile['temporalAddress']}" in run.stderr, run.stderr
+    assert not (artifacts / ".temporal").exists()  # no local dev server was started
+    assert _workflow_status(profile["temporalAddress"], result["runId"]) == "COMPLETED"
+    # The run directory came home from the ledger's retained volume, and verifies here.
+    home = artifacts / result["runId"]
+    assert Path(result["ledger"]).is_relative_to(home), result
+    assert f"copied the run directory home to {home}" in run.stderr, run.stderr
+    assert (volumes / "volume-0" / result["runId"] / "ledger").is_dir()  # the volume keeps it
+    verify = _society(env, "ledger", "verify", result["ledger"], timeout=120)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert json.loads(verify.stdout.splitlines()[-1])["valid"] is True
+
+    # Down removes all of it: release, Temporal, namespaces, queues, images, the profile file.
+    down = _society(env, "cluster", "down", "--profile", "kind", "--artifacts", str(artifacts))
+    assert down.returncode == 0, down.stderr[-4000:]
+    names = {ns.metadata.name for ns in core.list_namespace().items}
+    assert not names & {install.SYSTEM_NAMESPACE, install.CREDENTIALS_NAMESPACE}, names
+    for plural in ("clusterqueues", "resourceflavors"):
+        left = custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural)["items"]
+        assert not [o for o in left if o["metadata"]["name"] == "society-agents"], left
+    policies = client.AdmissionregistrationV1Api(api).list_validating_admission_policy().items
+    assert not [p for p in policies if "society" in p.metadata.name], policies
+    assert not profile_file.exists() and not (artifacts / ".cluster").exists()
+    present = node_plane.node.ctr("images", "ls", "-q").split()
+    assert not set(profile["imported"][socket]) & set(present)
