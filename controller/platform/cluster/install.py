@@ -398,7 +398,24 @@ class ClusterUp:
                                     "-n", SYSTEM_NAMESPACE, "-o", "json"))["version"]  # fmt: skip
         return f"release {RELEASE} revision {revision}; ClusterQueue {DEFAULT_CLUSTER_QUEUE} active"
 
+    def operator_key(self) -> tuple[Path, bool]:
+        """The profile's operator key (made once, 0600) and its public key beside it."""
+        from ledger.signing import SigningKey
+
+        key = self.options.state_dir / f"{self.options.profile}-operator.pem"
+        if key.exists():
+            return key, False
+        made = SigningKey.generate()
+        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary = key.with_suffix(".tmp")
+        temporary.write_bytes(made.private_pem())
+        temporary.chmod(0o600)
+        temporary.rename(key)
+        key.with_suffix(".pub").write_text(made.public_key + "\n")
+        return key, True
+
     async def profile_file(self) -> str:
+        key, made_key = self.operator_key()
         profile = ClusterProfile(
             profile=self.options.profile,
             kubeconfig=str(self.options.kubeconfig),
@@ -416,8 +433,11 @@ class ClusterUp:
             ledger_node_root=self.ledger_node_root,
             ledger_host_root=self.ledger_host_root,
             made_storage_class=self.made_storage_class,
+            signing_key=str(key),
         )
-        return str(write_profile(self.options.artifact_root, profile))
+        path = write_profile(self.options.artifact_root, profile)
+        signing = f"{'made' if made_key else 'kept'} operator key {key} (verify with --trusted-key "
+        return f"{path}; {signing}{key.with_suffix('.pub')})"
 
 
 class ClusterDown:
@@ -512,6 +532,10 @@ class ClusterDown:
             state.rmdir()
         except OSError:
             pass  # another profile's file is still there, or the kept ledger volumes
+        kept = []
+        if self.profile.signing_key:
+            public = Path(self.profile.signing_key).with_suffix(".pub")
+            kept.append(f"the operator key and {public} (its ledgers verify with it)")
         if self.profile.made_storage_class and self.profile.ledger_host_root:
-            return f"removed {path}; kept the ledgers' volumes in {self.profile.ledger_host_root}"
-        return f"removed {path}"
+            kept.append(f"the ledgers' volumes in {self.profile.ledger_host_root}")
+        return f"removed {path}" + (f"; kept {' and '.join(kept)}" if kept else "")

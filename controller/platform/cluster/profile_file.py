@@ -64,6 +64,8 @@ class ClusterProfile(BaseModel):
     ledger_host_root: str | None = Field(default=None, alias="ledgerHostRoot")
     """Where the nodes keep those volumes, and where this machine sees them (copy home)."""
     made_storage_class: bool = Field(default=False, alias="madeStorageClass")
+    signing_key: str | None = Field(default=None, alias="signingKey")
+    """The operator key file runs on this cluster sign with (its ``.pub`` beside it)."""
 
     def environment(self) -> dict[str, str]:
         """The variables a run on this cluster reads (``KubernetesSettings``, Temporal)."""
@@ -76,6 +78,8 @@ class ClusterProfile(BaseModel):
         }
         if self.context:
             env["SOCIETY_KUBE_CONTEXT"] = self.context
+        if self.signing_key:
+            env["SOCIETY_SIGNING_KEY"] = self.signing_key
         if self.ledger_storage_class:
             env["SOCIETY_LEDGER_PVC"] = LEDGER_CLAIM
             env["SOCIETY_LEDGER_STORAGE_CLASS"] = self.ledger_storage_class

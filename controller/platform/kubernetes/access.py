@@ -23,6 +23,10 @@ from controller.platform.kubernetes.rbac import RUNSPEC_CONFIGMAP, SYSTEM_NAMESP
 RUNSPEC_DIR = "/etc/society/runspec"
 CONTROLLER_JOB = "society-controller"
 ARTIFACT_ROOT = "/var/lib/society/artifacts"
+SIGNING_DIR = "/var/run/society/signing"
+SIGNING_KEY_FILE = "key.pem"
+SIGNING_SECRET = "society-signing-key"
+"""The per-run Secret holding the operator's key for the controller Job (out of cluster)."""
 RESULT_PATH = "/dev/termination-log"
 """The controller writes its ``RunResult`` here; the kubelet hands it back as the container's
 termination message (at most 4096 bytes), which the run worker reads."""
@@ -50,6 +54,7 @@ def controller_job(
     ledger_claim: str | None = None,
     environment: Mapping[str, str] | None = None,
     node_selector: Mapping[str, str] | None = None,
+    signing_key_secret: str | None = None,
 ) -> Obj:
     """The controller, in-cluster: one pod, never retried (a run executes at most once).
 
@@ -68,7 +73,23 @@ def controller_job(
         {"name": "SOCIETY_ARTIFACTS", "value": ARTIFACT_ROOT},
         {"name": "SOCIETY_RESULT_PATH", "value": RESULT_PATH},
         *({"name": k, "value": v} for k, v in sorted((environment or {}).items())),
+        *(
+            [{"name": "SOCIETY_SIGNING_KEY", "value": f"{SIGNING_DIR}/{SIGNING_KEY_FILE}"}]
+            if signing_key_secret
+            else []
+        ),
     ]
+    signing_volume = (
+        [{"name": "signing-key", "secret": {"secretName": signing_key_secret,
+                                            "defaultMode": 0o440}}]
+        if signing_key_secret
+        else []
+    )  # fmt: skip
+    signing_mount = (
+        [{"name": "signing-key", "mountPath": SIGNING_DIR, "readOnly": True}]
+        if signing_key_secret
+        else []
+    )
     artifacts: dict[str, Any] = (
         {"persistentVolumeClaim": {"claimName": ledger_claim}} if ledger_claim else {"emptyDir": {}}
     )
@@ -107,12 +128,14 @@ def controller_job(
                             "volumeMounts": [
                                 {"name": "runspec", "mountPath": RUNSPEC_DIR, "readOnly": True},
                                 {"name": "artifacts", "mountPath": ARTIFACT_ROOT},
+                                *signing_mount,
                             ],
                         }
                     ],
                     "volumes": [
                         {"name": "runspec", "configMap": {"name": RUNSPEC_CONFIGMAP}},
                         {"name": "artifacts", **artifacts},
+                        *signing_volume,
                     ],
                 },
             },
@@ -202,4 +225,19 @@ def worker_deployment(
                 },
             },
         },
+    }
+
+
+def signing_key_secret(run_id: str, pem: bytes) -> Obj:
+    """The operator's key for this run's controller Job, immutable; it goes with the namespace."""
+    import base64
+
+    metadata = _meta(run_id, SIGNING_SECRET, **{ROLE_LABEL: "controller"})
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata,
+        "type": "Opaque",
+        "immutable": True,
+        "data": {SIGNING_KEY_FILE: base64.b64encode(pem).decode("ascii")},
     }

@@ -29,6 +29,7 @@ from controller.platform.kubernetes.worker_requests import module_source_of
 from controller.run import NO_PROGRESS, Progress, RunRequest, RunResult
 from controller.run.platform import PlatformError
 from ledger.records import LedgerReceipt
+from ledger.signing import SigningKey
 
 T = TypeVar("T")
 CONTROLLER_SELECTOR = f"{objects.ROLE_LABEL}=controller"
@@ -93,6 +94,12 @@ async def run_controller_job(
                     size=settings.ledger_size,
                 )
             )
+        signing = None
+        if settings.signing_key:
+            pem = SigningKey.load(settings.signing_key).private_pem()  # refuses a bad key here
+            await kube.apply(objects.owned(access.signing_key_secret(run_id, pem), owner))
+            signing = access.SIGNING_SECRET
+            progress.phase(f"the controller signs with the operator key {settings.signing_key}")
         job = access.controller_job(
             run_id,
             image=image,
@@ -104,6 +111,7 @@ async def run_controller_job(
             ledger_claim=settings.ledger_claim,
             environment={**_forwarded(settings, images), MODULE_DIGEST_ENV: module.sha256},
             node_selector=settings.controller_node_selector,
+            signing_key_secret=signing,
         )
         await kube.apply(objects.owned(job, owner))
         try:

@@ -36,6 +36,7 @@ class KubernetesSettings:
     | ``SOCIETY_LEDGER_PVC`` | ``ledger_claim`` | none: an ``emptyDir`` |
     | ``SOCIETY_LEDGER_STORAGE_CLASS`` | ``ledger_storage_class`` | the cluster's default |
     | ``SOCIETY_LEDGER_SIZE`` | ``ledger_size`` | ``1Gi`` |
+    | ``SOCIETY_SIGNING_KEY`` | ``signing_key`` | none (a per-run key) |
     | ``SOCIETY_LEDGER_NODE_ROOT`` | ``ledger_node_root`` | none (no copy home) |
     | ``SOCIETY_LEDGER_HOST_ROOT`` | ``ledger_host_root`` | none (no copy home) |
     | ``SOCIETY_AGENT_NODE_SELECTOR`` | ``agent_node_selector`` | none (``k=v,k=v``) |
@@ -86,6 +87,9 @@ class KubernetesSettings:
     root; without it the ledger lives on an ``emptyDir`` and goes with the pod."""
     ledger_storage_class: str | None = None
     ledger_size: str = "1Gi"
+    signing_key: str | None = None
+    """The operator's key file (``SOCIETY_SIGNING_KEY``) on the submitter's machine: out of
+    cluster, the controller Job gets it as a per-run Secret and signs the ledger with it."""
     ledger_node_root: str | None = None
     """Where the nodes keep the claim's volumes (kind: ``/var/local-path-provisioner``)..."""
     ledger_host_root: str | None = None
@@ -149,6 +153,7 @@ class KubernetesSettings:
             ledger_claim=env.get("SOCIETY_LEDGER_PVC") or None,
             ledger_storage_class=env.get("SOCIETY_LEDGER_STORAGE_CLASS") or None,
             ledger_size=env.get("SOCIETY_LEDGER_SIZE") or "1Gi",
+            signing_key=env.get("SOCIETY_SIGNING_KEY") or None,
             ledger_node_root=env.get("SOCIETY_LEDGER_NODE_ROOT") or None,
             ledger_host_root=env.get("SOCIETY_LEDGER_HOST_ROOT") or None,
             agent_node_selector=_labels(env.get("SOCIETY_AGENT_NODE_SELECTOR") or ""),

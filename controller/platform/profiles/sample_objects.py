@@ -63,7 +63,9 @@ def sample_run_objects(
             ledger_claim="ledger",
             environment=controller_job._forwarded(settings, ImageMap()),
             node_selector={"society.run/pool": "system"},
+            signing_key_secret=access.SIGNING_SECRET,
         ),
+        access.signing_key_secret(run_id, b"-----BEGIN PRIVATE KEY-----\n"),
     ]
     for agent, descriptor in roster.items():
         made.append(objects.agent_secrets(run_id, agent, b"{}", descriptor.files))

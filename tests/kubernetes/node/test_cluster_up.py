@@ -175,9 +175,15 @@ def _up_run_down(
     assert Path(result["ledger"]).is_relative_to(home), result
     assert f"copied the run directory home to {home}" in run.stderr, run.stderr
     assert (volumes / "volume-0" / result["runId"] / "ledger").is_dir()  # the volume keeps it
-    verify = _society(env, "ledger", "verify", result["ledger"], timeout=120)
+    # Signed in the cluster with the operator key `up` made, from a per-run Secret.
+    operator = Path(profile["signingKey"])
+    assert operator.stat().st_mode & 0o777 == 0o600
+    pinned = operator.with_suffix(".pub")
+    verify = _society(env, "ledger", "verify", result["ledger"], "--trusted-key", str(pinned),
+                      timeout=120)  # fmt: skip
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert json.loads(verify.stdout.splitlines()[-1])["valid"] is True
+    verified = json.loads(verify.stdout.splitlines()[-1])
+    assert verified["valid"] is True and verified["signature"] == "pinned", verified
 
     # Down removes all of it: release, Temporal, namespaces, queues, images, the profile file.
     down = _society(env, "cluster", "down", "--profile", "kind", "--artifacts", str(artifacts))
@@ -189,6 +195,8 @@ def _up_run_down(
         assert not [o for o in left if o["metadata"]["name"] == "society-agents"], left
     policies = client.AdmissionregistrationV1Api(api).list_validating_admission_policy().items
     assert not [p for p in policies if "society" in p.metadata.name], policies
-    assert not profile_file.exists() and not (artifacts / ".cluster").exists()
+    assert not profile_file.exists()
+    kept = {p.name for p in (artifacts / ".cluster").iterdir()}
+    assert kept == {operator.name, pinned.name}, kept  # the key its ledgers verify with
     present = node_plane.node.ctr("images", "ls", "-q").split()
     assert not set(profile["imported"][socket]) & set(present)
