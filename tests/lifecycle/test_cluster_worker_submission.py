@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from gcs_emulator import FakeGcsServer
-from lifecycle_support import SocietyCommand
+from lifecycle_support import PROGRAMS, SocietyCommand
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -172,7 +172,7 @@ def test_a_run_submitted_to_the_cluster_worker_is_exported_verified_pinned_and_g
     assert verified.process.returncode == 0, verified.stdout_text + verified.stderr
     verdict = json.loads(verified.stdout_text.splitlines()[-1])
     assert verdict["valid"] is True and verdict["signature"] == "pinned"
-    assert verdict["publicKey"] == line["publicKey"]
+    assert line["publicKey"] == operator_key[1].read_text().strip()  # signed by the operator
 
     graded = readers("grade", GRADER, str(line["ledger"]))
     assert graded.process.returncode == 0, graded.stdout_text + graded.stderr
@@ -198,6 +198,30 @@ def test_an_export_that_fails_on_the_worker_is_reported_as_a_failure_never_succe
     assert (line["outcome"], line["exit"], line["ledger"]) == ("ClusterLost", "failure", None)
     assert "export-conflict" in ran.stderr
     assert bucket.get_blob(f"{run_id}/ledger/main/completion.json") is None
+
+
+@pytest.mark.slow
+def test_ctrl_c_cancels_the_workflow_and_the_line_names_the_ledger_the_worker_exported(
+    society: SocietyCommand, exporting_worker: ClusterWorker, tmp_path: Path, gcs: FakeGcsServer
+) -> None:
+    submitter = laptop(society, tmp_path)
+    submitter.artifacts.mkdir(parents=True)
+    run = submitter.run(
+        PROGRAMS / "endless.py", "--task-queue", exporting_worker.queue, "--insecure-temporal"
+    )
+    run.wait_for_stderr("running program")  # the worker's heartbeat phase, shown here
+    run.interrupt()
+    assert run.finish() == 130, run.stderr
+    line = run.result()
+    run_id = str(line["runId"])
+    assert (line["outcome"], line["exit"]) == ("Interrupted", "interrupted")
+    assert line["ledger"] == f"gs://{BUCKET}/{run_id}/ledger/main"
+    readers = SocietyCommand(
+        submitter.artifacts, {**submitter.env, "STORAGE_EMULATOR_HOST": gcs.url}
+    )
+    verified = readers("ledger", "verify", "--allow-incomplete", str(line["ledger"]))
+    assert verified.process.returncode == 0, verified.stdout_text + verified.stderr
+    assert json.loads(verified.stdout_text.splitlines()[-1])["valid"] is True
 
 
 @pytest.mark.slow

@@ -51,7 +51,7 @@ from controller.platform.temporal.server import (
     TemporalEndpoint,
     connection_credentials,
 )
-from controller.platform.temporal.workflow import EXECUTE, PREPARE
+from controller.platform.temporal.workflow import CLEANUP, EXECUTE, PREPARE
 from controller.run import RunRequest, RunResult
 
 FOLLOW_EVERY_S = 1.0
@@ -138,7 +138,20 @@ class SubmittedRun:
                 progress=self._progress,
             )
         if isinstance(ending, WorkflowFailureError):
-            return self._report_failure(ending)
+            report = self._report_failure(ending)
+            with contextlib.suppress(RPCError, ValidationError):
+                exported = await self._exported_by_cleanup(handle)
+                if exported is not None:  # what the run left was exported: report it there
+                    self._progress.phase(f"ledger exported to {exported.url}")
+                    report = _replace(
+                        report,
+                        report.outcome,
+                        report.cause,
+                        ledger=exported.ledger,
+                        complete=exported.complete,
+                        records=exported.signed_records,
+                    )
+            return report
         if isinstance(ending, RPCError):
             cause = f"the Temporal server at {self._endpoint.address} is gone: {ending}"
             return self._report("ClusterLost", cause)
@@ -185,6 +198,24 @@ class SubmittedRun:
             f"`kubectl -n society-system get deploy society-run-worker`)"
         )
         return True
+
+    async def _exported_by_cleanup(self, handle: WorkflowHandle[Any, Any]) -> LedgerExported | None:
+        """Where a workflow that returned no result (cancelled, failed) had its run exported:
+        the result of its completed cleanup activity, from the workflow's history."""
+        cleanups: set[int] = set()
+        exported: LedgerExported | None = None
+        async for event in handle.fetch_history_events():
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                scheduled = event.activity_task_scheduled_event_attributes
+                if scheduled.activity_type.name == CLEANUP:
+                    cleanups.add(event.event_id)
+            elif event.HasField("activity_task_completed_event_attributes"):
+                completed = event.activity_task_completed_event_attributes
+                if completed.scheduled_event_id in cleanups and completed.result.payloads:
+                    [value] = await self._client.data_converter.decode(completed.result.payloads)
+                    if value is not None:
+                        exported = LedgerExported.model_validate(value)
+        return exported
 
     def _report_failure(self, error: WorkflowFailureError) -> RunReport:
         cause = error.cause
@@ -264,9 +295,11 @@ def _no_result(run_id: str, outcome: Any, cause: str | None) -> RunReport:
 
 
 def _replace(
-    report: RunReport, outcome: Any, cause: str | None, *, ledger: str | None
+    report: RunReport, outcome: Any, cause: str | None, *, ledger: str | None, **changes: Any
 ) -> RunReport:
     from dataclasses import replace
 
     exit = report.exit if outcome == report.outcome else "failure"
-    return replace(report, outcome=outcome, exit=exit, cause=cause, ledger_dir=ledger)
+    if "complete" in changes:
+        changes["receipt_complete"] = changes.pop("complete")
+    return replace(report, outcome=outcome, exit=exit, cause=cause, ledger_dir=ledger, **changes)
