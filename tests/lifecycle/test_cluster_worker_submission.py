@@ -224,6 +224,27 @@ def test_ctrl_c_cancels_the_workflow_and_the_line_names_the_ledger_the_worker_ex
     assert json.loads(verified.stdout_text.splitlines()[-1])["valid"] is True
 
 
+def test_a_queue_no_worker_polls_is_named_and_a_second_ctrl_c_stops_waiting_at_once(
+    society: SocietyCommand, temporal_address: str
+) -> None:
+    queue = f"nobody-polls-{uuid.uuid4().hex}"
+    run = society.run(NEGOTIATION, "--task-queue", queue, "--insecure-temporal")
+    run.wait_for_stderr(f"no worker polls task queue {queue} yet")
+    run.interrupt()
+    run.wait_for_stderr("SIGINT: cancelling the run")
+    run.interrupt()
+    assert run.finish() == 130, run.stderr
+    line = run.result()
+    assert (line["outcome"], line["ledger"]) == ("Interrupted", None)
+    assert "cancellation is left to the worker" in run.stderr
+
+    async def end(run_id: str) -> None:  # nothing will ever take it: end it for the session
+        client = await Client.connect(temporal_address)
+        await client.get_workflow_handle(run_id).terminate("test over")
+
+    asyncio.run(end(str(line["runId"])))
+
+
 @pytest.mark.slow
 def test_a_request_the_worker_refuses_is_reported_with_its_reason_and_nothing_ran(
     society: SocietyCommand, temporal_address: str, tmp_path: Path

@@ -157,8 +157,8 @@ class SubmittedRun:
             return self._report("ClusterLost", cause)
         return self._report(
             "Interrupted",
-            f"stopped waiting at once; the worker on {self._task_queue} still finishes the "
-            f"workflow's cancellation (`society status {request.run_id}` with the same Temporal)",
+            f"stopped waiting at once; the workflow's cancellation is left to the worker on "
+            f"{self._task_queue} (watch workflow {request.run_id} in the Temporal UI)",
         )
 
     async def _follow(self) -> None:
