@@ -295,7 +295,7 @@ async def _submit(
         )
     try:
         check_authenticated(endpoint, allow_unauthenticated=args.insecure_temporal)
-    except RunRefused as error:
+    except (RunRefused, server.TemporalUnavailable) as error:
         raise SetupError(error.reason, str(error)) from None
     await reap_stale(root, await _live_temporal(root))
     run_id = args.run_id or new_run_id()

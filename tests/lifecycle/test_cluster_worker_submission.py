@@ -285,6 +285,19 @@ def test_an_unauthenticated_temporal_is_refused_and_nothing_is_submitted(
     assert asyncio.run(known()) is False
 
 
+def test_a_client_certificate_without_its_key_is_a_typed_error_not_a_traceback(
+    society: SocietyCommand, tmp_path: Path
+) -> None:
+    tls = tmp_path / "temporal-client"
+    tls.mkdir()
+    (tls / "tls.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    society.env["TEMPORAL_TLS_DIR"] = str(tls)
+    ran = society.run(NEGOTIATION, "--task-queue", "society-runs")
+    assert ran.finish() == 2
+    assert "holds only one of tls.crt and tls.key" in ran.stderr and "next step" in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
 def test_the_gke_profile_submits_to_the_cluster_worker_and_needs_temporal_address(
     society: SocietyCommand,
 ) -> None:
