@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from controller.platform.temporal.lifecycle import Interrupts, RunReport
     from controller.platform.temporal.server import TemporalEndpoint
     from controller.run import RunSpec
     from controller.run.module_source import ModuleSource
 
 DEFAULT_ARTIFACTS = Path("artifacts")
 ARTIFACTS_ENV = "SOCIETY_ARTIFACTS"
+TASK_QUEUE_ENV = "SOCIETY_TASK_QUEUE"
 
 EXIT_SUCCESS = 0
 EXIT_FAILURE = 1  # the program failed, or the cluster was lost
@@ -38,8 +40,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 RUN_HELP = """\
 Run one experiment once; progress on stderr, one JSON result line on stdout.
   1. write MODULE.py with run_spec = RunSpec.define(id=, agents=, events=, execute=)  (examples/)
-  2. society run MODULE.py         admit the roster, start every agent, wait until all are
-                                   ready, run execute(ctx) once, finalize the signed ledger
+  2. society run MODULE.py         start the agents, run execute(ctx) once, sign the ledger
   3. society ledger verify DIR     check the result's ledger directory offline
   4. society grade GRADER.py DIR   verify, then grade it with your grader (examples/graders/)
 Exit: 0 success, 1 program failed or cluster lost, 2 could not start, 130/143/129 stopped
@@ -55,6 +56,8 @@ class SetupError(Exception):
 
 
 def add_commands(subparsers: Any) -> None:
+    from controller.platform.temporal import CLUSTER_TASK_QUEUE
+
     run = subparsers.add_parser(
         "run",
         help="run one experiment module and print its result as one JSON line",
@@ -69,12 +72,24 @@ def add_commands(subparsers: Any) -> None:
         choices=["local", "kind", "gke", "kubernetes"],
         default="local",
         metavar="NAME",
-        help="local (default): a sandboxed process per agent; kind, gke, kubernetes: an Agent "
-        "Sandbox pod per agent (cluster: SOCIETY_KUBECONFIG, SOCIETY_KUBE_CONTEXT)",
+        help="local (default): a process per agent; kind, gke, kubernetes: pods",
+    )
+    run.add_argument(
+        "--task-queue",
+        default=os.environ.get(TASK_QUEUE_ENV) or None,
+        metavar="Q",
+        help=f"run on the worker polling Q (${TASK_QUEUE_ENV}; gke: {CLUSTER_TASK_QUEUE})",
+    )
+    run.add_argument(
+        "--insecure-temporal",
+        action="store_true",
+        help="with --task-queue: trust a Temporal that authenticates no client",
     )
     _add_artifacts(run)
     run.add_argument("--seed", type=int, default=None, help="seed passed to the run")
-    run.add_argument("--run-id", type=_run_id, default=None, help="sr- + 32 lowercase hex digits")
+    run.add_argument(
+        "--run-id", type=_run_id, default=None, metavar="ID", help="sr- + 32 lowercase hex digits"
+    )
     run.add_argument(
         "--unsandboxed",
         action="store_true",
@@ -160,9 +175,8 @@ def _run(args: argparse.Namespace) -> int:
 
 async def _run_async(args: argparse.Namespace) -> int:
     from controller.cli.progress import TerminalProgress
-    from controller.platform.temporal import server
+    from controller.platform.temporal import CLUSTER_TASK_QUEUE, server
     from controller.platform.temporal.lifecycle import Interrupts, RunDriver, RunRefused, RunReport
-    from controller.platform.temporal.run_files import write_result
     from controller.run import RunRequest, new_run_id
     from controller.run.request import RunRequestError
 
@@ -180,6 +194,10 @@ async def _run_async(args: argparse.Namespace) -> int:
     spec, module = _load_module(args.module)  # before Temporal, a run id or a run directory
     if args.profile != "local":
         _apply_cluster_profile(root, args.profile, progress)
+    queue = args.task_queue or (CLUSTER_TASK_QUEUE if args.profile == "gke" else None)
+    if queue is not None:
+        report = await _submit(args, queue, module, root, progress, interrupts)
+        return _finish(root, report, progress, interrupts)
     await reap_stale(root, await _live_temporal(root))
     if args.profile != "local":
         await _check_cluster()
@@ -227,11 +245,94 @@ async def _run_async(args: argparse.Namespace) -> int:
     finally:
         if dev_server is not None:
             await dev_server.release(run_id)
-    write_result(root, run_id, {**report.line(), "cause": report.cause})
+    return _finish(root, report, progress, interrupts)
+
+
+def _finish(root: Path, report: RunReport, progress: Any, interrupts: Interrupts) -> int:
+    """Keep the result beside the run (if it has a directory here), print the line, exit."""
+    from controller.platform.temporal.run_files import write_result
+
+    if report.run_id is not None:
+        write_result(root, report.run_id, {**report.line(), "cause": report.cause})
     if report.cause:
         progress.phase(f"{report.outcome}: {report.cause}")
     _print_line(report.line())
     return exit_code(report.outcome, report.exit, interrupts.signum)
+
+
+async def _submit(
+    args: argparse.Namespace,
+    queue: str,
+    module: Path,
+    root: Path,
+    progress: Any,
+    interrupts: Interrupts,
+) -> RunReport:
+    """``--task-queue``: submit to the worker polling ``queue`` on the configured Temporal and
+    wait for it; no worker runs here (``controller.platform.temporal.remote``, which says why
+    its result is trusted only from a Temporal that authenticates its clients)."""
+    from controller.platform.temporal import server
+    from controller.platform.temporal.lifecycle import RunRefused, RunReport
+    from controller.platform.temporal.remote import SubmittedRun, check_authenticated
+    from controller.run import RunRequest, new_run_id
+    from controller.run.request import RunRequestError
+
+    if args.unsandboxed:
+        raise SetupError(
+            "unsandboxed-remote",
+            f"--unsandboxed applies to a worker in this process; the worker polling {queue} "
+            "decides for itself\n  next step: drop --unsandboxed (or --task-queue)",
+        )
+    endpoint = server.configured_endpoint()
+    if endpoint is None:
+        raise SetupError(
+            "temporal-address-missing",
+            f"task queue {queue} is polled by a run worker on your Temporal, and "
+            f"{server.ADDRESS_ENV} is not set\n  next step: set {server.ADDRESS_ENV} (host:port) "
+            f"and {server.NAMESPACE_ENV} of the Temporal that worker polls, with "
+            f"{server.TLS_DIR_ENV} or {server.API_KEY_ENV} (GKE: what the chart's Temporal Secret "
+            "holds)",
+        )
+    try:
+        check_authenticated(endpoint, allow_unauthenticated=args.insecure_temporal)
+    except (RunRefused, server.TemporalUnavailable) as error:
+        raise SetupError(error.reason, str(error)) from None
+    await reap_stale(root, await _live_temporal(root))
+    run_id = args.run_id or new_run_id()
+    try:
+        request = RunRequest.build(
+            run_id=run_id,
+            module_path=str(module),  # names it only: the worker runs module_source
+            profile=args.profile,
+            artifact_root=str(root),  # the worker's own artifact root replaces it
+            seed=args.seed,
+            module_source=_module_source(module),
+        )
+    except RunRequestError as error:
+        raise SetupError(error.reason, str(error)) from None
+    with interrupts.cancelling() as setup:
+        try:
+            client = await server.connect(endpoint)
+        except server.TemporalUnavailable as error:
+            raise SetupError(error.reason, str(error)) from None
+    if setup.cancelled_caught:
+        return RunReport("Interrupted", "interrupted", run_id, None, False, 0, None)
+    ui = server.workflow_url(endpoint, run_id)
+    progress.phase(f"run {run_id}: Temporal at {endpoint.address}, namespace {endpoint.namespace}")
+    progress.phase(f"temporal ui: {ui or f'not known (set {server.UI_ENV})'}")
+    submitted = SubmittedRun(
+        client,
+        endpoint,
+        request,
+        task_queue=queue,
+        progress=progress,
+        interrupts=interrupts,
+        require_export=args.profile == "gke",
+    )
+    try:
+        return await submitted.drive()
+    except RunRefused as error:
+        raise SetupError(error.reason, str(error)) from None
 
 
 def _load_module(path: Path) -> tuple[RunSpec, Path]:

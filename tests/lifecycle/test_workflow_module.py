@@ -20,7 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
-from controller.platform.temporal.models import Reservation
+from controller.platform.temporal.models import LedgerExported, Reservation
 from controller.platform.temporal.workflow import CLEANUP, EXECUTE, PREPARE, SocietyRun
 
 
@@ -38,11 +38,18 @@ def test_the_workflow_module_imports_no_kernel_platform_or_ledger() -> None:
 
 
 class StandIns:
-    def __init__(self, *, execute_fails: bool = False, cleanup_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        execute_fails: bool = False,
+        cleanup_s: float = 0.0,
+        exported: LedgerExported | None = None,
+    ) -> None:
         self.calls: list[str] = []
         self.cleanup_started = asyncio.Event()
         self._execute_fails = execute_fails
         self._cleanup_s = cleanup_s
+        self._exported = exported
 
     @activity.defn(name=PREPARE)
     async def prepare(self, request: dict[str, Any]) -> Reservation:
@@ -57,13 +64,14 @@ class StandIns:
         return {"outcome": "ProgramFinished"}
 
     @activity.defn(name=CLEANUP)
-    async def cleanup(self, reservation: Reservation) -> None:
+    async def cleanup(self, reservation: Reservation) -> LedgerExported | None:
         self.calls.append("cleanup")
         self.cleanup_started.set()
         for _ in range(int(self._cleanup_s * 20)):
             activity.heartbeat()
             await asyncio.sleep(0.05)
         self.calls.append("cleanup done")
+        return self._exported
 
 
 async def _drive(address: str, stand_ins: StandIns, *, cancel_in_cleanup: bool) -> Any:
@@ -98,3 +106,18 @@ def test_a_cancel_that_arrives_during_cleanup_lets_cleanup_finish(temporal_addre
     cause = asyncio.run(_drive(temporal_address, stand_ins, cancel_in_cleanup=True))
     assert type(cause).__name__ == "CancelledError", "the workflow still ends cancelled"
     assert stand_ins.calls == ["prepare", "execute", "cleanup", "cleanup done"]
+
+
+def test_the_result_says_where_cleanup_exported_the_run_and_nothing_when_it_did_not(
+    temporal_address: str,
+) -> None:
+    exported = LedgerExported(
+        url="gs://b/r/", ledger="gs://b/r/ledger/main", complete=True, signed_records=7,
+        objects=9, skipped=0,
+    )  # fmt: skip
+    result = asyncio.run(
+        _drive(temporal_address, StandIns(exported=exported), cancel_in_cleanup=False)
+    )
+    assert result == {"outcome": "ProgramFinished", "export": exported.model_dump(mode="json")}
+    plain = asyncio.run(_drive(temporal_address, StandIns(), cancel_in_cleanup=False))
+    assert plain == {"outcome": "ProgramFinished"}

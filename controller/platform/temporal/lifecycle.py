@@ -240,6 +240,8 @@ class RunDriver:
         """A workflow result only if this process's ``execute`` proved it."""
         if not isinstance(ending, dict):
             return ending
+        # ``export`` is cleanup's, outside the proof; this run's ledger is reported where it is.
+        ending = {name: value for name, value in ending.items() if name != "export"}
         try:
             return self._authority.accept(ending)
         except ResultUnproven as refused:
@@ -248,28 +250,7 @@ class RunDriver:
     async def _wait(
         self, handle: WorkflowHandle[Any, dict[str, Any]]
     ) -> dict[str, Any] | WorkflowFailureError | RPCError | None:
-        """The workflow's ending (a ``RunResult`` as JSON); None after a second interrupt."""
-        ending: dict[str, Any] | WorkflowFailureError | RPCError | None = None
-        async with anyio.create_task_group() as waiting:
-            waiting.start_soon(self._cancel_on_interrupt, handle)
-            with anyio.CancelScope() as forced:
-                waiting.start_soon(_cancel_scope_on, self._interrupts.second, forced)
-                try:
-                    ending = await handle.result()
-                except (WorkflowFailureError, RPCError) as error:
-                    ending = error
-            waiting.cancel_scope.cancel()
-        return ending
-
-    async def _cancel_on_interrupt(self, handle: WorkflowHandle[Any, Any]) -> None:
-        await self._interrupts.first.wait()
-        name = signal.Signals(self._interrupts.signum or signal.SIGINT).name
-        self._progress.phase(
-            f"{name}: cancelling the run; the ledger is finalized and every process reaped "
-            "before exit (send it again to stop at once)"
-        )
-        with contextlib.suppress(RPCError):  # a lost server ends the wait with its own error
-            await handle.cancel()
+        return await wait_for_ending(handle, self._interrupts, self._progress)
 
     def _report_failure(self, error: WorkflowFailureError) -> RunReport:
         root, run_id = Path(self._request.artifact_root), self._request.run_id
@@ -283,6 +264,40 @@ class RunDriver:
                 raise RunRefused(cause.cause.type or "refused", cause.cause.message)
             cause = cause.cause
         return RunReport.from_artifacts(root, run_id, "ClusterLost", f"the run failed: {cause}")
+
+
+async def wait_for_ending(
+    handle: WorkflowHandle[Any, dict[str, Any]], interrupts: Interrupts, progress: Any
+) -> dict[str, Any] | WorkflowFailureError | RPCError | None:
+    """The workflow's ending (a ``RunResult`` as JSON); None after a second interrupt.
+
+    The first interrupt cancels the workflow and keeps waiting: its ledger is finalized and its
+    cleanup runs before it ends.
+    """
+    ending: dict[str, Any] | WorkflowFailureError | RPCError | None = None
+    async with anyio.create_task_group() as waiting:
+        waiting.start_soon(_cancel_on_interrupt, handle, interrupts, progress)
+        with anyio.CancelScope() as forced:
+            waiting.start_soon(_cancel_scope_on, interrupts.second, forced)
+            try:
+                ending = await handle.result()
+            except (WorkflowFailureError, RPCError) as error:
+                ending = error
+        waiting.cancel_scope.cancel()
+    return ending
+
+
+async def _cancel_on_interrupt(
+    handle: WorkflowHandle[Any, Any], interrupts: Interrupts, progress: Any
+) -> None:
+    await interrupts.first.wait()
+    name = signal.Signals(interrupts.signum or signal.SIGINT).name
+    progress.phase(
+        f"{name}: cancelling the run; the ledger is finalized and every process reaped "
+        "before exit (send it again to stop at once)"
+    )
+    with contextlib.suppress(RPCError):  # a lost server ends the wait with its own error
+        await handle.cancel()
 
 
 async def _cancel_scope_on(event: anyio.Event, scope: anyio.CancelScope) -> None:

@@ -25,3 +25,18 @@ class ExecuteHeartbeat(_Payload):
     """The execute activity's heartbeat detail: the last phase, for ``society status``."""
 
     phase: str
+
+
+class LedgerExported(_Payload):
+    """Where ``cleanup`` exported the run directory (``SOCIETY_LEDGER_EXPORT``): what the workflow
+    adds to its result as ``export``, so a submitter that is not the worker learns the location."""
+
+    url: str
+    """The run directory's URL, ``gs://BUCKET/<run id>/``."""
+    ledger: str | None
+    """The ledger's URL inside it (``gs://BUCKET/<run id>/ledger/main``)."""
+    complete: bool
+    """False: the run left no completion; its signed prefix was exported, marked incomplete."""
+    signed_records: int
+    objects: int
+    skipped: int

@@ -7,8 +7,14 @@ once it polls, and on SIGTERM or SIGINT stops polling, lets running activities f
 the grace period (then cancels them: a cancelled ``execute`` finalizes its ledger) and exits 0.
 
 Unlike ``society run``'s own worker it serves other processes' submissions, so it holds no
-per-run key and checks no proof (``submission``): whoever reaches its Temporal can submit to it,
-which is why that Temporal must be reachable only in-cluster.
+per-run key and checks no proof (``submission``): whoever reaches its Temporal can submit to it
+(and it runs the module content they send), which is why that Temporal must be reachable only
+in-cluster or authenticate its clients (mTLS or an API key, as on GKE). ``society run
+--task-queue`` submits to it (``remote``). It writes every run under its own artifact root
+(``--artifacts``, default ``$SOCIETY_ARTIFACTS``; the chart sets it), never under the root a
+request names, which is the submitter's; without either it uses the request's root. Its
+cleanup exports the run directory where ``SOCIETY_LEDGER_EXPORT`` says and the workflow's result
+says where (``export``).
 
 The worker owns run namespaces (its prepare and cleanup activities), so it sets
 ``SOCIETY_KUBE_WORKER_NAMESPACES=1`` for the controllers it runs. In-cluster
@@ -25,9 +31,11 @@ import os
 import signal
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 from temporalio.worker import Worker
 
+from controller.platform.temporal import CLUSTER_TASK_QUEUE
 from controller.platform.temporal.activities import LifecycleActivities
 from controller.platform.temporal.server import (
     ADDRESS_ENV,
@@ -37,7 +45,7 @@ from controller.platform.temporal.server import (
 )
 from controller.platform.temporal.workflow import SocietyRun
 
-DEFAULT_TASK_QUEUE = "society-runs"
+DEFAULT_TASK_QUEUE = CLUSTER_TASK_QUEUE
 EXIT_UNAVAILABLE = 2
 
 
@@ -50,6 +58,14 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--task-queue",
         default=os.environ.get("SOCIETY_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
         help="the task queue to poll (default: $SOCIETY_TASK_QUEUE, else %(default)s)",
+    )
+    parser.add_argument(
+        "--artifacts",
+        type=Path,
+        default=os.environ.get("SOCIETY_ARTIFACTS") or None,
+        metavar="DIR",
+        help="where every run's directory goes, whatever root a request names "
+        "(default: $SOCIETY_ARTIFACTS, else the request's root)",
     )
     parser.add_argument(
         "--max-concurrent-runs",
@@ -66,7 +82,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(task_queue: str, *, max_concurrent_runs: int, grace_s: float) -> int:
+async def serve(
+    task_queue: str,
+    *,
+    max_concurrent_runs: int,
+    grace_s: float,
+    artifact_root: Path | None = None,
+) -> int:
     """Poll ``task_queue`` until SIGTERM or SIGINT; 2 when no Temporal answers."""
     endpoint = configured_endpoint()
     if endpoint is None:
@@ -85,7 +107,7 @@ async def serve(task_queue: str, *, max_concurrent_runs: int, grace_s: float) ->
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    activities = LifecycleActivities()
+    activities = LifecycleActivities(artifact_root=artifact_root)
     async with Worker(
         client,
         task_queue=task_queue,
@@ -112,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             arguments.task_queue,
             max_concurrent_runs=arguments.max_concurrent_runs,
             grace_s=arguments.grace_s,
+            artifact_root=None if arguments.artifacts is None else arguments.artifacts.resolve(),
         )
     )
 

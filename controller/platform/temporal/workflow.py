@@ -52,30 +52,38 @@ class SocietyRun:
                 retry_policy=RetryPolicy(maximum_attempts=1),
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
-            return result
-        finally:
-            await _shielded(
-                workflow.start_activity(
-                    CLEANUP,
-                    reservation,
-                    start_to_close_timeout=timedelta(minutes=2),
-                    schedule_to_close_timeout=timedelta(minutes=10),
-                    retry_policy=RetryPolicy(
-                        initial_interval=timedelta(seconds=1),
-                        maximum_interval=timedelta(seconds=30),
-                    ),
-                )
-            )
+        except BaseException:
+            await _shielded(_cleanup(reservation))
+            raise
+        exported = await _shielded(_cleanup(reservation))
+        # Where cleanup exported the run (a worker with SOCIETY_LEDGER_EXPORT), for a submitter
+        # that is not the worker and cannot read its disk.
+        return result if exported is None else {**result, "export": exported}
 
 
-async def _shielded(activity: workflow.ActivityHandle[Any]) -> None:
-    """Wait for ``activity`` to finish even if the workflow is cancelled meanwhile."""
+def _cleanup(reservation: Reservation) -> workflow.ActivityHandle[Any]:
+    """Cleanup is retried, shielded from cancellation; its result says where it exported."""
+    return workflow.start_activity(
+        CLEANUP,
+        reservation,
+        start_to_close_timeout=timedelta(minutes=2),
+        schedule_to_close_timeout=timedelta(minutes=10),
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_interval=timedelta(seconds=30),
+        ),
+    )
+
+
+async def _shielded(activity: workflow.ActivityHandle[Any]) -> Any:
+    """``activity``'s result, waited for even if the workflow is cancelled meanwhile."""
     cancelled: asyncio.CancelledError | None = None
     while not activity.done():
         try:
             await workflow.wait([activity])  # unlike awaiting it, waiting never cancels it
         except asyncio.CancelledError as error:
             cancelled = error
-    activity.result()
+    result = activity.result()
     if cancelled is not None:
         raise cancelled
+    return result
