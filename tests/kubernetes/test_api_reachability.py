@@ -48,6 +48,7 @@ def _kubeconfig(tmp_path: Path, port: int) -> Path:
 
 async def test_the_first_request_waits_until_the_api_server_answers(tmp_path: Path) -> None:
     port = _free_port()
+
     async def version(_: web.Request) -> web.Response:
         return web.json_response({"gitVersion": "v1.36.3"})
 
