@@ -385,6 +385,9 @@ class ClusterUp:
             lambda: _helm(
                 self.programs, self.options, "upgrade", "--install", RELEASE, str(CHART),
                 "--namespace", SYSTEM_NAMESPACE, "--values", str(values_file),
+                # the run roles an administrator's earlier out-of-cluster run installed
+                # (namespace.ensure_run_roles) are the chart's own objects: adopt them
+                "--take-ownership",
                 "--wait", "--timeout", f"{int(READY_TIMEOUT_S)}s",
             )
         )  # fmt: skip

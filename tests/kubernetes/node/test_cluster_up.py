@@ -54,6 +54,14 @@ def _society(env: dict[str, str], *args: str, timeout: float = 600) -> Any:
     )
 
 
+async def _ensure_run_roles(plane: ControlPlane) -> None:
+    from controller.platform.kubernetes.kube import Kube
+    from controller.platform.kubernetes.namespace import ensure_run_roles
+
+    async with Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube:
+        await ensure_run_roles(kube)
+
+
 def _workflow_status(address: str, run_id: str) -> str:
     """The run's workflow as the in-cluster Temporal knows it."""
     from temporalio.client import Client
@@ -118,6 +126,9 @@ def _up_run_down(
         "--agent-nodes", "society.test/node=real", "--node-containerd", socket,
         "--ledger-storage-class", storage_class, "--ledger-volumes", str(volumes),
     ]  # fmt: skip
+    # An administrator ran a run before `up`: its out-of-cluster prepare installed the run
+    # ClusterRoles, which the chart must adopt rather than refuse.
+    asyncio.run(_ensure_run_roles(node_plane))
     first = _society(env, *up)
     assert first.returncode == 0, first.stderr[-4000:]
     progress = first.stderr
