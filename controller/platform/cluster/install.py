@@ -386,8 +386,9 @@ class ClusterUp:
                 self.programs, self.options, "upgrade", "--install", RELEASE, str(CHART),
                 "--namespace", SYSTEM_NAMESPACE, "--values", str(values_file),
                 # the run roles an administrator's earlier out-of-cluster run installed
-                # (namespace.ensure_run_roles) are the chart's own objects: adopt them
-                "--take-ownership",
+                # (namespace.ensure_run_roles) are the chart's own objects: adopt them, with
+                # their labels (server-side apply: a field of another manager conflicts)
+                "--take-ownership", "--force-conflicts",
                 "--wait", "--timeout", f"{int(READY_TIMEOUT_S)}s",
             )
         )  # fmt: skip
