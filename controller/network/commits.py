@@ -75,7 +75,6 @@ class MessageCommits:
         committed = _CommittedSend(
             self, once, event, sender, participants, parts, client_message_id
         )
-        self.fabric.flush_delivered()  # waiting delivery records share this commit
         try:
             self.ledger.append_soon(event, producer="router", then=committed)
         except LedgerError as exc:  # closed or failed: refused before it was queued
