@@ -34,9 +34,9 @@ class CommitPipeline:
     def __init__(self, files: DurableFiles, fd: int, path: Path, depth: int = PIPELINE_DEPTH):
         self._files = files
         self._fd = fd
-        self._free = [files.open_for_sync(path) for _ in range(depth)]
-        self._slots = list(self._free)
-        self._limiter = anyio.CapacityLimiter(depth)  # never waits: a caller holds a free slot
+        self.sync_fds = [files.open_for_sync(path) for _ in range(depth)]
+        """One descriptor per commit in flight, each fsynced by one committer only."""
+        self._limiter = anyio.CapacityLimiter(depth)  # never waits: one commit per descriptor
         self._turn = threading.Condition()
         self._tickets = 0  # handed out, on the event loop
         self._written = 0  # written so far, in the worker threads
@@ -44,24 +44,16 @@ class CommitPipeline:
         self.records_hash = hashlib.sha256()
         """SHA-256 of every byte written, in file order."""
 
-    @property
-    def free(self) -> bool:
-        """Whether another commit may start now."""
-        return bool(self._free)
-
-    def reserve(self) -> tuple[int, int]:
-        """A free slot's descriptor and the next write ticket; call only when ``free``."""
+    def next_ticket(self) -> int:
+        """The place of the next commit in the file; commits are written in ticket order."""
         self._tickets += 1
-        return self._free.pop(), self._tickets
+        return self._tickets
 
     async def commit(self, sync_fd: int, ticket: int, data: bytes) -> None:
-        """Write ``data`` after every earlier ticket's, then fsync; the slot is free after it."""
-        try:
-            await anyio.to_thread.run_sync(
-                self._write_and_sync, sync_fd, ticket, data, limiter=self._limiter
-            )
-        finally:
-            self._free.append(sync_fd)
+        """Write ``data`` after every earlier ticket's, then fsync it on ``sync_fd``."""
+        await anyio.to_thread.run_sync(
+            self._write_and_sync, sync_fd, ticket, data, limiter=self._limiter
+        )
 
     def _write_and_sync(self, sync_fd: int, ticket: int, data: bytes) -> None:
         with self._turn:
@@ -87,8 +79,7 @@ class CommitPipeline:
         self._files.fsync(self._fd)
 
     def close(self) -> None:
-        """Close the slots' descriptors (once nothing is in flight)."""
-        for fd in self._slots:
+        """Close the committers' descriptors (once nothing is in flight)."""
+        for fd in self.sync_fds:
             self._files.close(fd)
-        self._slots.clear()
-        self._free.clear()
+        self.sync_fds.clear()

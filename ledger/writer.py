@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -13,7 +12,6 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
-from anyio.abc import TaskGroup
 
 from ledger.canonical import canonical_json, sha256_hex
 from ledger.encoder import RecordEncoder
@@ -97,7 +95,7 @@ class LedgerWriter:
         self._pipeline = CommitPipeline(files, records_fd, directory / RECORDS)
         self._open = _Batch()
         self._in_flight: deque[_Batch] = deque()  # encoded, not settled yet, in record order
-        self._wake = anyio.Event()
+        self._idle: list[anyio.Event] = []  # committers waiting for appends, the last on top
         self._committed = anyio.Event()
         self._failure: LedgerWriteError | None = None
         self._completion: LedgerReceipt | None = None
@@ -182,7 +180,7 @@ class LedgerWriter:
                 self._check_open()
             if not self._sealed:
                 self._closing = True
-                self._wake.set()
+                self._wake_all()
                 await self._committer_done.wait()
                 if self._failure is not None:
                     raise self._failure
@@ -246,8 +244,8 @@ class LedgerWriter:
         if type(event) not in self._classes:
             self.catalog.encode(event)  # raises the catalog's typed error
         batch = self._open
-        if not batch.entries:
-            self._wake.set()
+        if not batch.entries and self._idle:
+            self._idle.pop().set()  # one committer is enough; the others stay asleep
         batch.entries.append((event, producer, causation_id, correlation_id))
         batch.then.append(then)
         return batch
@@ -284,21 +282,36 @@ class LedgerWriter:
             self._committer_done.set()
 
     async def _commit_until_closed(self) -> None:
-        async with anyio.create_task_group() as commits:
-            while self._failure is None:
-                pipeline = self._pipeline
-                if pipeline.free and (self._open.entries or self._encoder.checkpoint_due()):
-                    self._start_commit(commits)
-                    continue
-                if self._closing and not self._open.entries:
-                    return  # the commits in flight finish as the task group ends
-                self._wake = anyio.Event()
-                timeout = self._encoder.seconds_to_checkpoint() if pipeline.free else math.inf
-                with anyio.move_on_after(max(timeout, 0.0)):
-                    await self._wake.wait()
+        async with anyio.create_task_group() as committers:
+            for sync_fd in self._pipeline.sync_fds:
+                committers.start_soon(self._commit_in_turn, sync_fd)
 
-    def _start_commit(self, commits: TaskGroup) -> None:
-        """Encode the open batch now, in chain order, and hand its bytes to the pipeline."""
+    async def _commit_in_turn(self, sync_fd: int) -> None:
+        """One of the pipeline's committers: whenever appends wait, commit them; until closed.
+
+        Each committer has its own descriptor to fsync on and one commit in flight at most. The
+        first append to an empty batch wakes one idle committer; a busy one takes what waits as
+        soon as its own commit is done.
+        """
+        while self._failure is None:
+            if self._open.entries or self._encoder.checkpoint_due():
+                await self._commit(sync_fd)
+                continue
+            if self._closing:
+                return
+            wake = anyio.Event()
+            self._idle.append(wake)
+            with anyio.move_on_after(max(self._encoder.seconds_to_checkpoint(), 0.0)):
+                await wake.wait()
+            if not wake.is_set():  # a checkpoint fell due first
+                self._idle.remove(wake)
+
+    def _wake_all(self) -> None:
+        while self._idle:
+            self._idle.pop().set()
+
+    async def _commit(self, sync_fd: int) -> None:
+        """Encode the open batch now, in chain order, then write it in its turn and fsync it."""
         batch = self._open
         self._open = _Batch()
         self._in_flight.append(batch)
@@ -310,26 +323,17 @@ class LedgerWriter:
         self._encoded_bytes += len(data)
         batch.end = (self._encoder.count, self._encoder.head, self._encoded_bytes)
         if data:
-            sync_fd, ticket = self._pipeline.reserve()
-            commits.start_soon(self._commit, batch, sync_fd, ticket, data)
-        else:  # every entry was refused: nothing to write, it settles in its turn
-            batch.synced = True
+            try:
+                await self._pipeline.commit(sync_fd, self._pipeline.next_ticket(), data)
+            except Exception as exc:  # the disk failed: nothing more is written
+                self._fail(exc)
+                return
+        if self._failure is None and not batch.synced:
+            for earlier in self._in_flight:  # written before this fsync began: durable too
+                earlier.synced = True
+                if earlier is batch:
+                    break
             self._settle_synced()
-
-    async def _commit(self, batch: _Batch, sync_fd: int, ticket: int, data: bytes) -> None:
-        try:
-            await self._pipeline.commit(sync_fd, ticket, data)
-        except Exception as exc:  # the disk failed: nothing more is written
-            self._fail(exc)
-        else:
-            if self._failure is None and not batch.synced:
-                for earlier in self._in_flight:  # written before this fsync began: durable too
-                    earlier.synced = True
-                    if earlier is batch:
-                        break
-                self._settle_synced()
-        finally:
-            self._wake.set()  # a slot is free
 
     def _settle_synced(self) -> None:
         """Settle the durable batches at the head of the pipeline, in record order."""
@@ -496,7 +500,7 @@ async def open_ledger_writer(
             finally:
                 if writer._completion is None:
                     writer._closing = True
-                    writer._wake.set()
+                    writer._wake_all()
     finally:
         if writer._completion is None:
             with anyio.CancelScope(shield=True):
