@@ -322,12 +322,15 @@ class LedgerWriter:
             return
         self._encoded_bytes += len(data)
         batch.end = (self._encoder.count, self._encoder.head, self._encoded_bytes)
-        if data:
-            try:
-                await self._pipeline.commit(sync_fd, self._pipeline.next_ticket(), data)
-            except Exception as exc:  # the disk failed: nothing more is written
-                self._fail(exc)
-                return
+        if not data:  # every entry was refused: nothing to write, and no fsync to vouch for
+            batch.synced = True  # the batches before it; it settles in its turn
+            self._settle_synced()
+            return
+        try:
+            await self._pipeline.commit(sync_fd, self._pipeline.next_ticket(), data)
+        except Exception as exc:  # the disk failed: nothing more is written
+            self._fail(exc)
+            return
         if self._failure is None and not batch.synced:
             for earlier in self._in_flight:  # written before this fsync began: durable too
                 earlier.synced = True
