@@ -61,18 +61,23 @@ class CountingFiles(DurableFiles):
     """The real I/O seam, counting fsyncs of records.ndjson to learn the writer's batch size."""
 
     def __init__(self) -> None:
-        self.records_fd = -1
+        self.records_fds: set[int] = set()  # the writer fsyncs on several descriptors of it
         self.fsyncs = 0
 
     def create(self, path: Path) -> int:
         fd = super().create(path)
         if path.name == RECORDS:
-            self.records_fd = fd
+            self.records_fds.add(fd)
+        return fd
+
+    def open_for_sync(self, path: Path) -> int:
+        fd = super().open_for_sync(path)
+        self.records_fds.add(fd)
         return fd
 
     def fsync(self, fd: int) -> None:
         super().fsync(fd)
-        if fd == self.records_fd:
+        if fd in self.records_fds:
             self.fsyncs += 1
 
 

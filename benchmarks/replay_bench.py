@@ -29,7 +29,7 @@ from controller.events.network import (
     LinkMessageDropped,
     LinkUp,
     RouterMessageCommitted,
-    RouterMessageDelivered,
+    RouterMessagesDelivered,
 )
 from controller.events.run import ReadinessGatePassed, RunStarted
 from controller.viewer.page import render_page
@@ -106,7 +106,7 @@ def events(total: int) -> list[tuple[Event, str]]:
                     )
                 )
             else:
-                delivered = RouterMessageDelivered(message_id=message, receiver_id=receiver)
+                delivered = RouterMessagesDelivered(receiver_id=receiver, message_ids=[message])
                 out.append((delivered, "router"))
     return out[:total]
 

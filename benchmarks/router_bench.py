@@ -12,8 +12,11 @@ per session, the server process's CPU per message (every thread) and how busy it
 seconds per wall second: ~1.0 is one core, the most a GIL-bound server uses); p50/p99 delivery
 latency (scheduled send to the receiver's hand-over) at ``--offered`` msg/s open loop, and the
 server's GC pauses meanwhile; resident memory and descriptors per connected session. The
-primary ratios are (a)/(c). Separately, the agent client library (``connect_agent``) drives the
-bare relay, and its CPU per message is printed beside the raw generator's.
+primary ratios are (a)/(c). After (a), the durable ledger alone takes appends at the same offered
+rate (``ledger_alone``): its p99 is what a commit costs on this disk at that moment, a floor
+under (a)'s latency that no router design removes. Separately, the agent client library
+(``connect_agent``) drives the bare relay, and its CPU per message is printed beside the raw
+generator's.
 
     .venv/bin/python benchmarks/router_bench.py                    # 10 and 100 sessions
     .venv/bin/python benchmarks/router_bench.py --clients 1000 --messages 20000
@@ -36,6 +39,7 @@ from router_servers import (
     GCPauses,
     Served,
     cpu_seconds,
+    ledger_alone,
     open_sockets,
     serve_variant,
 )
@@ -154,6 +158,21 @@ async def library_cpu(sessions: int, args: argparse.Namespace) -> tuple[float, f
     return per_message[0], per_message[1]
 
 
+def ledger_floor(sessions: int, args: argparse.Namespace) -> Result:
+    """The durable ledger alone at the latency phase's offered rate (no router, no sockets)."""
+    latencies = sorted(anyio.run(ledger_alone, args.offered, args.seconds))
+    return Result(
+        "ledger",
+        sessions,
+        throughput=0.0,
+        server_cpu_us=0.0,
+        server_busy=0.0,
+        load_cpu_us=0.0,
+        p50_ms=statistics.median(latencies) * 1000,
+        p99_ms=percentile(latencies, 0.99) * 1000,
+    )
+
+
 def report(results: list[Result]) -> None:
     print(
         f"{'sessions':>8} {'server':>8} {'msgs/s':>8} {'busy':>5} {'CPU us/msg':>10} "
@@ -180,6 +199,8 @@ def report(results: list[Result]) -> None:
         if "nowhere" in by:
             b = by["nowhere"]
             line += f"; durable/nowhere: CPU {a.server_cpu_us / b.server_cpu_us:.2f}x"
+        if "ledger" in by:
+            line += f"; the ledger alone: p99 {by['ledger'].p99_ms:.2f} ms"
         print(line)
 
 
@@ -194,6 +215,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="load generator processes")
     parser.add_argument("--no-library", action="store_true", help="skip the client library run")
     parser.add_argument("--faults", action="store_true", help="the link-fault comparison")
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip the ledger-alone latency after durable"
+    )
     args = parser.parse_args()
     raise_open_files_limit()
     if args.faults:
@@ -215,6 +239,8 @@ def main() -> None:
                 file=sys.stderr,
             )
             results.append(result)
+            if variant == "durable" and not args.no_floor:
+                results.append(ledger_floor(sessions, args))
     report(results)
     if not args.no_library:
         sessions = min(args.clients)

@@ -14,7 +14,7 @@ msg/s open loop for ``--seconds``. With faults, for the whole run:
 Then the evidence is checked against the policies: every delivery a policy dropped has a
 ``LinkMessageDropped`` record and never reached its receiver; every delayed or held one has its
 ``LinkMessageDelayed`` / ``LinkMessageHeld`` record, was delivered afterwards (its
-``RouterMessageDelivered`` follows the record), and a delayed one no sooner than its delay.
+``RouterMessagesDelivered`` follows the record), and a delayed one no sooner than its delay.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from controller.events.network import (
     LinkMessageDropped,
     LinkMessageHeld,
     RouterMessageCommitted,
-    RouterMessageDelivered,
+    RouterMessagesDelivered,
 )
 from controller.network.links import Deliver, Drop, LinkDelivery, Verdict
 from controller.network.router import Router
@@ -163,8 +163,8 @@ async def read_evidence(served: Served) -> dict[str, Any]:
         LinkMessageDropped: "dropped",
         LinkMessageDelayed: "delayed",
         LinkMessageHeld: "held",
-        RouterMessageDelivered: "recorded-delivered",
     }
+    found["recorded-delivered"] = {}
     for name in kinds.values():
         found[name] = {}
     async for record in ledger.records():
@@ -173,6 +173,10 @@ async def read_evidence(served: Served) -> dict[str, Any]:
             found["committed"] += 1
             peer = int(event.sender_id.rsplit("-", 1)[1]) ^ 1
             found["receivers"].append((event.message_id, f"agent:agent-{peer}"))
+        elif isinstance(event, RouterMessagesDelivered):
+            for message_id in event.message_ids:
+                key = (message_id, event.receiver_id)
+                found["recorded-delivered"].setdefault(key, []).append((record.sequence, None))
         elif type(event) in kinds:
             key = (event.message_id, event.receiver_id)  # type: ignore[attr-defined]
             found[kinds[type(event)]].setdefault(key, []).append(

@@ -5,6 +5,9 @@
   (c) ``bare``     a bare ``websockets`` relay exchanging the same four frames per message
                    (send, ack, delivery, delivery ack): no auth, no validation, no ledger.
 
+``ledger_alone`` is the durable ledger by itself at the offered rate: what a commit costs on this
+disk at this moment, with no router in front of it (a floor for the durable router's latency).
+
 Each yields a ``Served``: the URL, one token and one conversation per session (sessions 2k and
 2k+1 share a conversation), and for the router variants the router and its ledger directory.
 """
@@ -22,10 +25,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from controller.events.network import network_events
+from controller.events.network import RouterMessageCommitted, network_events
 from controller.network.protocol import MAX_FRAME_BYTES
 from controller.network.router import Router
 from ledger import DurableFiles, LedgerWriter, Provenance, open_ledger_writer
@@ -41,6 +45,36 @@ class NowhereFiles(DurableFiles):
 
     def fsync(self, fd: int) -> None:
         pass
+
+
+async def ledger_alone(offered: float, seconds: float) -> list[float]:
+    """Seconds from each scheduled append to its commit callback, one append every 1/offered s."""
+    latencies: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="router-bench-") as directory:
+        async with open_ledger_writer(
+            Path(directory) / "ledger",
+            catalog=network_events,
+            definition_id="bench.router/v1",
+            run_id="sr-" + "0" * 32,
+            provenance=Provenance.current("bench"),
+        ) as ledger:
+            start = anyio.current_time() + 0.1
+            for n in range(round(offered * seconds)):
+                due = start + n / offered
+                await anyio.sleep_until(due)
+                ledger.append_soon(
+                    RouterMessageCommitted(
+                        conversation_id="c-1",
+                        message_id=f"m-{n + 1}",
+                        sender_id="agent:agent-0",
+                        router_sequence=n + 1,
+                        parts=[repr(due)],
+                    ),
+                    producer="router",
+                    then=lambda _, due=due: latencies.append(anyio.current_time() - due),
+                )
+            await ledger.flushed()
+    return latencies
 
 
 @dataclass

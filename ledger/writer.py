@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -27,6 +27,7 @@ from ledger.format import (
     Provenance,
     utc_now,
 )
+from ledger.pipeline import CommitPipeline
 from ledger.records import LedgerReceipt, Record, ledger_catalog, parse_record_lines
 from ledger.signing import SigningKey
 from ledger.storage import DurableFiles
@@ -47,6 +48,10 @@ class _Batch:
     then: list[Callable[[AppendOutcome], None] | None] = field(default_factory=list)
     results: list[AppendOutcome] = field(default_factory=list)
     done: anyio.Event = field(default_factory=anyio.Event)
+    end: tuple[int, str, int] = (0, "", 0)
+    """The chain once this batch is durable: record count, head digest, bytes of records.ndjson."""
+    synced: bool = False
+    """Its bytes are durable (by its own fsync or a later commit's); it settles in its turn."""
 
     def settle(self) -> None:
         """Wake the batch's waiters, then call its callbacks in record order."""
@@ -80,16 +85,17 @@ class LedgerWriter:
         self._files = files
         self._fd = records_fd
         self._manifest_sha = sha256_hex(manifest_bytes)
-        # The chain's position: advanced in the committer thread as it encodes a batch.
+        # The chain's position: advanced on the event loop as each batch is encoded.
         self._encoder = RecordEncoder(manifest.run_id, self._manifest_sha, signing_key)
         # What is durable (count, head), one tuple so no reader sees half an update; only this
         # reaches followers, receipts and record_count.
         self._durable = (0, self._manifest_sha)
         self._committed_bytes = 0
-        self._records_hash = hashlib.sha256()
+        self._encoded_bytes = 0
+        self._pipeline = CommitPipeline(files, records_fd, directory / RECORDS)
         self._open = _Batch()
-        self._committing: _Batch | None = None
-        self._wake = anyio.Event()
+        self._in_flight: deque[_Batch] = deque()  # encoded, not settled yet, in record order
+        self._idle: list[anyio.Event] = []  # committers waiting for appends, the last on top
         self._committed = anyio.Event()
         self._failure: LedgerWriteError | None = None
         self._completion: LedgerReceipt | None = None
@@ -155,7 +161,9 @@ class LedgerWriter:
 
     async def flushed(self) -> None:
         """Return once everything appended so far is durable (or the writer failed)."""
-        batch = self._open if self._open.entries else self._committing
+        batch = self._open if self._open.entries else None
+        if batch is None and self._in_flight:
+            batch = self._in_flight[-1]
         if batch is not None:
             await batch.done.wait()
 
@@ -172,7 +180,7 @@ class LedgerWriter:
                 self._check_open()
             if not self._sealed:
                 self._closing = True
-                self._wake.set()
+                self._wake_all()
                 await self._committer_done.wait()
                 if self._failure is not None:
                     raise self._failure
@@ -236,8 +244,8 @@ class LedgerWriter:
         if type(event) not in self._classes:
             self.catalog.encode(event)  # raises the catalog's typed error
         batch = self._open
-        if not batch.entries:
-            self._wake.set()
+        if not batch.entries and self._idle:
+            self._idle.pop().set()  # one committer is enough; the others stay asleep
         batch.entries.append((event, producer, causation_id, correlation_id))
         batch.then.append(then)
         return batch
@@ -274,37 +282,88 @@ class LedgerWriter:
             self._committer_done.set()
 
     async def _commit_until_closed(self) -> None:
+        async with anyio.create_task_group() as committers:
+            for sync_fd in self._pipeline.sync_fds:
+                committers.start_soon(self._commit_in_turn, sync_fd)
+
+    async def _commit_in_turn(self, sync_fd: int) -> None:
+        """One of the pipeline's committers: whenever appends wait, commit them; until closed.
+
+        Each committer has its own descriptor to fsync on and one commit in flight at most. The
+        first append to an empty batch wakes one idle committer; a busy one takes what waits as
+        soon as its own commit is done.
+        """
         while self._failure is None:
-            if not self._open.entries:
-                if self._closing:
-                    return
-                self._wake = anyio.Event()
-                timeout = self._encoder.seconds_to_checkpoint()
-                with anyio.move_on_after(max(timeout, 0.0)):
-                    await self._wake.wait()
-                if not self._open.entries and not self._encoder.checkpoint_due():
-                    continue
-            batch = self._committing = self._open
-            self._open = _Batch()
-            try:
-                data = self._encode(batch)
-                if data:
-                    await anyio.to_thread.run_sync(self._write_durably, data)
-            except Exception as exc:  # the disk failed (or a bug): nothing more is written
-                failure = self._latch(exc)
-                for failed in (batch, self._open):
-                    failed.results[:] = [failure] * len(failed.entries)
-                    if failed is not batch:
-                        failed.settle()
-            self._committing = None
+            if self._open.entries or self._encoder.checkpoint_due():
+                await self._commit(sync_fd)
+                continue
+            if self._closing:
+                return
+            wake = anyio.Event()
+            self._idle.append(wake)
+            with anyio.move_on_after(max(self._encoder.seconds_to_checkpoint(), 0.0)):
+                await wake.wait()
+            if not wake.is_set():  # a checkpoint fell due first
+                self._idle.remove(wake)
+
+    def _wake_all(self) -> None:
+        while self._idle:
+            self._idle.pop().set()
+
+    async def _commit(self, sync_fd: int) -> None:
+        """Encode the open batch now, in chain order, then write it in its turn and fsync it."""
+        batch = self._open
+        self._open = _Batch()
+        self._in_flight.append(batch)
+        try:
+            data = self._encode(batch)
+        except Exception as exc:  # a bug: nothing more is written
+            self._fail(exc)
+            return
+        self._encoded_bytes += len(data)
+        batch.end = (self._encoder.count, self._encoder.head, self._encoded_bytes)
+        if not data:  # every entry was refused: nothing to write, and no fsync to vouch for
+            batch.synced = True  # the batches before it; it settles in its turn
+            self._settle_synced()
+            return
+        try:
+            await self._pipeline.commit(sync_fd, self._pipeline.next_ticket(), data)
+        except Exception as exc:  # the disk failed: nothing more is written
+            self._fail(exc)
+            return
+        if self._failure is None and not batch.synced:
+            for earlier in self._in_flight:  # written before this fsync began: durable too
+                earlier.synced = True
+                if earlier is batch:
+                    break
+            self._settle_synced()
+
+    def _settle_synced(self) -> None:
+        """Settle the durable batches at the head of the pipeline, in record order."""
+        in_flight = self._in_flight
+        if not in_flight or not in_flight[0].synced:
+            return
+        while in_flight and in_flight[0].synced:
+            batch = in_flight.popleft()
+            count, head, self._committed_bytes = batch.end
+            self._durable = (count, head)
             batch.settle()
-            self._notify()
+        self._notify()
+
+    def _fail(self, cause: BaseException) -> None:
+        """Latch the writer failed: every batch not settled yet, and the open one, fails."""
+        failure = self._latch(cause)
+        for failed in (*self._in_flight, self._open):
+            failed.results[:] = [failure] * len(failed.entries)
+            failed.settle()
+        self._in_flight.clear()
+        self._notify()
 
     def _encode(self, batch: _Batch) -> bytes:
         """One group of appends as chained lines, a checkpoint among them where one is due.
 
         Runs on the event loop: the encoding holds the GIL wherever it runs, and here it costs
-        no hand-over between threads; only the write and the fsync go to a worker thread.
+        no hand-over between threads; only the write and the fsync go to the pipeline's threads.
         """
         lines: list[bytes] = []
         results = batch.results
@@ -325,9 +384,8 @@ class LedgerWriter:
         return b"".join(lines)
 
     def _write_durably(self, data: bytes) -> None:
-        self._files.write(self._fd, data)
-        self._files.fsync(self._fd)
-        self._records_hash.update(data)
+        """Write and fsync the last checkpoint, once nothing is in flight."""
+        self._pipeline.write_now(data)
         self._committed_bytes += len(data)
         self._durable = (self._encoder.count, self._encoder.head)
 
@@ -336,8 +394,12 @@ class LedgerWriter:
             self._write_durably(self._encoder.encode_checkpoint())
         except OSError as exc:
             raise self._latch(exc) from exc
-        self._files.close(self._fd)
+        self._close_files()
         self._sealed = True
+
+    def _close_files(self) -> None:
+        self._pipeline.close()
+        self._files.close(self._fd)
 
     def _publish_completion(self) -> LedgerReceipt:
         count, head = self._durable
@@ -346,7 +408,7 @@ class LedgerWriter:
             run_id=self.run_id,
             record_count=count,
             manifest_sha256=self._manifest_sha,
-            records_sha256=self._records_hash.hexdigest(),
+            records_sha256=self._pipeline.records_hash.hexdigest(),
             head_digest=head,
             signature="",
         )
@@ -379,7 +441,7 @@ class LedgerWriter:
                 self._write_durably(self._encoder.encode_checkpoint())
             except OSError as exc:
                 self._latch(exc)
-        self._files.close(self._fd)
+        self._close_files()
 
 
 def _read_range(path: Path, start: int, end: int) -> bytes:
@@ -441,7 +503,7 @@ async def open_ledger_writer(
             finally:
                 if writer._completion is None:
                     writer._closing = True
-                    writer._wake.set()
+                    writer._wake_all()
     finally:
         if writer._completion is None:
             with anyio.CancelScope(shield=True):

@@ -3,13 +3,15 @@
 Participants appear by router-issued id (``agent:alice``, ``endpoint:workload``). Message parts
 are evidence and are recorded in full; credentials never are.
 
-Graders read pairs: a ``RouterMessageCommitted`` without a ``RouterMessageDelivered`` for a
-receiver was committed and never delivered to it (a ``LinkMessageDropped`` says why, when the
-link stage dropped it).
+Graders read pairs: a ``RouterMessageCommitted`` whose message id no ``RouterMessagesDelivered``
+of a receiver lists was committed and never delivered to it (a ``LinkMessageDropped`` says why,
+when the link stage dropped it). ``delivered_pairs`` reads them, and the one-message
+``RouterMessageDelivered`` of older ledgers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
 from pydantic import Field
@@ -100,13 +102,39 @@ class RouterMessageRefused(Event):
     detail: str
 
 
+class RouterMessagesDelivered(Event):
+    """``receiver_id`` acknowledged the delivery of each of ``message_ids``, in that order.
+
+    One record holds the acknowledgements of one receiver that reached the router together
+    (within ``DELIVERED_LINGER_SECONDS`` of each other), so a delivery costs no record of its own.
+    """
+
+    tag: ClassVar[str] = "society.router-messages-delivered/v1"
+
+    receiver_id: str
+    message_ids: list[str] = Field(min_length=1)
+
+
 class RouterMessageDelivered(Event):
-    """``receiver_id`` acknowledged the delivery of ``message_id`` (its application has it)."""
+    """``receiver_id`` acknowledged the delivery of ``message_id``.
+
+    What routers wrote before ``RouterMessagesDelivered``; kept so that their ledgers still read.
+    """
 
     tag: ClassVar[str] = "society.router-message-delivered/v1"
 
     message_id: str
     receiver_id: str
+
+
+def delivered_pairs(events: Iterable[Event]) -> Iterator[tuple[str, str]]:
+    """Every ``(message_id, receiver_id)`` acknowledged in ``events``, in ledger order."""
+    for event in events:
+        if isinstance(event, RouterMessagesDelivered):
+            for message_id in event.message_ids:
+                yield message_id, event.receiver_id
+        elif isinstance(event, RouterMessageDelivered):
+            yield event.message_id, event.receiver_id
 
 
 # ---- experiment endpoints ------------------------------------------------------------------
@@ -239,6 +267,7 @@ network_events = EventCatalog.make(
     ConversationOpened,
     RouterMessageCommitted,
     RouterMessageRefused,
+    RouterMessagesDelivered,
     RouterMessageDelivered,
     EndpointOpened,
     EndpointClosed,

@@ -9,6 +9,7 @@ each message to the application exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 import secrets
@@ -59,7 +60,7 @@ _HEARTBEAT = encode(Heartbeat())
 @dataclass(eq=False, slots=True)
 class _Request:
     frame: SendMessage | OpenConversation
-    done: anyio.Event = field(default_factory=anyio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # see ``Signal``: asyncio only
     result: SendAck | ConversationRef | None = None
     error: NetworkError | None = None
     attempts: int = 0

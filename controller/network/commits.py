@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from controller.events.network import RouterMessageCommitted, RouterMessageRefused
 from controller.network.errors import NetworkError
 from controller.network.fabric import Fabric, Message
-from controller.network.idempotency import Once, OnceKey, SettledSend, claim
+from controller.network.idempotency import (
+    Once,
+    OnceKey,
+    SettledSend,
+    claim,
+    once_key,
+    send_fingerprint,
+    settled_send,
+)
 from controller.network.protocol import Delivery, Participant, SendAck
 from ledger.errors import LedgerEncodingError, LedgerError
 from ledger.records import Record
@@ -58,7 +66,11 @@ class MessageCommits:
         ``NetworkError`` (``client-message-id-conflict``).
         """
         once, fresh = claim(
-            self._once, "send", sender.id, client_message_id, (conversation_id, parts)
+            self._once,
+            "send",
+            sender.id,
+            client_message_id,
+            None if client_message_id is None else send_fingerprint(conversation_id, parts),
         )
         once.when_settled(then)
         if not fresh:
@@ -75,7 +87,6 @@ class MessageCommits:
         committed = _CommittedSend(
             self, once, event, sender, participants, parts, client_message_id
         )
-        self.fabric.flush_delivered()  # waiting delivery records share this commit
         try:
             self.ledger.append_soon(event, producer="router", then=committed)
         except LedgerError as exc:  # closed or failed: refused before it was queued
@@ -102,11 +113,9 @@ class MessageCommits:
         )
         self._release(sequence, Message(delivery))
         if send.client_message_id is not None:
-            self._once[("send", send.sender.id, send.client_message_id)] = (
-                send.once.fingerprint,
-                event.message_id,
-                sequence,
-            )
+            key = once_key("send", send.sender.id, send.client_message_id)
+            fingerprint = str(send.once.fingerprint)  # a send_fingerprint
+            self._once[key] = settled_send(fingerprint, event.message_id, sequence)
         send.once.settle(SendAck(event.message_id, sequence))
 
     def _refuse_unencodable(

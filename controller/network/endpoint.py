@@ -18,7 +18,7 @@ from controller.events.network import (
     EndpointMessageReceived,
     EndpointMessageSent,
     EndpointOpened,
-    RouterMessageDelivered,
+    RouterMessagesDelivered,
 )
 from controller.network.errors import NetworkError
 from controller.network.links import LinkController
@@ -111,7 +111,7 @@ class Endpoint:
     async def messages(self) -> AsyncIterator[Delivery]:
         """What this endpoint receives, each message once, until the endpoint closes.
 
-        Taking a message records ``RouterMessageDelivered`` and ``EndpointMessageReceived``.
+        Taking a message records ``RouterMessagesDelivered`` and ``EndpointMessageReceived``.
         """
         inbox = self._inbox
         while True:
@@ -128,8 +128,8 @@ class Endpoint:
                         tasks.start_soon(
                             _append,
                             self._router,
-                            RouterMessageDelivered(
-                                message_id=delivery.message_id, receiver_id=self.participant.id
+                            RouterMessagesDelivered(
+                                receiver_id=self.participant.id, message_ids=[delivery.message_id]
                             ),
                         )
                         tasks.start_soon(

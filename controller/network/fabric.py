@@ -21,7 +21,7 @@ from controller.events.network import (
     LinkMessageDelayed,
     LinkMessageDropped,
     LinkMessageHeld,
-    RouterMessageDelivered,
+    RouterMessagesDelivered,
 )
 from controller.network._tasks import Signal
 from controller.network.links import (
@@ -42,7 +42,9 @@ __all__ = ["DEFAULT_RECEIVER_CAPACITY", "Fabric", "Inbox", "Message", "Signal"]
 
 RECEIVER_OVERFLOW = "receiver-overflow"
 DELIVERED_LINGER_SECONDS = 0.05
-"""How long a ``RouterMessageDelivered`` may wait to share the next message's commit."""
+"""How long an acknowledged delivery waits for others to the same receiver to share its record."""
+DELIVERED_PER_RECORD = 512
+"""Message ids one ``RouterMessagesDelivered`` lists at most (a bound on the line's length)."""
 DEFAULT_RECEIVER_CAPACITY = 1024
 
 
@@ -245,7 +247,7 @@ class Fabric:
         self.capacity = capacity
         self._ledger = ledger
         self._inboxes: dict[str, Inbox] = {}
-        self._delivered: list[RouterMessageDelivered] = []
+        self._delivered: dict[str, list[str]] = {}  # receiver id -> acknowledged message ids
         self._delivered_waiting = Signal()
         self._lingering = False
 
@@ -261,26 +263,34 @@ class Fabric:
                 self.inbox(receiver).offer(message)
 
     def record_delivered(self, message_id: str, receiver_id: str) -> None:
-        """Record ``RouterMessageDelivered``: it rides with the next commit, or lingers briefly.
+        """Record that ``receiver_id`` acknowledged ``message_id``, within the linger time.
 
-        Nothing waits for it, so it need not cost a group commit (an fsync) of its own: the
-        router flushes these records as it commits the next message, and a timer flushes them
-        within ``DELIVERED_LINGER_SECONDS`` when no message comes.
+        Nothing waits for the record, so a delivery need not cost one of its own: every
+        ``DELIVERED_LINGER_SECONDS`` each receiver's acknowledgements since the last flush become
+        one ``RouterMessagesDelivered``, committed with whatever else the ledger has waiting.
         """
-        self._delivered.append(
-            RouterMessageDelivered(message_id=message_id, receiver_id=receiver_id)
-        )
+        waiting = self._delivered.get(receiver_id)
+        if waiting is None:
+            self._delivered[receiver_id] = [message_id]
+        else:
+            waiting.append(message_id)
         if not self._lingering:
             self._lingering = True
             self.tasks.start_soon(self._linger)
         self._delivered_waiting.notify()
 
     def flush_delivered(self) -> None:
-        """Hand the waiting ``RouterMessageDelivered`` records to the ledger now."""
+        """Hand the waiting acknowledgements to the ledger now, one record per receiver."""
         if self._delivered:
-            waiting, self._delivered = self._delivered, []
-            for event in waiting:
-                self.record(event)
+            waiting, self._delivered = self._delivered, {}
+            for receiver_id, message_ids in waiting.items():
+                for start in range(0, len(message_ids), DELIVERED_PER_RECORD):
+                    self.record(
+                        RouterMessagesDelivered(
+                            receiver_id=receiver_id,
+                            message_ids=message_ids[start : start + DELIVERED_PER_RECORD],
+                        )
+                    )
 
     async def settle(self) -> None:
         """Flush, then return once every record handed over so far has been appended."""

@@ -118,7 +118,7 @@ class SendMessage(_Frame):
 
 
 class DeliveryAck(_Frame):
-    """The receiver has the message; the router records ``RouterMessageDelivered``."""
+    """The receiver has the message; the router records it in ``RouterMessagesDelivered``."""
 
     type: Literal["delivery-ack"] = "delivery-ack"
     message_id: Identifier

@@ -16,7 +16,8 @@ from typing import Any
 from ledger.verification import verify_ledger
 
 COMMITTED = "society.router-message-committed/v1"
-DELIVERED = "society.router-message-delivered/v1"
+DELIVERED = "society.router-messages-delivered/v1"
+DELIVERED_ONE = "society.router-message-delivered/v1"  # what older routers wrote
 DROPPED = "society.link-message-dropped/v1"
 OPENED = "society.conversation-opened/v1"
 OUTCOMES = (
@@ -58,7 +59,11 @@ def streams(ledger_dir: Path) -> dict[str, list[Any]]:
             messages[event["messageId"]] = message
             stream = names.get(event["conversationId"], event["conversationId"])
             conversations.setdefault(stream, []).append(message)
-        elif tag == DELIVERED and event["messageId"] in messages:
+        elif tag == DELIVERED:
+            for message_id in event["messageIds"]:
+                if message_id in messages:
+                    messages[message_id]["delivered"].append(event["receiverId"])
+        elif tag == DELIVERED_ONE and event["messageId"] in messages:
             messages[event["messageId"]]["delivered"].append(event["receiverId"])
         elif tag == DROPPED and event["messageId"] in messages:
             entry = [event["receiverId"], event["reason"]]

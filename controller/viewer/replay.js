@@ -51,10 +51,14 @@
         messages.set(e.messageId, { row: index, t, sender: e.senderId, receivers, done: new Map() });
         touch = [lane(e.senderId), ...receivers.map(lane)]; kind = "message"; break;
       }
-      case "society.router-message-delivered/v1": {
-        const m = messages.get(e.messageId);
-        if (m && !m.done.has(e.receiverId)) m.done.set(e.receiverId, { ok: true, latency: t - m.t });
-        touch = [lane(e.receiverId)]; if (m) touch.push(lane(m.sender)); break;
+      case "society.router-messages-delivered/v1": case "society.router-message-delivered/v1": {
+        touch = [lane(e.receiverId)];
+        for (const id of e.messageIds || [e.messageId]) {  // one id: what older routers wrote
+          const m = messages.get(id);
+          if (m && !m.done.has(e.receiverId)) m.done.set(e.receiverId, { ok: true, latency: t - m.t });
+          if (m) touch.push(lane(m.sender));
+        }
+        break;
       }
       case "society.link-message-dropped/v1": {
         const m = messages.get(e.messageId);
@@ -131,9 +135,10 @@
         }) : [];
         return e.senderId + " \u2192 " + JSON.stringify((e.parts || []).join(" ")) + "  [" + fates.join(", ") + "]";
       }
-      case "society.router-message-delivered/v1": {
-        const m = messages.get(e.messageId), d = m && m.done.get(e.receiverId);
-        return e.messageId + " delivered to " + e.receiverId + (d && d.ok ? " after " + ms(d.latency) : "");
+      case "society.router-messages-delivered/v1": case "society.router-message-delivered/v1": {
+        const ids = e.messageIds || [e.messageId];
+        const m = ids.length === 1 && messages.get(ids[0]), d = m && m.done.get(e.receiverId);
+        return ids.join(", ") + " delivered to " + e.receiverId + (d && d.ok ? " after " + ms(d.latency) : "");
       }
       case "society.link-message-dropped/v1": return "dropped " + e.messageId + " " + e.senderId + " \u2192 " + e.receiverId + ": " + e.reason;
       case "society.link-message-delayed/v1": return "delayed " + e.messageId + " " + e.senderId + " \u2192 " + e.receiverId + " by " + e.totalSeconds + " s";

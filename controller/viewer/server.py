@@ -250,10 +250,15 @@ def run_snapshot(run_dir: Path) -> dict[str, Any]:
     tags = run.records.tags
     counts: dict[str, int] = {}
     roster: dict[str, str] = {}
+    deliveries = 0
     for row in run.records.rows:
         tag = tags[row[3]]
         counts[tag] = counts.get(tag, 0) + 1
         event = row[4]
+        if tag == "society.router-messages-delivered/v1":
+            deliveries += len(event.get("messageIds", []))
+        elif tag == "society.router-message-delivered/v1":  # what older routers wrote
+            deliveries += 1
         if tag == "society.run-started/v1":
             roster = {name: "admitted" for name in event.get("roster", [])}
         elif tag in AGENT_STATES and event.get("agent") in roster:
@@ -266,7 +271,7 @@ def run_snapshot(run_dir: Path) -> dict[str, Any]:
         "counts": {
             "records": len(run.records.rows),
             "messagesCommitted": counts.get("society.router-message-committed/v1", 0),
-            "deliveries": counts.get("society.router-message-delivered/v1", 0),
+            "deliveries": deliveries,
             "drops": counts.get("society.link-message-dropped/v1", 0),
             "byTag": dict(sorted(counts.items())),
         },

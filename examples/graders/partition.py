@@ -3,8 +3,9 @@
     society grade examples/graders/partition.py <ledger-dir>
 
 A message is owed to every participant of its conversation but its sender. Each
-(message, receiver) pair with a ``RouterMessageCommitted`` and no ``RouterMessageDelivered`` was
-committed and never delivered; ``LinkMessageDropped`` says when the link stage dropped it.
+(message, receiver) pair with a ``RouterMessageCommitted`` that no ``RouterMessagesDelivered``
+lists was committed and never delivered; ``LinkMessageDropped`` says when the link stage dropped
+it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from controller.events.network import (
     ConversationOpened,
     LinkMessageDropped,
     RouterMessageCommitted,
-    RouterMessageDelivered,
+    delivered_pairs,
 )
 from controller.run import load_run_spec
 from ledger import LedgerArtifacts
@@ -28,7 +29,7 @@ catalog = run_spec.catalog
 
 def grade(ledger: LedgerArtifacts) -> dict[str, Any]:
     members = {c.conversation_id: c.participants for c in ledger.events(ConversationOpened)}
-    delivered = {(d.message_id, d.receiver_id) for d in ledger.events(RouterMessageDelivered)}
+    delivered = set(delivered_pairs(record.event for record in ledger))
     dropped = {(d.message_id, d.receiver_id): d.reason for d in ledger.events(LinkMessageDropped)}
     committed = list(ledger.events(RouterMessageCommitted))
     never: list[dict[str, str]] = []

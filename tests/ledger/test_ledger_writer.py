@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +37,7 @@ from ledger import (
 )
 from ledger.canonical import MAX_NESTING
 from ledger.format import COMPLETION, RECORDS
+from ledger.writer import AppendOutcome
 
 pytestmark = pytest.mark.anyio
 
@@ -325,3 +327,60 @@ async def test_an_event_the_format_cannot_carry_fails_typed_and_the_writer_goes_
     ledger = open_ledger_artifacts(EventCatalog.make(Said, Counted, Carried), directory)
     assert [event.n for event in ledger.events(Counted)] == [1, 2, 3]
     assert ledger.signature == "self" and ledger.unsigned_records == 0
+
+
+class HeldFiles(DurableFiles):
+    """Real files, except that fsyncs of records.ndjson wait until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.release = threading.Event()
+        self.records_fds: set[int] = set()
+
+    def create(self, path: Path) -> int:
+        fd = super().create(path)
+        if path.name == RECORDS:
+            self.records_fds.add(fd)
+        return fd
+
+    def open_for_sync(self, path: Path) -> int:
+        fd = super().open_for_sync(path)
+        self.records_fds.add(fd)
+        return fd
+
+    def fsync(self, fd: int) -> None:
+        if self.holding and fd in self.records_fds:
+            self.release.wait(10)
+        super().fsync(fd)
+
+
+async def test_a_batch_with_nothing_to_write_does_not_vouch_for_the_commit_before_it(
+    tmp_path: Path,
+) -> None:
+    files = HeldFiles()
+    async with open_ledger_writer(
+        tmp_path / "l",
+        catalog=EventCatalog.make(Said, Counted),
+        definition_id="test.definition",
+        run_id=RUN_ID,
+        provenance=PROVENANCE,
+        files=files,
+    ) as writer:
+        files.holding = True
+        settled: list[str] = []
+        writer.append_soon(Counted(n=1), producer="p", then=lambda _: settled.append("first"))
+        await anyio.sleep(0.2)  # its commit is in flight, its fsync held
+        refused: list[AppendOutcome] = []
+        writer.append_soon(
+            Said(speaker="mallory", text="lone \ud800 surrogate"),
+            producer="p",
+            then=refused.append,
+        )
+        await anyio.sleep(0.2)  # the refused one is its own batch, with no bytes to write
+        assert settled == []  # not durable yet: its fsync has not returned
+        assert refused == []  # and nothing settles before it, in record order
+        files.release.set()
+        await writer.flushed()
+        assert settled == ["first"]
+        assert len(refused) == 1 and isinstance(refused[0], LedgerEncodingError)
+        await writer.complete()

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import anyio
 
 import ledger.encoder
-from controller.events.network import network_events
+from controller.events.network import RouterMessagesDelivered, delivered_pairs, network_events
 from ledger import Event, LedgerWriter, Provenance, open_ledger_writer
 
 E = TypeVar("E", bound=Event)
@@ -127,6 +127,29 @@ async def until_event(writer: LedgerWriter, cls: type[E], within: float = 10.0, 
             if isinstance(event, cls) and all(getattr(event, k) == v for k, v in match.items()):
                 return event
     raise AssertionError(f"the ledger completed without a matching {cls.__name__}")
+
+
+async def deliveries(
+    writer: LedgerWriter, *, message_id: str | None = None, receiver_id: str | None = None
+) -> list[tuple[str, str]]:
+    """The ``(message id, receiver id)`` deliveries recorded so far that match the given ids."""
+    return [
+        (m, r)
+        for m, r in delivered_pairs(await events(writer, RouterMessagesDelivered))
+        if message_id in (None, m) and receiver_id in (None, r)
+    ]
+
+
+async def until_delivered(
+    writer: LedgerWriter, message_id: str, *, receiver_id: str | None = None, within: float = 10.0
+) -> None:
+    """Wait until the delivery of ``message_id`` (to ``receiver_id``, or anyone) is recorded."""
+    with anyio.fail_after(within):
+        async for record in writer.records():
+            for m, r in delivered_pairs([record.event]):
+                if m == message_id and receiver_id in (None, r):
+                    return
+    raise AssertionError(f"the ledger completed without recording {message_id} delivered")
 
 
 async def authenticate_raw(websocket: Any, token: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import anyio
 import pytest
-from network_support import events, until_event
+from network_support import deliveries, events, until_delivered
 
 from controller.events.network import (
     ConversationOpened,
@@ -16,7 +16,6 @@ from controller.events.network import (
     EndpointMessageReceived,
     EndpointMessageSent,
     EndpointOpened,
-    RouterMessageDelivered,
 )
 from controller.network import NetworkError, connect_agent
 from controller.network.router import Router
@@ -54,7 +53,7 @@ async def test_an_endpoint_records_what_it_opens_sends_and_receives(
         assert received.sender == alice.participant
         reply = await workload.conversation(received).send("Thanks.")
         assert (await first(agent.deliveries())).message_id == reply.message_id
-        await until_event(ledger, RouterMessageDelivered, message_id=reply.message_id)
+        await until_delivered(ledger, reply.message_id)
     (opened,) = await events(ledger, EndpointOpened)
     assert (opened.endpoint_id, opened.name) == ("endpoint:workload", "workload")
     (conversation_opened,) = await events(ledger, ConversationOpened)
@@ -64,9 +63,7 @@ async def test_an_endpoint_records_what_it_opens_sends_and_receives(
     assert [e.message_id for e in sent_events] == [sent.message_id, reply.message_id]
     (got,) = await events(ledger, EndpointMessageReceived)
     assert (got.message_id, got.sender_id) == (answer.message_id, "agent:alice")
-    assert await events(
-        ledger, RouterMessageDelivered, message_id=answer.message_id, receiver_id=opened.endpoint_id
-    )
+    assert await deliveries(ledger, message_id=answer.message_id, receiver_id=opened.endpoint_id)
     assert len(await events(ledger, EndpointClosed)) == 1
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from network_support import VIRTUAL_CLOCK, events, until_event
+from network_support import VIRTUAL_CLOCK, deliveries, events, until_event
 
 from controller.events.network import (
     EndpointMessageReceived,
@@ -22,7 +22,7 @@ from controller.events.network import (
     LinkPolicySet,
     LinkUp,
     RouterMessageCommitted,
-    RouterMessageDelivered,
+    RouterMessagesDelivered,
 )
 from controller.network import Delay, Deliver, Drop, Endpoint, LinkDelivery, NetworkError
 from controller.network.router import Router
@@ -212,9 +212,9 @@ async def test_a_dropped_message_is_committed_but_never_delivered(
     after = await to_bob.send("after")
     assert (await next_message(bob)).message_id == after.message_id
     assert len(await events(ledger, RouterMessageCommitted, message_id=lost.message_id)) == 1
-    assert await events(ledger, RouterMessageDelivered, message_id=lost.message_id) == []
+    assert await deliveries(ledger, message_id=lost.message_id) == []
     assert await events(ledger, EndpointMessageReceived, message_id=lost.message_id) == []
-    assert len(await events(ledger, RouterMessageDelivered, message_id=after.message_id)) == 1
+    assert len(await deliveries(ledger, message_id=after.message_id)) == 1
 
 
 async def test_a_content_dependent_policy_is_ordinary_code(
@@ -275,14 +275,15 @@ async def test_link_control_is_recorded_before_it_takes_effect(
     async with router.network.links.delay(alice, bob, 1):
         ack = await to_bob.send("m")
         await next_message(bob)
-    tags = [
-        (type(r.event).__name__, getattr(r.event, "message_id", None))
-        async for r in _records(ledger)
-    ]
+    tags: list[tuple[str, str | None]] = []
+    async for r in _records(ledger):
+        event = r.event
+        ids = event.message_ids if isinstance(event, RouterMessagesDelivered) else [None]
+        tags += [(type(event).__name__, m or getattr(event, "message_id", None)) for m in ids]
     names = [name for name, _ in tags]
     set_at = names.index("LinkPolicySet")
     delayed_at = tags.index(("LinkMessageDelayed", ack.message_id))
-    delivered_at = tags.index(("RouterMessageDelivered", ack.message_id))
+    delivered_at = tags.index(("RouterMessagesDelivered", ack.message_id))
     assert set_at < delayed_at < delivered_at
 
 

@@ -13,10 +13,12 @@ import anyio
 import pytest
 from network_support import (
     authenticate_raw,
+    deliveries,
     events,
     make_ledger,
     poll_until,
     reply,
+    until_delivered,
     until_event,
 )
 from websockets.asyncio.client import connect
@@ -27,7 +29,7 @@ from controller.events.network import (
     LinkMessageDelayed,
     LinkMessageDropped,
     RouterMessageCommitted,
-    RouterMessageDelivered,
+    RouterMessagesDelivered,
     RouterStarted,
     RouterStartFailed,
     RouterStopped,
@@ -78,15 +80,16 @@ async def test_every_message_is_committed_before_it_is_acknowledged_or_delivered
             assert delivery.parts == (f"hello {n}",)
             assert delivery.sender == alice.participant
             assert delivery.participants == (alice.participant, bob.participant)
-        await until_event(ledger, RouterMessageDelivered, message_id="m-5")
-    order = [
-        (type(r.event).__name__, r.event.message_id)  # type: ignore[attr-defined]
-        async for r in _records(ledger)
-        if isinstance(r.event, RouterMessageCommitted | RouterMessageDelivered)
-    ]
+        await until_delivered(ledger, "m-5")
+    order: list[tuple[str, str]] = []
+    async for r in _records(ledger):
+        if isinstance(r.event, RouterMessageCommitted):
+            order.append(("committed", r.event.message_id))
+        elif isinstance(r.event, RouterMessagesDelivered):
+            order += [("delivered", message_id) for message_id in r.event.message_ids]
     for n in range(1, 6):
-        committed = order.index(("RouterMessageCommitted", f"m-{n}"))
-        assert committed < order.index(("RouterMessageDelivered", f"m-{n}"))
+        committed = order.index(("committed", f"m-{n}"))
+        assert committed < order.index(("delivered", f"m-{n}"))
 
 
 async def test_sends_before_dispatch_get_not_dispatched_and_the_client_retries(
@@ -144,12 +147,7 @@ async def test_a_conversation_message_reaches_every_other_participant(
         for receiver in (alice, bob):
             assert (await take(receiver, 1))[0].message_id == reply_ack.message_id
         for who in ("bob", "carol"):
-            await until_event(
-                ledger,
-                RouterMessageDelivered,
-                message_id=ack.message_id,
-                receiver_id=f"agent:{who}",
-            )
+            await until_delivered(ledger, ack.message_id, receiver_id=f"agent:{who}")
 
 
 async def test_pipelined_sends_keep_per_sender_fifo_to_each_receiver(
@@ -173,6 +171,31 @@ async def test_pipelined_sends_keep_per_sender_fifo_to_each_receiver(
         assert [acks[n] for n in range(100)] == sorted(acks.values())
         received = await take(b, 100)
         assert [d.parts[0] for d in received] == [str(n) for n in range(100)]
+
+
+async def test_acknowledgements_that_arrive_together_share_one_delivery_record(
+    router: Router, ledger: LedgerWriter
+) -> None:
+    alice, bob = router.register("alice"), router.register("bob")
+    await router.dispatch()
+    async with connect_agent(router.url, alice.token) as a, connect(router.url) as raw:
+        await authenticate_raw(raw, bob.token)
+        conversation = await a.open("bob")
+        sent = [(await a.send(conversation.conversation_id, str(n))).message_id for n in range(20)]
+        received: list[str] = []
+        with anyio.fail_after(10):
+            while len(received) < 20:
+                frame = json.loads(await raw.recv())
+                if frame["type"] == "delivery":
+                    received.append(frame["messageId"])
+        assert received == sent
+        for message_id in reversed(received):  # acknowledged in an order of the receiver's own
+            await raw.send(json.dumps({"type": "delivery-ack", "messageId": message_id}))
+        await until_delivered(ledger, received[0], receiver_id="agent:bob")
+    records = await events(ledger, RouterMessagesDelivered)
+    assert {r.receiver_id for r in records} == {"agent:bob"}
+    assert [m for r in records for m in r.message_ids] == list(reversed(received))
+    assert len(records) < 20
 
 
 async def test_a_stalled_receiver_overflows_without_slowing_the_sender_or_others(
@@ -227,9 +250,9 @@ async def test_a_reconnecting_client_gets_unacknowledged_deliveries_again_exactl
         assert received == [ack.message_id for ack in [*acks, more]]
         assert await none_arrive(b, 0.3)
         for message_id in received:
-            await until_event(ledger, RouterMessageDelivered, message_id=message_id)
-        delivered = await events(ledger, RouterMessageDelivered, receiver_id="agent:bob")
-        assert sorted(d.message_id for d in delivered) == sorted(received)
+            await until_delivered(ledger, message_id)
+        delivered = await deliveries(ledger, receiver_id="agent:bob")
+        assert sorted(m for m, _ in delivered) == sorted(received)
 
 
 async def test_a_new_session_of_the_same_agent_gets_what_the_last_one_left_unacknowledged(
@@ -247,8 +270,8 @@ async def test_a_new_session_of_the_same_agent_gets_what_the_last_one_left_unack
             rest = await take(second_life, 2)
     assert [d.message_id for d in [taken, *rest]] == [ack.message_id for ack in acks]
     for ack in acks:
-        await until_event(ledger, RouterMessageDelivered, message_id=ack.message_id)
-    assert len(await events(ledger, RouterMessageDelivered)) == 3
+        await until_delivered(ledger, ack.message_id)
+    assert len(await deliveries(ledger)) == 3
 
 
 async def test_a_retried_client_message_id_commits_once(
@@ -286,7 +309,7 @@ async def test_two_hundred_concurrent_clients_commit_once_and_deliver_once(
             else:
                 (ping,) = await take(session, 1, within=60)
                 await session.send(ping.conversation_id, f"pong to {ping.parts[0]}")
-                await until_event(ledger, RouterMessageDelivered, within=60, message_id="m-1")
+                await until_delivered(ledger, "m-1", within=60)
 
     with anyio.fail_after(90):
         async with anyio.create_task_group() as tasks:
@@ -298,13 +321,11 @@ async def test_two_hundred_concurrent_clients_commit_once_and_deliver_once(
     assert len({c.message_id for c in committed}) == count
 
     async def all_delivered() -> bool:
-        return len(await events(ledger, RouterMessageDelivered)) >= count
+        return len(await deliveries(ledger)) >= count
 
     await poll_until(all_delivered, within=30)
-    delivered = await events(ledger, RouterMessageDelivered)
-    assert sorted((d.message_id, d.receiver_id) for d in delivered) == sorted(
-        set((d.message_id, d.receiver_id) for d in delivered)
-    )
+    delivered = await deliveries(ledger)
+    assert sorted(delivered) == sorted(set(delivered))
     assert len(delivered) == count
 
 
@@ -328,8 +349,8 @@ async def test_policies_apply_to_roster_agent_receivers(
             assert time.monotonic() - started >= 0.3
         assert delivery.message_id == slow.message_id
         await until_event(ledger, LinkMessageDelayed, message_id=slow.message_id)
-        await until_event(ledger, RouterMessageDelivered, message_id=slow.message_id)
-        assert await events(ledger, RouterMessageDelivered, message_id=lost.message_id) == []
+        await until_delivered(ledger, slow.message_id)
+        assert await deliveries(ledger, message_id=lost.message_id) == []
 
 
 async def test_tls_clients_verify_the_router_against_the_run_ca(

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from network_support import make_ledger
 
-from controller.events.network import RouterMessageCommitted, RouterMessageDelivered, network_events
+from controller.events.network import RouterMessageCommitted, delivered_pairs, network_events
 from controller.network import Delivery, connect_agent
 from controller.network.router import Router
 from ledger import open_ledger_artifacts
@@ -111,7 +111,7 @@ async def test_a_thousand_sessions_each_send_and_receive_once_and_the_ledger_ver
     view = open_ledger_artifacts(network_events, receipt.ledger_dir)
     assert view.complete
     committed = [r.event for r in view.records if isinstance(r.event, RouterMessageCommitted)]
-    delivered = [r.event for r in view.records if isinstance(r.event, RouterMessageDelivered)]
+    delivered = list(delivered_pairs(r.event for r in view.records))
     total = SESSIONS * MESSAGES
     assert len(committed) == total
     assert sorted(c.message_id for c in committed) == sorted(acknowledged)
@@ -123,7 +123,7 @@ async def test_a_thousand_sessions_each_send_and_receive_once_and_the_ledger_ver
     peer = {f"agent:agent-{n}": f"agent:agent-{n ^ 1}" for n in range(SESSIONS)}
     expected = sorted((m, peer[s]) for m, s in sender_of.items())
     assert sorted((d.message_id, r) for r, d in received) == expected
-    assert sorted((d.message_id, d.receiver_id) for d in delivered) == expected
+    assert sorted(delivered) == expected
     # and in each sender's order
     by_receiver: dict[str, list[int]] = {}
     for receiver, delivery in received:
