@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 import tempfile
@@ -88,6 +89,8 @@ class Timeline:
     usage: Usage | None = None
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """The machine's load averages at the gate (or when the run ended)."""
+    ended: str = ""
+    """Why a KWOK run ended before every pod ran."""
 
     def mark(self, milestone: str) -> None:
         self.at.setdefault(milestone, time.monotonic() - self.submitted)
@@ -348,12 +351,17 @@ async def on_kwok(
 
             async def run() -> None:
                 timeline.submitted = time.monotonic()
-                await Run.execute(
+                outcome = await Run.execute(
                     spec_for(agents, execute, SCRIPTED, roster),
                     platform=platform,
                     run_id=run_id,
                     artifact_root=root,
                 )
+                # Its gate failed before every pod ran (a bridge dialled at a KWOK pod's fake
+                # address got an answer, or none): no KWOK figure this round.
+                if isinstance(outcome, ClusterLost):
+                    timeline.ended = f"{outcome.cause.reason}: {outcome.cause.detail}"
+                timeline.running.set()
 
             tasks.start_soon(run)
             with anyio.fail_after(300):
@@ -400,10 +408,9 @@ class Sweep:
     startup_s: float
 
 
-async def measure(plane: ControlPlane, sweep: Sweep, sizes: list[int]) -> list[Row]:
-    """Each size in turn; a real-node failure is printed and ends the sweep (the next size
-    cannot pass either)."""
-    rows = []
+async def measure(plane: ControlPlane, sweep: Sweep, sizes: list[int], rows: list[Row]) -> None:
+    """Each size in turn, into ``rows``; a real-node failure is printed and ends the sweep (the
+    next size cannot pass either)."""
     with tempfile.TemporaryDirectory(prefix="k8s-bench-") as scratch:
         root = Path(scratch)
         for agents in sizes:
@@ -425,17 +432,21 @@ async def measure(plane: ControlPlane, sweep: Sweep, sizes: list[int]) -> list[R
             row = Row(
                 agents,
                 min(real, key=lambda t: t.at["gate"]),
-                min(kwok, key=lambda t: t.at["containers running"]),
+                min(kwok, key=lambda t: t.at.get("containers running", math.inf)),
                 local,
             )
             rows.append(row)
             print(
                 f"{agents} agents: real node {row.real.at['gate']:.2f} s to the gate (load "
-                f"{_load(row.real)}), KWOK {row.kwok.at['containers running']:.2f} s to pods "
-                f"Running, local {local:.2f} s to the gate",
+                f"{_load(row.real)}), KWOK {_kwok(row.kwok)}, local {local:.2f} s to the gate",
                 flush=True,
             )
-    return rows
+
+
+def _kwok(timeline: Timeline) -> str:
+    if "containers running" in timeline.at:
+        return f"{timeline.at['containers running']:.2f} s to pods Running"
+    return f"no figure (its run ended first: {timeline.ended})"
 
 
 def _load(timeline: Timeline) -> str:
@@ -458,10 +469,11 @@ def report(rows: list[Row]) -> None:
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         gate, running = row.real.at["gate"], row.real.at["containers running"]
-        kwok = row.kwok.at["containers running"]
+        kwok = row.kwok.at.get("containers running")
+        versus = f"{kwok:.2f} s | {running / kwok:.2f}x" if kwok else "- | -"
         print(
             f"| {row.agents} | {gate:.2f} s | {row.local:.2f} s | {gate / row.local:.2f}x | "
-            f"{running:.2f} s | {kwok:.2f} s | {running / kwok:.2f}x |"
+            f"{running:.2f} s | {versus} |"
         )
     print("\nPhases, each ending when the roster's last agent got there (seconds from the last):")
     print("\n| agents | where | " + " | ".join(PHASES) + " |")
@@ -565,12 +577,15 @@ def main() -> None:
         queue = make_cluster_queue(plane, cpu="64", memory="64Gi")
         imported = image_import_s(plane)
         sweep = Sweep(queue, roster, args.rounds, args.startup_timeout)
-        rows = anyio.run(measure, plane, sweep, args.agents)
-    report(rows)
-    print(
-        f"image import into the node's containerd (once per image at node start, not per run): "
-        f"{imported:.2f} s for the scripted image"
-    )
+        rows: list[Row] = []
+        try:
+            anyio.run(measure, plane, sweep, args.agents, rows)
+        finally:  # what was measured, even when a later size broke the sweep
+            report(rows)
+            print(
+                f"image import into the node's containerd (once per image at node start, not "
+                f"per run): {imported:.2f} s for the scripted image"
+            )
 
 
 if __name__ == "__main__":
