@@ -93,3 +93,21 @@ async def test_the_start_up_timeouts_reason_names_the_pod_and_why_no_node_takes_
         why = observed.describe(sandboxes, pods, "agent-091")
         tasks.cancel_scope.cancel()
     assert why == f"Ready=False Pod not ready; pod agent-091 Pending, unschedulable: {VERDICT}"
+
+
+def test_a_pod_that_exited_names_each_terminated_containers_reason_and_exit_code() -> None:
+    oom = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+    error = {"terminated": {"reason": "Error", "exitCode": 1, "message": "no router\n"}}
+    ended = pod(
+        "agent-236",
+        phase="Running",
+        containerStatuses=[
+            {"name": objects.AGENT_CONTAINER, "state": error},
+            {"name": objects.KEEPER_CONTAINER, "state": {"running": {}}},
+            {"name": "other", "state": oom},
+        ],
+    )
+    assert observed.exited(ended) == (
+        f"pod agent-236 Running; {objects.AGENT_CONTAINER} Error, exit code 1 (no router); "
+        "other OOMKilled, exit code 137"
+    )

@@ -117,6 +117,21 @@ def waiting(pod: Obj) -> str:
     return f"pod {name} {phase}: " + ", ".join(reasons) if reasons else ""
 
 
+def exited(pod: Obj) -> str:
+    """How ``pod``'s containers ended, from its status (phase, each terminated container's
+    reason, exit code and message), for an error's reader."""
+    parts = [f"pod {pod['metadata']['name']} {pod.get('status', {}).get('phase') or 'Pending'}"]
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        state = (status.get("state") or {}).get("terminated") or {}
+        if state:
+            message = (state.get("message") or "").strip()
+            parts.append(
+                f"{status.get('name')} {state.get('reason') or 'terminated'}, exit code "
+                f"{state.get('exitCode')}" + (f" ({message})" if message else "")
+            )
+    return "; ".join(parts)
+
+
 def ended(sandboxes: Informer, pods: Informer, handle: KubernetesSandbox) -> ProcessExit | None:
     """How the agent's process ended (its container, its pod, or the Sandbox gone)."""
     pod = pods.objects.get(handle.pod)

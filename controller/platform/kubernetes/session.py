@@ -309,8 +309,10 @@ class KubernetesSession(PlatformSession):
                 reason="image-unpullable",
             )
         if state != "ready":
+            how = f" ({observed.exited(pod)})" if pod is not None else ""
             raise SandboxStartError(
-                f"the Sandbox of {agent} {state} before it was ready", reason="exited-before-ready"
+                f"the Sandbox of {agent} {state} before it was ready{how}",
+                reason="exited-before-ready",
             )
         assert pod is not None
         default = (pod.get("status", {}).get("podIP") or "", bridge_port)
