@@ -23,11 +23,23 @@ roster size runs a scripted society:
 - on the local profile: submit -> gate.
 
 Best of ``--rounds`` by submit -> gate (KWOK: by submit -> pods Running). Not a test.
+
+At the gate, what the roster's pods use on the real node, read from their cgroups (v1) and
+``/proc``: memory per agent pod (the resident set of its processes summed, their proportional
+set, and the cgroup's anonymous memory) and CPU per pod over ``SAMPLE_S`` idle seconds; and
+the controller's (this process's) resident set. ``--cpu-request`` gives the roster's agent
+containers a CPU request other than the scripted runtime's (``SCRIPTED_RESOURCES``): the
+scheduler places pods by requests, so on this 2-core node the default's arithmetic, not the
+pods' use, decides how many fit. A size whose real-node run fails is reported with the run's
+cause (a pod no node takes carries the scheduler's verdict) and ends the sweep.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
+import os
 import sys
 import tempfile
 import time
@@ -46,15 +58,20 @@ from cp_build import build_images
 from cp_node import KWOK_TAINT
 
 from controller import Run, RunSpec
-from controller.agents import scripted
+from controller.agents import Resources, scripted
+from controller.agents.scripted import SCRIPTED_RESOURCES
 from controller.platform.kubernetes import Kube, KubernetesPlatform, objects
+from controller.platform.kubernetes import sandbox as observed
 from controller.platform.kubernetes.kube import Informer, Obj, is_true
 from controller.platform.local import LocalPlatform
-from controller.run import ProgramFinished, RunContext
+from controller.run import ClusterLost, ProgramFinished, RunContext
 from controller.run.progress import Counter
 from controller.run.runid import new_run_id
 
 PHASES = ("admitted", "pods created", "containers running", "agents ready", "gate")
+SAMPLE_S = 5.0
+"""Seconds over which the pods' CPU use is sampled at the gate (every agent idle then)."""
+MIB = 1024 * 1024
 
 
 @dataclass
@@ -67,6 +84,13 @@ class Timeline:
     """The kubelet's ``Pulled`` messages (``already present`` when nothing was pulled)."""
 
     running: anyio.Event = field(default_factory=anyio.Event)
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    """Pods the scheduler could not place, as this process's watch saw them: its last verdict."""
+    usage: Usage | None = None
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """The machine's load averages at the gate (or when the run ended)."""
+    ended: str = ""
+    """Why a KWOK run ended before every pod ran."""
 
     def mark(self, milestone: str) -> None:
         self.at.setdefault(milestone, time.monotonic() - self.submitted)
@@ -107,11 +131,111 @@ class ReadyProgress:
         return Count()
 
 
-def spec_for(agents: int, execute: Callable[[RunContext], Any], image: str) -> RunSpec:
+@dataclass(frozen=True)
+class Roster:
+    """How each of the benchmark's scripted agents is declared."""
+
+    resources: Resources = SCRIPTED_RESOURCES
+    ready_timeout_s: float = 60.0
+
+
+def spec_for(
+    agents: int, execute: Callable[[RunContext], Any], image: str, roster: Roster
+) -> RunSpec:
+    agent = scripted(
+        image=image, resources=roster.resources, ready_timeout_s=roster.ready_timeout_s
+    )
     return RunSpec.define(
         id="bench.k8s-startup/v1",
-        agents={f"agent-{i:03d}": scripted(image=image) for i in range(agents)},
+        agents={f"agent-{i:03d}": agent for i in range(agents)},
         execute=execute,
+    )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the roster's pods used on the real node at the gate, per pod (mean, max), and the
+    controller's resident set."""
+
+    pods: int
+    rss_mib: tuple[float, float]
+    """The resident set of the pod's processes, summed (shared pages counted in each)."""
+    pss_mib: tuple[float, float]
+    """Their proportional set size, summed (shared pages split among their users)."""
+    anon_mib: tuple[float, float]
+    """The pod cgroup's anonymous memory (``total_rss`` of memory.stat)."""
+    processes: int
+    cpu_millicores: tuple[float, float]
+    """CPU used over ``SAMPLE_S`` seconds at the gate (cpuacct.usage)."""
+    controller_rss_mib: float
+    available_mib: float
+    """The machine's MemAvailable at the gate."""
+
+
+def _cgroup_dirs(hierarchy: str, cgroup_root: str, uids: set[str]) -> dict[str, Path]:
+    """Each pod's cgroup directory under the node's cgroup root (``.../pod<uid>``)."""
+    found: dict[str, Path] = {}
+    for path, dirs, _ in os.walk(Path("/sys/fs/cgroup") / hierarchy / cgroup_root.lstrip("/")):
+        for name in dirs:
+            if name.startswith("pod") and name[3:] in uids:
+                found[name[3:]] = Path(path) / name
+    return found
+
+
+def _procs(cgroup: Path) -> list[int]:
+    return [int(pid) for procs in cgroup.rglob("cgroup.procs") for pid in procs.read_text().split()]
+
+
+def _kib(path: str, key: str) -> int:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:  # the process ended
+        pass
+    return 0
+
+
+def _stat(path: Path, key: str) -> int:
+    for line in (path / "memory.stat").read_text().splitlines():
+        name, value = line.split()
+        if name == key:
+            return int(value)
+    return 0
+
+
+def _spread(values: list[float]) -> tuple[float, float]:
+    return (sum(values) / len(values), max(values)) if values else (0.0, 0.0)
+
+
+def measure_usage(cgroup_root: str, uids: set[str]) -> Usage:
+    """Read the pods' memory, then their CPU over ``SAMPLE_S`` (blocking; run in a thread)."""
+    memory = _cgroup_dirs("memory", cgroup_root, uids)
+    cpu = _cgroup_dirs("cpuacct", cgroup_root, uids)
+    rss, pss, anon, processes = [], [], [], 0
+    for cgroup in memory.values():
+        pids = _procs(cgroup)
+        processes += len(pids)
+        rss.append(sum(_kib(f"/proc/{pid}/status", "VmRSS") for pid in pids) / 1024)
+        pss.append(sum(_kib(f"/proc/{pid}/smaps_rollup", "Pss") for pid in pids) / 1024)
+        anon.append(_stat(cgroup, "total_rss") / MIB)
+    before = {uid: int((path / "cpuacct.usage").read_text()) for uid, path in cpu.items()}
+    started = time.monotonic()
+    time.sleep(SAMPLE_S)
+    elapsed = time.monotonic() - started
+    used = [
+        (int((cpu[uid] / "cpuacct.usage").read_text()) - ns) / 1e6 / elapsed
+        for uid, ns in before.items()
+    ]
+    return Usage(
+        pods=len(memory),
+        rss_mib=_spread(rss),
+        pss_mib=_spread(pss),
+        anon_mib=_spread(anon),
+        processes=processes,
+        cpu_millicores=_spread(used),
+        controller_rss_mib=_kib("/proc/self/status", "VmRSS") / 1024,
+        available_mib=_kib("/proc/meminfo", "MemAvailable") / 1024,
     )
 
 
@@ -132,6 +256,12 @@ async def watch(kube: Kube, run_id: str, agents: int, timeline: Timeline) -> Non
     def check(_: Informer) -> None:
         if any(is_true(w, "Admitted") for w in workloads.objects.values()):
             timeline.mark("admitted")
+        for name, pod in pods.objects.items():
+            verdict = observed.unschedulable(pod)
+            if verdict is not None:
+                timeline.unschedulable[name] = verdict
+            else:
+                timeline.unschedulable.pop(name, None)
         if len(pods.objects) >= agents:
             timeline.mark("pods created")
             if all(_agent_running(pod) for pod in pods.objects.values()):
@@ -143,36 +273,62 @@ async def watch(kube: Kube, run_id: str, agents: int, timeline: Timeline) -> Non
             tasks.start_soon(informer.until, check)
 
 
-async def on_real_node(plane: ControlPlane, queue: str, agents: int, root: Path) -> Timeline:
+class RealNodeFailed(Exception):
+    """The real node's run did not pass its gate: its cause, and what the watch saw."""
+
+    def __init__(self, agents: int, detail: str, timeline: Timeline) -> None:
+        super().__init__(f"{agents} agents: {detail}")
+        self.timeline = timeline
+
+
+async def on_real_node(
+    plane: ControlPlane, queue: str, agents: int, root: Path, roster: Roster, startup_s: float
+) -> Timeline:
     run_id = new_run_id()
     timeline = Timeline()
     core = _core(plane)
+    assert plane.node is not None
+    cgroup_root = plane.node.cgroup_root
 
     async def execute(ctx: RunContext) -> None:
         timeline.mark("gate")
+        timeline.load = os.getloadavg()
         events = await anyio.to_thread.run_sync(
             lambda: core.list_namespaced_event(run_id, field_selector="reason=Pulled").items
         )
         timeline.pulled = [event.message or "" for event in events]
+        pods = await anyio.to_thread.run_sync(
+            lambda: core.list_namespaced_pod(run_id, label_selector=f"{objects.ROLE_LABEL}=agent")
+        )
+        uids = {pod.metadata.uid for pod in pods.items}
+        timeline.usage = await anyio.to_thread.run_sync(measure_usage, cgroup_root, uids)
 
-    platform = KubernetesPlatform(settings(plane, cluster_queue=queue))
+    platform = KubernetesPlatform(settings(plane, cluster_queue=queue, startup_timeout_s=startup_s))
     async with Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(watch, kube, run_id, agents, timeline)
             timeline.submitted = time.monotonic()
             outcome = await Run.execute(
-                spec_for(agents, execute, SCRIPTED),
+                spec_for(agents, execute, SCRIPTED, roster),
                 platform=platform,
                 run_id=run_id,
                 artifact_root=root,
                 progress=ReadyProgress(timeline, agents),
             )
             tasks.cancel_scope.cancel()
-    assert isinstance(outcome, ProgramFinished) and outcome.succeeded, outcome
-    return timeline
+    if isinstance(outcome, ProgramFinished) and outcome.succeeded:
+        return timeline
+    timeline.load = os.getloadavg()
+    if isinstance(outcome, ClusterLost):
+        detail = f"{outcome.cause.reason}: {outcome.cause.detail}"
+    else:
+        detail = repr(outcome)
+    raise RealNodeFailed(agents, detail, timeline)
 
 
-async def on_kwok(plane: ControlPlane, queue: str, agents: int, root: Path) -> Timeline:
+async def on_kwok(
+    plane: ControlPlane, queue: str, agents: int, root: Path, roster: Roster
+) -> Timeline:
     """Submit -> admitted -> every pod Running on the KWOK node; then the run is cancelled."""
     run_id = new_run_id()
     timeline = Timeline()
@@ -195,21 +351,26 @@ async def on_kwok(plane: ControlPlane, queue: str, agents: int, root: Path) -> T
 
             async def run() -> None:
                 timeline.submitted = time.monotonic()
-                await Run.execute(
-                    spec_for(agents, execute, SCRIPTED),
+                outcome = await Run.execute(
+                    spec_for(agents, execute, SCRIPTED, roster),
                     platform=platform,
                     run_id=run_id,
                     artifact_root=root,
                 )
+                # Its gate failed before every pod ran (a bridge dialled at a KWOK pod's fake
+                # address got an answer, or none): no KWOK figure this round.
+                if isinstance(outcome, ClusterLost):
+                    timeline.ended = f"{outcome.cause.reason}: {outcome.cause.detail}"
+                timeline.running.set()
 
             tasks.start_soon(run)
-            with anyio.fail_after(120):
+            with anyio.fail_after(300):
                 await timeline.running.wait()
             tasks.cancel_scope.cancel()  # the run finalizes and deletes its namespace
     return timeline
 
 
-async def on_local(agents: int, root: Path) -> float:
+async def on_local(agents: int, root: Path, roster: Roster) -> float:
     gate: list[float] = []
 
     async def execute(ctx: RunContext) -> None:
@@ -217,7 +378,7 @@ async def on_local(agents: int, root: Path) -> float:
 
     submitted = time.monotonic()
     outcome = await Run.execute(
-        spec_for(agents, execute, PINNED), platform=LocalPlatform(), artifact_root=root
+        spec_for(agents, execute, PINNED, roster), platform=LocalPlatform(), artifact_root=root
     )
     assert isinstance(outcome, ProgramFinished) and outcome.succeeded, outcome
     return gate[0] - submitted
@@ -237,28 +398,67 @@ class Row:
     local: float
 
 
-async def measure(plane: ControlPlane, queue: str, sizes: list[int], rounds: int) -> list[Row]:
-    rows = []
+@dataclass(frozen=True)
+class Sweep:
+    """What every size of one invocation shares."""
+
+    queue: str
+    roster: Roster
+    rounds: int
+    startup_s: float
+
+
+async def measure(plane: ControlPlane, sweep: Sweep, sizes: list[int], rows: list[Row]) -> None:
+    """Each size in turn, into ``rows``; a real-node failure is printed and ends the sweep (the
+    next size cannot pass either)."""
     with tempfile.TemporaryDirectory(prefix="k8s-bench-") as scratch:
         root = Path(scratch)
         for agents in sizes:
-            real = [await on_real_node(plane, queue, agents, root) for _ in range(rounds)]
-            kwok = [await on_kwok(plane, queue, agents, root) for _ in range(rounds)]
-            local = min([await on_local(agents, root) for _ in range(rounds)])
+            try:
+                real = [
+                    await on_real_node(
+                        plane, sweep.queue, agents, root, sweep.roster, sweep.startup_s
+                    )
+                    for _ in range(sweep.rounds)
+                ]
+            except RealNodeFailed as failed:
+                _print_failure(failed)
+                break
+            kwok = [
+                await on_kwok(plane, sweep.queue, agents, root, sweep.roster)
+                for _ in range(sweep.rounds)
+            ]
+            local = min([await on_local(agents, root, sweep.roster) for _ in range(sweep.rounds)])
             row = Row(
                 agents,
                 min(real, key=lambda t: t.at["gate"]),
-                min(kwok, key=lambda t: t.at["containers running"]),
+                min(kwok, key=lambda t: t.at.get("containers running", math.inf)),
                 local,
             )
             rows.append(row)
             print(
-                f"{agents} agents: real node {row.real.at['gate']:.2f} s to the gate, KWOK "
-                f"{row.kwok.at['containers running']:.2f} s to pods Running, local "
-                f"{local:.2f} s to the gate",
+                f"{agents} agents: real node {row.real.at['gate']:.2f} s to the gate (load "
+                f"{_load(row.real)}), KWOK {_kwok(row.kwok)}, local {local:.2f} s to the gate",
                 flush=True,
             )
-    return rows
+
+
+def _kwok(timeline: Timeline) -> str:
+    if "containers running" in timeline.at:
+        return f"{timeline.at['containers running']:.2f} s to pods Running"
+    return f"no figure (its run ended first: {timeline.ended})"
+
+
+def _load(timeline: Timeline) -> str:
+    return " / ".join(f"{value:.1f}" for value in timeline.load)
+
+
+def _print_failure(failed: RealNodeFailed) -> None:
+    timeline = failed.timeline
+    reached = ", ".join(f"{name} {at:.2f} s" for name, at in timeline.at.items()) or "nothing"
+    print(f"REAL NODE FAILED, {failed} (load {_load(timeline)}; reached: {reached})", flush=True)
+    for pod, verdict in sorted(timeline.unschedulable.items()):
+        print(f"  still unschedulable as the run ended: {pod}: {verdict}", flush=True)
 
 
 def report(rows: list[Row]) -> None:
@@ -269,10 +469,11 @@ def report(rows: list[Row]) -> None:
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         gate, running = row.real.at["gate"], row.real.at["containers running"]
-        kwok = row.kwok.at["containers running"]
+        kwok = row.kwok.at.get("containers running")
+        versus = f"{kwok:.2f} s | {running / kwok:.2f}x" if kwok else "- | -"
         print(
             f"| {row.agents} | {gate:.2f} s | {row.local:.2f} s | {gate / row.local:.2f}x | "
-            f"{running:.2f} s | {kwok:.2f} s | {running / kwok:.2f}x |"
+            f"{running:.2f} s | {versus} |"
         )
     print("\nPhases, each ending when the roster's last agent got there (seconds from the last):")
     print("\n| agents | where | " + " | ".join(PHASES) + " |")
@@ -282,6 +483,28 @@ def report(rows: list[Row]) -> None:
             shares = dict(timeline.phases())
             cells = [f"{shares[p]:.2f}" if p in shares else "-" for p in PHASES]
             print(f"| {row.agents} | {where} | " + " | ".join(cells) + " |")
+    print(
+        f"\nOn the real node at the gate, per agent pod (mean / max; CPU over {SAMPLE_S:g} s "
+        "with every agent idle), and this process (the controller: router, bridges):"
+    )
+    print(
+        "\n| agents | load average at the gate | pods | processes | RSS MiB | PSS MiB | "
+        "anonymous MiB (cgroup) | CPU millicores | controller RSS MiB | MemAvailable MiB |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        usage = row.real.usage
+        if usage is None:
+            continue
+        cells = [
+            f"{mean:.1f} / {most:.1f}"
+            for mean, most in (usage.rss_mib, usage.pss_mib, usage.anon_mib, usage.cpu_millicores)
+        ]
+        print(
+            f"| {row.agents} | {_load(row.real)} | {usage.pods} | {usage.processes} | "
+            + " | ".join(cells)
+            + f" | {usage.controller_rss_mib:.0f} | {usage.available_mib:.0f} |"
+        )
     for row in rows:
         present = sum("already present" in message for message in row.real.pulled)
         print(
@@ -301,21 +524,68 @@ def image_import_s(plane: ControlPlane) -> float:
     return time.monotonic() - started
 
 
+def node_allocatable(plane: ControlPlane) -> str:
+    assert plane.node is not None
+    node = _core(plane).read_node(plane.node.name)
+    held = node.status.allocatable
+    return ", ".join(f"{key} {held[key]}" for key in ("cpu", "memory", "pods", "ephemeral-storage"))
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--agents", type=int, nargs="+", default=[5, 10])
     parser.add_argument("--rounds", type=int, default=1)
-    args = parser.parse_args()
-    images = Images.load(build_images())
-    with ControlPlane(build_control_plane(), nodes=1, real_node=True, images=images) as plane:
-        queue = make_cluster_queue(plane, cpu="8")
-        imported = image_import_s(plane)
-        rows = anyio.run(measure, plane, queue, args.agents, args.rounds)
-    report(rows)
-    print(
-        f"image import into the node's containerd (once per image at node start, not per run): "
-        f"{imported:.2f} s for the scripted image"
+    parser.add_argument(
+        "--cpu-request",
+        type=float,
+        default=SCRIPTED_RESOURCES.cpu * 1000,
+        help="millicores each agent container requests (default: the scripted runtime's, "
+        "%(default)g); the pod's keeper container adds 1",
     )
+    parser.add_argument(
+        "--max-pods",
+        type=int,
+        default=110,
+        help="the real kubelet's maxPods (default: the kubelet's own, %(default)s)",
+    )
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=300.0,
+        help="seconds an agent's pod may take to run (the platform's startup_timeout_s)",
+    )
+    parser.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a running agent may take to attach and authenticate (the runtime's "
+        "ready_timeout_s; default: the scripted runtime's, %(default)g)",
+    )
+    args = parser.parse_args()
+    resources = dataclasses.replace(SCRIPTED_RESOURCES, cpu=args.cpu_request / 1000)
+    roster = Roster(resources, args.ready_timeout)
+    print(f"roster: each agent {resources}, ready timeout {args.ready_timeout:g} s", flush=True)
+    images = Images.load(build_images())
+    with ControlPlane(
+        build_control_plane(),
+        nodes=1,
+        real_node=True,
+        images=images,
+        real_node_max_pods=args.max_pods,
+    ) as plane:
+        print(f"real node allocatable: {node_allocatable(plane)}", flush=True)
+        queue = make_cluster_queue(plane, cpu="64", memory="64Gi")
+        imported = image_import_s(plane)
+        sweep = Sweep(queue, roster, args.rounds, args.startup_timeout)
+        rows: list[Row] = []
+        try:
+            anyio.run(measure, plane, sweep, args.agents, rows)
+        finally:  # what was measured, even when a later size broke the sweep
+            report(rows)
+            print(
+                f"image import into the node's containerd (once per image at node start, not "
+                f"per run): {imported:.2f} s for the scripted image"
+            )
 
 
 if __name__ == "__main__":

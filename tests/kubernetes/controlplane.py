@@ -92,6 +92,8 @@ class ControlPlane:
     real_node: bool = False
     images: Images | None = None
     """The image map the real node imports (required with ``real_node``)."""
+    real_node_max_pods: int = 110
+    """The real kubelet's ``maxPods`` (110, its default; a benchmark raises it)."""
 
     def __post_init__(self) -> None:
         self.processes = ProcessGroup()

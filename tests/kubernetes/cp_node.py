@@ -267,6 +267,7 @@ imports = []
             "cgroupDriver": "cgroupfs",
             "cgroupRoot": self.cgroup_root,
             "failSwapOn": False,
+            "maxPods": self.cp.real_node_max_pods,
             "readOnlyPort": 0,
             "enforceNodeAllocatable": [],
             "address": self.network.node_ip,

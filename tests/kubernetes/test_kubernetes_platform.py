@@ -5,6 +5,7 @@ what happens before any pod runs. Whole runs, whose pods must run, are in tests/
 # ruff: noqa: F811  (pytest fixtures imported from cluster_support are parameters here)
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
     anyio_backend,
     artifacts,
     left_in_cluster,
+    make_cluster_queue,
     on_cluster,
     small_queue,
 )
@@ -20,8 +22,8 @@ from controlplane import ControlPlane
 from k8s_run_support import echo, hear_everyone, spec_of, verified
 
 from controller import Run
-from controller.agents import scripted
-from controller.events.run import RosterAdmitted, RosterRefused
+from controller.agents import Resources, scripted
+from controller.events.run import ReadinessGateFailed, RosterAdmitted, RosterRefused
 from controller.run import ClusterLost
 from controller.run.runid import new_run_id
 
@@ -49,3 +51,35 @@ async def test_with_quota_for_part_of_the_roster_nothing_starts_and_admission_ti
     assert list(ledger.events(RosterAdmitted)) == []
     assert record.all("sandbox") == [] and record.first("admitted") is None
     assert left == []
+
+
+@pytest.fixture(scope="module")
+def wide_queue(control_plane: ControlPlane) -> Iterator[str]:
+    """A ClusterQueue with more CPU than any one KWOK node has (16 cores)."""
+    yield make_cluster_queue(control_plane, cpu="40")
+
+
+async def test_an_agent_no_node_can_take_fails_the_gate_with_the_schedulers_verdict(
+    control_plane: ControlPlane, wide_queue: str, tmp_path: Path
+) -> None:
+    """Kueue admits bob's 17 cores (the queue has 40), but no node has them: his pod stays
+    Pending, and the failed gate says which agent, the scheduler's reason and what to do."""
+    greedy = Resources(cpu=17.0, memory_mib=64, memory_limit_mib=1536)
+    spec = spec_of(hear_everyone, PINNED, bob=scripted(echo, image=PINNED, resources=greedy))
+    run_id = new_run_id()
+    async with on_cluster(
+        control_plane, run_id, cluster_queue=wide_queue, startup_timeout_s=5.0
+    ) as (platform, kube, record):
+        outcome = await Run.execute(
+            spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
+        )
+        left = await left_in_cluster(kube, run_id)
+    assert isinstance(outcome, ClusterLost), outcome
+    assert outcome.cause.reason == "readiness-gate-failed", outcome.cause
+    detail = outcome.cause.detail
+    assert "agent bob" in detail and "pod bob Pending, unschedulable: 0/2 nodes" in detail, detail
+    assert "Insufficient cpu" in detail and "lower the roster's resource requests" in detail
+    ledger = verified(spec, outcome)
+    failed = next(iter(ledger.events(ReadinessGateFailed)))
+    assert failed.reason == "pod-unschedulable" and failed.failed == ["bob"]
+    assert record.first("admitted") is not None and left == []

@@ -74,7 +74,8 @@ def started(
 
 
 def describe(sandboxes: Informer, pods: Informer, agent: str) -> str:
-    """Why the Sandbox of ``agent`` is not ready yet, for a startup timeout's message."""
+    """Why the Sandbox of ``agent`` is not ready yet, for a startup timeout's message: its
+    Ready condition, and what each of its pods waits for (``waiting``)."""
     sandbox = sandboxes.objects.get(agent)
     ready = condition(sandbox, "Ready") or {}
     error = sandboxes.error or pods.error
@@ -82,10 +83,53 @@ def describe(sandboxes: Informer, pods: Informer, agent: str) -> str:
         part
         for part in (
             f"Ready={ready.get('status', 'unknown')} {ready.get('message') or ''}".strip(),
+            *(waiting(pod) for pod in pods.labelled(agent)),
             f"watch failing: {error}" if error else "",
         )
         if part
     )
+
+
+def unschedulable(pod: Obj) -> str | None:
+    """The scheduler's verdict on a pod it could not place (its ``PodScheduled=False``
+    condition's message: which nodes lack what), or ``None``."""
+    scheduled = condition(pod, "PodScheduled") or {}
+    if scheduled.get("status") != "False":
+        return None
+    return (scheduled.get("message") or scheduled.get("reason") or "not scheduled").strip()
+
+
+def waiting(pod: Obj) -> str:
+    """What ``pod`` waits for, from its status: the scheduler's verdict while no node takes
+    it, else its containers' waiting reasons (``""`` when the status names nothing)."""
+    name = pod["metadata"]["name"]
+    phase = pod.get("status", {}).get("phase") or "Pending"
+    verdict = unschedulable(pod)
+    if verdict is not None:
+        return f"pod {name} {phase}, unschedulable: {verdict}"
+    reasons = []
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        state = (status.get("state") or {}).get("waiting") or {}
+        if state.get("reason"):
+            message = (state.get("message") or "").strip()
+            detail = f" ({message})" if message else ""
+            reasons.append(f"{status.get('name')} {state['reason']}{detail}")
+    return f"pod {name} {phase}: " + ", ".join(reasons) if reasons else ""
+
+
+def exited(pod: Obj) -> str:
+    """How ``pod``'s containers ended, from its status (phase, each terminated container's
+    reason, exit code and message), for an error's reader."""
+    parts = [f"pod {pod['metadata']['name']} {pod.get('status', {}).get('phase') or 'Pending'}"]
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        state = (status.get("state") or {}).get("terminated") or {}
+        if state:
+            message = (state.get("message") or "").strip()
+            parts.append(
+                f"{status.get('name')} {state.get('reason') or 'terminated'}, exit code "
+                f"{state.get('exitCode')}" + (f" ({message})" if message else "")
+            )
+    return "; ".join(parts)
 
 
 def ended(sandboxes: Informer, pods: Informer, handle: KubernetesSandbox) -> ProcessExit | None:

@@ -288,11 +288,17 @@ class KubernetesSession(PlatformSession):
             )
         if started is None:
             why = observed.describe(self.sandboxes, self.pods, agent)
+            placed = not any(observed.unschedulable(pod) for pod in self.pods.labelled(agent))
             raise SandboxStartError(
                 f"the Sandbox of {agent} had no Ready, running pod within "
-                f"{settings.startup_timeout_s:g} s ({why}); see kubectl "
-                f"describe sandbox {agent} -n {self.run_id}",
-                reason="startup-timeout",
+                f"{settings.startup_timeout_s:g} s ({why}); "
+                + (
+                    f"see kubectl describe sandbox {agent} -n {self.run_id}"
+                    if placed
+                    else "no node could take its pod: lower the roster's resource requests "
+                    "(its runtimes' Resources), or add nodes or capacity to the agents' nodes"
+                ),
+                reason="startup-timeout" if placed else "pod-unschedulable",
             )
         state, _, pod = started
         if state == "unpullable":
@@ -303,8 +309,10 @@ class KubernetesSession(PlatformSession):
                 reason="image-unpullable",
             )
         if state != "ready":
+            how = f" ({observed.exited(pod)})" if pod is not None else ""
             raise SandboxStartError(
-                f"the Sandbox of {agent} {state} before it was ready", reason="exited-before-ready"
+                f"the Sandbox of {agent} {state} before it was ready{how}",
+                reason="exited-before-ready",
             )
         assert pod is not None
         default = (pod.get("status", {}).get("podIP") or "", bridge_port)
