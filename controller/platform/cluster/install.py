@@ -47,7 +47,7 @@ AGENTS_POOL = {"society.run/pool": "agents"}
 """The agents' node label in ``kind/cluster.yaml``."""
 WORKER_IMAGE = "society/worker:dev"
 READY_TIMEOUT_S = 300.0
-INSTALLED_BY = {"society.run/installed-by": "cluster-up"}
+INSTALLED_BY = kind.INSTALLED_BY
 TEMPORAL_PODS = f"app.kubernetes.io/name={temporal.NAME}"
 
 
@@ -339,7 +339,6 @@ class ClusterUp:
                 )
             home = self.ledger_host_root or "not copied home (no --ledger-volumes)"
             return f"StorageClass {name} (checked, not made); copied home from {home}"
-        self.volumes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         async with self.kube() as kube:
             before = await kube.get("StorageClass", kind.LEDGER_STORAGE_CLASS)
             await kube.apply(kind.ledger_storage_class())

@@ -24,6 +24,8 @@ REGISTRY_HOST = "localhost:5001"
 """Where this machine pushes; nodes reach the same registry as ``kind-registry:5000``."""
 CONTAINERD_CERTS_DIR = "/etc/containerd/certs.d"
 """The nodes' registry ``config_path`` (``containerdConfigPatches`` in ``kind/cluster.yaml``)."""
+INSTALLED_BY = {"society.run/installed-by": "cluster-up"}
+"""The label of what `cluster up` made."""
 LOCAL_PATH_DIR = "/var/local-path-provisioner"
 """Where kind's local-path provisioner makes volumes on each node."""
 LOCAL_PATH_PROVISIONER = "rancher.io/local-path"
@@ -88,7 +90,7 @@ def ledger_storage_class() -> dict[str, object]:
         "kind": "StorageClass",
         "metadata": {
             "name": LEDGER_STORAGE_CLASS,
-            "labels": {"society.run/installed-by": "cluster-up"},
+            "labels": dict(INSTALLED_BY),
         },
         "provisioner": LOCAL_PATH_PROVISIONER,
         "reclaimPolicy": "Retain",
