@@ -87,12 +87,13 @@ else
 fi
 
 # --- wheels: the dependencies of pyproject.toml, plus pip to install them -----------------
-WHEEL_KEY="$("${PYTHON}" -c 'import sys; print(sys.version_info[:2])' | cat - "${REPO_ROOT}/pyproject.toml" |
-    sha256sum | cut -c1-12)"
+WHEEL_EXTRAS="gke"  # the images export ledgers to GCS (google-cloud-storage)
+WHEEL_KEY="$({ "${PYTHON}" -c 'import sys; print(sys.version_info[:2])'; echo "${WHEEL_EXTRAS}"; } |
+    cat - "${REPO_ROOT}/pyproject.toml" | sha256sum | cut -c1-12)"
 WHEELS="${OUT_DIR}/wheels-${WHEEL_KEY}"
 make_wheels() {
     rm -rf "${WHEELS}.tmp" && mkdir -p "${WHEELS}.tmp"
-    "${PYTHON}" -m pip wheel --quiet --wheel-dir "${WHEELS}.tmp" "${REPO_ROOT}"
+    "${PYTHON}" -m pip wheel --quiet --wheel-dir "${WHEELS}.tmp" "${REPO_ROOT}[${WHEEL_EXTRAS}]"
     "${PYTHON}" -m pip download --quiet --no-deps --only-binary=:all: --dest "${WHEELS}.tmp" pip
     rm -f "${WHEELS}.tmp"/society_runner-*.whl  # the source goes in as files
     mv "${WHEELS}.tmp" "${WHEELS}"

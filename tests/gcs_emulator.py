@@ -13,14 +13,16 @@ from controller.platform.profiles.tools import ToolMissing, tool
 
 
 class FakeGcsServer:
-    """fake-gcs-server on 127.0.0.1, its objects on disk so that it can be killed and restarted."""
+    """fake-gcs-server on ``host`` (127.0.0.1; the real node's host address, for its pods), its
+    objects on disk so that it can be killed and restarted."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
         self.root = root
+        self.host = host
         with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
+            probe.bind((host, 0))
             self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -30,7 +32,7 @@ class FakeGcsServer:
             pytest.fail(str(exc))
         log = (self.root.parent / "fake-gcs-server.log").open("ab")
         self.process = subprocess.Popen(
-            [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
+            [str(binary), "-scheme", "http", "-host", self.host, "-port", str(self.port),
              "-backend", "filesystem", "-filesystem-root", str(self.root),
              "-external-url", self.url, "-log-level", "error"],
             stdout=log, stderr=log,
@@ -38,7 +40,7 @@ class FakeGcsServer:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                socket.create_connection((self.host, self.port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.1)

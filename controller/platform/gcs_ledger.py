@@ -30,6 +30,9 @@ from ledger.run_artifacts import locate_ledger
 SCHEME = "gs://"
 INCOMPLETE_MARKER = "export-incomplete.json"
 EXPORT_ENV = "SOCIETY_LEDGER_EXPORT"
+TOKEN_FILE_ENV = "SOCIETY_GCS_TOKEN_FILE"
+"""A file holding an OAuth 2.0 access token for GCS (the export Job's downscoped token)."""
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 DEFAULT_DEADLINE_S = 120.0
 
 
@@ -50,6 +53,12 @@ class ExportReceipt:
     skipped: int
     complete: bool
     signed_records: int
+    ledger: str | None = None
+    """The ledger's directory relative to the run directory (``ledger/main``; "" when the run
+    directory is the ledger)."""
+
+    def ledger_url(self) -> str | None:
+        return None if self.ledger is None else self.url + self.ledger
 
 
 def split_url(url: str) -> tuple[str, str]:
@@ -64,8 +73,9 @@ def split_url(url: str) -> tuple[str, str]:
 
 
 def storage_client(project: str | None = None) -> Any:
-    """A ``google.cloud.storage.Client``: Application Default Credentials (Workload Identity on
-    GKE), or anonymous against ``STORAGE_EMULATOR_HOST`` when that is set."""
+    """A ``google.cloud.storage.Client``: anonymous against ``STORAGE_EMULATOR_HOST`` when that
+    is set; else the access token in ``SOCIETY_GCS_TOKEN_FILE`` when that is set (the export
+    Job's downscoped token); else Application Default Credentials (Workload Identity on GKE)."""
     import os
 
     try:
@@ -82,11 +92,64 @@ def storage_client(project: str | None = None) -> Any:
 
         anonymous = AnonymousCredentials()  # type: ignore[no-untyped-call]
         return storage.Client(project=project or "emulator", credentials=anonymous)
+    if token_file := os.environ.get(TOKEN_FILE_ENV):
+        from google.oauth2.credentials import Credentials
+
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as exc:
+            raise LedgerError(
+                f"cannot read the GCS access token at {token_file} ({exc.strerror}); unset "
+                f"{TOKEN_FILE_ENV} to use Application Default Credentials",
+                reason="gcs-token-unreadable",
+            ) from None
+        bearer = Credentials(token=token)  # type: ignore[no-untyped-call]
+        return storage.Client(project=project or "_", credentials=bearer)
     return storage.Client(project=project)
 
 
-def _plan(run_dir: Path) -> tuple[list[tuple[str, bytes | Path]], bool, int]:
-    """``(objects in upload order, complete, signed records)`` for ``run_dir``."""
+def export_boundary(bucket: str, prefix: str) -> Any:
+    """The Credential Access Boundary of one run's export: create and read objects under
+    ``gs://bucket/prefix`` only (no list, no delete, no other prefix or bucket)."""
+    from google.auth import downscoped
+
+    if not prefix.endswith("/") or prefix == "/":
+        raise ValueError(f'an export prefix must be a run\'s directory ("<run id>/"): {prefix!r}')
+    objects = f"projects/_/buckets/{bucket}/objects/{prefix}"
+    condition = downscoped.AvailabilityCondition(  # type: ignore[no-untyped-call]
+        expression=f"resource.name.startsWith('{objects}')",
+        title="one run's export",
+        description=f"objects under gs://{bucket}/{prefix} only",
+    )
+    rule = downscoped.AccessBoundaryRule(  # type: ignore[no-untyped-call]
+        available_resource=f"//storage.googleapis.com/projects/_/buckets/{bucket}",
+        available_permissions=[
+            "inRole:roles/storage.objectCreator",
+            "inRole:roles/storage.objectViewer",
+        ],
+        availability_condition=condition,
+    )
+    return downscoped.CredentialAccessBoundary(rules=[rule])  # type: ignore[no-untyped-call]
+
+
+def downscoped_token(bucket: str, prefix: str) -> str:
+    """An access token (at most an hour) that may only export one run: this process's
+    Application Default Credentials (the worker's Workload Identity) narrowed by
+    ``export_boundary`` through Google's Security Token Service. GKE only: STS cannot run here."""
+    import google.auth
+    from google.auth import downscoped
+    from google.auth.transport.requests import Request
+
+    source, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    narrowed = downscoped.Credentials(  # type: ignore[no-untyped-call]
+        source_credentials=source, credential_access_boundary=export_boundary(bucket, prefix)
+    )
+    narrowed.refresh(Request())
+    return str(narrowed.token)
+
+
+def _plan(run_dir: Path) -> tuple[list[tuple[str, bytes | Path]], bool, int, str | None]:
+    """``(objects in upload order, complete, signed records, the ledger's relative path)``."""
     from ledger.verification import verify_ledger
 
     ledger_dir, located_run = locate_ledger(run_dir)
@@ -94,6 +157,7 @@ def _plan(run_dir: Path) -> tuple[list[tuple[str, bytes | Path]], bool, int]:
     verified = verify_ledger(None, ledger_dir, require_catalog=False, allow_incomplete=True)
     complete = (ledger_dir / COMPLETION).exists()
     records_path = ledger_dir / RECORDS
+    ledger = ledger_dir.relative_to(root).as_posix() if ledger_dir != root else ""
     objects: list[tuple[str, bytes | Path]] = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         if path == ledger_dir / COMPLETION:
@@ -118,7 +182,7 @@ def _plan(run_dir: Path) -> tuple[list[tuple[str, bytes | Path]], bool, int]:
             "reason": "the run left no completion.json; this is its signed prefix",
         }
         objects.append((INCOMPLETE_MARKER, json.dumps(marker, sort_keys=True).encode()))
-    return objects, complete, verified.signed_records
+    return objects, complete, verified.signed_records, ledger
 
 
 def export_run(
@@ -139,7 +203,7 @@ def export_run(
 
     bucket_name, prefix = split_url(url)
     try:
-        objects, complete, signed = _plan(run_dir)
+        objects, complete, signed, ledger = _plan(run_dir)
     except LedgerError as exc:
         raise LedgerExportError(
             f"{run_dir} holds no ledger that verifies ({exc}); nothing was exported",
@@ -177,7 +241,8 @@ def export_run(
             ) from exc
         if progress is not None:
             progress(f"exported {prefix}{name}")
-    return ExportReceipt(f"gs://{bucket_name}/{prefix}", uploaded, skipped, complete, signed)
+    url = f"gs://{bucket_name}/{prefix}"
+    return ExportReceipt(url, uploaded, skipped, complete, signed, ledger)
 
 
 def _same(bucket: Any, name: str, data: bytes, retry: Any) -> bool:

@@ -22,7 +22,7 @@ import anyio
 
 from controller.platform.kubernetes import access, objects
 from controller.platform.kubernetes.images import CONTROLLER_IMAGE, ImageMap, pinned
-from controller.platform.kubernetes.kube import Informer, Kube, Obj, condition, is_true
+from controller.platform.kubernetes.kube import Informer, Kube, KubeError, Obj, condition, is_true
 from controller.platform.kubernetes.ledger_home import LedgerHomeError, bring_home
 from controller.platform.kubernetes.settings import KubernetesSettings
 from controller.platform.kubernetes.worker_requests import module_source_of
@@ -57,15 +57,7 @@ async def run_controller_job(
     """Create the run's controller Job, observe it until it reports, return its result."""
     progress = progress or NO_PROGRESS
     images = ImageMap.parse(settings.image_map)
-    image = images.resolve(settings.controller_image or CONTROLLER_IMAGE)
-    if not image or not pinned(image):
-        raise PlatformError(
-            f"the controller Job needs its image pinned by digest, and {image!r} is not: run "
-            f"scripts/build-images.sh and set SOCIETY_IMAGE_MAP to the map it prints, or set "
-            f"SOCIETY_CONTROLLER_IMAGE to image@sha256:...; SOCIETY_CONTROLLER_JOB=0 runs the "
-            f"controller here instead (debugging; needs SOCIETY_ROUTER_ADDRESS)",
-            reason="controller-image-missing",
-        )
+    image = controller_image(settings, images)
     run_id = request.run_id
     module = module_source_of(request)
     source = module.content.encode("utf-8")
@@ -97,7 +89,13 @@ async def run_controller_job(
         signing = None
         if settings.signing_key:
             pem = SigningKey.load(settings.signing_key).private_pem()  # refuses a bad key here
-            await kube.apply(objects.owned(access.signing_key_secret(run_id, pem), owner))
+            # create, never apply: the worker may create Secrets, not patch or read them
+            secret = objects.owned(access.signing_key_secret(run_id, pem), owner)
+            try:
+                await kube.create(secret)
+            except KubeError as error:
+                if error.status != 409:  # a retried execute finds its own immutable Secret
+                    raise
             signing = access.SIGNING_SECRET
             progress.phase(f"the controller signs with the operator key {settings.signing_key}")
         job = access.controller_job(
@@ -128,6 +126,21 @@ async def run_controller_job(
         except LedgerHomeError as error:  # the volume outlives the namespace: nothing is lost
             progress.phase(f"ledger: not copied home ({error.reason}): {error}")
             return result
+
+
+def controller_image(settings: KubernetesSettings, images: ImageMap | None = None) -> str:
+    """The controller image (the controller Job's and the export Job's), pinned by digest."""
+    images = images or ImageMap.parse(settings.image_map)
+    image = images.resolve(settings.controller_image or CONTROLLER_IMAGE)
+    if not image or not pinned(image):
+        raise PlatformError(
+            f"the controller Job needs its image pinned by digest, and {image!r} is not: run "
+            f"scripts/build-images.sh and set SOCIETY_IMAGE_MAP to the map it prints, or set "
+            f"SOCIETY_CONTROLLER_IMAGE to image@sha256:...; SOCIETY_CONTROLLER_JOB=0 runs the "
+            f"controller here instead (debugging; needs SOCIETY_ROUTER_ADDRESS)",
+            reason="controller-image-missing",
+        )
+    return image
 
 
 def _forwarded(settings: KubernetesSettings, images: ImageMap) -> dict[str, str]:

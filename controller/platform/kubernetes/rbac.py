@@ -5,6 +5,8 @@ three parts (docs/kubernetes.md, "RBAC"):
 
 * cluster-wide (``WORKER_RULES``): create namespaces, read them, create RoleBindings, and
   ``get`` and ``bind`` only the two ClusterRoles below. No Secrets, Jobs, Pods or exec.
+  In a run namespace it may create and delete Secrets (the controller's signing key, the
+  export Job's token) but never read one.
 * per run (``RUN_NAMESPACE_RULES``, the ClusterRole ``society-run-namespace``): what prepare,
   execute and cleanup do, granted in each run namespace by a RoleBinding that the worker makes
   to itself right after creating the namespace; deleting the namespace is one of those rights,
@@ -91,6 +93,9 @@ RUN_NAMESPACE_RULES: list[dict[str, Any]] = [
     _rule("batch", ["jobs"], ["get", "list", "watch", "create", "patch", "delete"]),
     _rule("", ["pods"], ["get", "list", "watch"]),  # the controller Job's pod
     _rule("", ["persistentvolumeclaims"], ["get", "create", "patch"]),  # the ledger volume
+    # the controller's signing key and the export Job's token: written, never read (no get)
+    _rule("", ["secrets"], ["create", "delete"]),
+    _rule("networking.k8s.io", ["networkpolicies"], ["create"]),  # the export Job's egress
 ]
 """What the run worker does inside a run namespace it created (prepare, execute, cleanup)."""
 

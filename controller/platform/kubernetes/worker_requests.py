@@ -9,7 +9,10 @@ would execute the module inside the worker pod, with the worker's identity) and 
 
 from __future__ import annotations
 
+import os
+
 from controller.platform import CLUSTER_PROFILES
+from controller.platform.gcs_ledger import EXPORT_ENV
 from controller.platform.kubernetes.settings import KubernetesSettings
 from controller.run import RunRequest
 from controller.run.module_source import ModuleSource
@@ -37,6 +40,12 @@ def check_worker_request(request: RunRequest, settings: KubernetesSettings) -> N
             "the run worker in the cluster runs a controller only as the run's Job; unset "
             "SOCIETY_CONTROLLER_JOB=0 in its Deployment",
             reason="in-process-controller-in-cluster",
+        )
+    if os.environ.get(EXPORT_ENV) and not settings.ledger_claim:
+        raise WorkerRefused(
+            f"the run worker exports runs ({EXPORT_ENV}) from the run's ledger claim, and none "
+            "is set: set SOCIETY_LEDGER_PVC (the chart's ledger.claim) in its Deployment",
+            reason="ledger-claim-missing",
         )
     module_source_of(request)
 

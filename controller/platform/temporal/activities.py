@@ -26,9 +26,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from controller.platform import CLUSTER_PROFILES
+from controller.platform.gcs_ledger import ExportReceipt
 from controller.platform.temporal.models import ExecuteHeartbeat, LedgerExported, Reservation
 from controller.platform.temporal.run_files import (
-    read_ledger_state,
     run_directory,
     run_record,
     write_run_record,
@@ -171,9 +171,11 @@ class LifecycleActivities:
         from ledger import LedgerError
 
         try:
-            receipt = await anyio.to_thread.run_sync(
-                lambda: export_if_configured(Path(reservation.artifact_dir), reservation.run_id)
-            )
+            receipt = await self._export_from_claim(reservation)
+            if receipt is None:
+                receipt = await anyio.to_thread.run_sync(
+                    lambda: export_if_configured(Path(reservation.artifact_dir), reservation.run_id)
+                )
         except (LedgerExportError, LedgerError) as error:
             retry = error.reason == "export-failed"
             raise ApplicationError(str(error), type=error.reason, non_retryable=not retry) from None
@@ -181,17 +183,39 @@ class LifecycleActivities:
             return None
         state = "complete" if receipt.complete else "incomplete (signed prefix)"
         self._phase(f"cleanup: exported the run to {receipt.url}: {state}")
-        run_dir = Path(reservation.artifact_dir)
-        ledger = read_ledger_state(run_dir).directory
         return LedgerExported(
             url=receipt.url,
-            ledger=None
-            if ledger is None
-            else receipt.url + Path(ledger).relative_to(run_dir).as_posix(),
+            ledger=receipt.ledger_url(),
             complete=receipt.complete,
             signed_records=receipt.signed_records,
             objects=receipt.objects,
             skipped=receipt.skipped,
+        )
+
+    async def _export_from_claim(self, reservation: Reservation) -> ExportReceipt | None:
+        """A cluster run whose controller Job wrote to a ledger claim: exported from the claim
+        by an export Job in its namespace (``ledger_export``); ``None`` for any other run."""
+        from controller.platform.gcs_ledger import EXPORT_ENV
+
+        destination = os.environ.get(EXPORT_ENV)
+        root = Path(reservation.artifact_dir).parent
+        if not destination or run_record(root, reservation.run_id).get("profile") not in (
+            CLUSTER_PROFILES
+        ):
+            return None
+        from controller.platform.kubernetes import KubernetesSettings
+        from controller.platform.kubernetes.controller_job import controller_image
+        from controller.platform.kubernetes.ledger_export import export_from_claim
+
+        settings = KubernetesSettings.from_environment()
+        if not settings.runs_controller_job or not settings.ledger_claim:
+            return None
+        return await export_from_claim(
+            settings,
+            reservation.run_id,
+            destination,
+            image=controller_image(settings),
+            phase=self._phase,
         )
 
     def _phase(self, text: str) -> None:

@@ -66,8 +66,9 @@ def _cleanup(reservation: Reservation) -> workflow.ActivityHandle[Any]:
     return workflow.start_activity(
         CLEANUP,
         reservation,
-        start_to_close_timeout=timedelta(minutes=2),
-        schedule_to_close_timeout=timedelta(minutes=10),
+        # an attempt may run the export Job (up to 5.5 min) and delete the namespace (100 s)
+        start_to_close_timeout=timedelta(minutes=10),
+        schedule_to_close_timeout=timedelta(minutes=30),
         retry_policy=RetryPolicy(
             initial_interval=timedelta(seconds=1),
             maximum_interval=timedelta(seconds=30),
