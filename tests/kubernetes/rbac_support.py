@@ -133,14 +133,17 @@ def secret(namespace: str) -> dict[str, Any]:
 RBAC = "rbac.authorization.k8s.io"
 ADMISSION = "admissionregistration.k8s.io"
 ANYWHERE = f"""
-    get,list,watch,create,patch,delete secrets; create pods pods/exec pods/attach pods/portforward
+    get,list,watch,patch,update secrets; create pods pods/exec pods/attach pods/portforward
     serviceaccounts/token; patch pods/ephemeralcontainers; impersonate serviceaccounts;
     delete configmaps; create apps:deployments apps:daemonsets batch:cronjobs;
     create,escalate,patch,bind {RBAC}:roles
 """
-"""Takeover rights the worker holds in no namespace, its own run namespace included."""
+"""Takeover rights the worker holds in no namespace, its own run namespace included: it reads no
+Secret anywhere (in its run namespaces it may create and delete them, the signing key's and the
+export token's, below)."""
 OUTSIDE_ITS_RUNS = f"""
-    create batch:jobs serviceaccounts; patch configmaps; delete {RBAC}:rolebindings
+    create batch:jobs serviceaccounts; patch configmaps; delete {RBAC}:rolebindings;
+    create,delete secrets; create networking.k8s.io:networkpolicies
 """
 """What a run needs, held only in run namespaces the worker created (and RoleBinding deletes in
 the credentials namespace, which the admission policy limits to runs' credential bindings)."""

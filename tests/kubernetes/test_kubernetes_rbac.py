@@ -81,6 +81,12 @@ async def test_the_run_worker_is_refused_everything_outside_the_run_namespaces_i
         await prepare_run_namespace(worker, own, credentials_namespace=CREDENTIALS)
         # a run namespace the worker did not create: labelled as a run's, created by an admin
         await prepare_run_namespace(admin, foreign)
+
+        async def created_then_read() -> Any:
+            # it may write a Secret where its runs need one, but never read one back
+            assert not await forbidden(worker.create(secret(own)))
+            return await worker.get("Secret", "rogue", own)
+
         try:
             attempts = {
                 "create a Job in kube-system": worker.create(job("kube-system")),
@@ -88,7 +94,10 @@ async def test_the_run_worker_is_refused_everything_outside_the_run_namespaces_i
                 "create a Job in a run namespace it did not create": worker.create(job(foreign)),
                 "read a Secret in kube-system": worker.get("Secret", "rogue", "kube-system"),
                 "list Secrets in its own run namespace": worker.list("Secret", own),
-                "create a Secret in its own run namespace": worker.create(secret(own)),
+                "create a Secret in a run namespace it did not create": worker.create(
+                    secret(foreign)
+                ),
+                "read back a Secret it created in its own run namespace": created_then_read(),
                 "patch a Secret in another namespace": worker.apply(secret(namespace)),
                 "create a Pod in its own run namespace": worker.create(pod),
                 "exec in a pod in kube-system": worker.exec("rogue", "kube-system", **exec_args),

@@ -32,6 +32,7 @@ VALIDATED_KINDS: tuple[tuple[str, str], ...] = (
     ("apps/v1", "Deployment"),
     ("batch/v1", "Job"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("storage.k8s.io/v1", "StorageClass"),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
     ("rbac.authorization.k8s.io/v1", "Role"),

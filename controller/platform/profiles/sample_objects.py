@@ -7,7 +7,14 @@ import datetime
 
 from controller.agents.runtime import Resources
 from controller.agents.scripted import scripted
-from controller.platform.kubernetes import access, controller_job, objects, rbac, routing
+from controller.platform.kubernetes import (
+    access,
+    controller_job,
+    ledger_export,
+    objects,
+    rbac,
+    routing,
+)
 from controller.platform.kubernetes.images import ImageMap
 from controller.platform.kubernetes.kube import Obj
 from controller.platform.kubernetes.settings import KubernetesSettings
@@ -21,8 +28,8 @@ SAMPLE_UID = "00000000-0000-4000-8000-000000000000"
 def sample_run_objects(
     run_id: str = SAMPLE_RUN, *, settings: KubernetesSettings | None = None
 ) -> list[Obj]:
-    """The namespace, identities, queue, Workload, Secrets, Sandboxes, Service, policies and
-    controller Job of a run with two agent shapes, one with files, under ``settings`` (the
+    """The namespace, identities, queue, Workload, Secrets, Sandboxes, Service, policies,
+    controller Job and export Job of a run with two agent shapes, one with files, under ``settings`` (the
     worker's, e.g. read from a rendered chart's environment)."""
     settings = settings or KubernetesSettings()
     credentials_namespace = settings.credentials_namespace
@@ -81,4 +88,17 @@ def sample_run_objects(
                 host_aliases=routing.host_aliases(run_id, "10.96.0.10"),
             )
         )
+    made += [  # by the run worker's cleanup, when it exports (ledger_export)
+        ledger_export.token_secret(run_id, "ya29.sample"),
+        ledger_export.export_policy(run_id, None),
+        ledger_export.export_job(
+            run_id,
+            image=SAMPLE_IMAGE,
+            claim="ledger",
+            destination=f"gs://sample-ledgers/{run_id}/",
+            token=True,
+            emulator=None,
+            node_selector={"society.run/pool": "system"},
+        ),
+    ]
     return prepared + [objects.owned(obj, owner) for obj in made]
