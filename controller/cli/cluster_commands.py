@@ -94,6 +94,19 @@ def add_commands(subparsers: Any) -> None:
     )
     _common(down)
     down.set_defaults(handler=_down)
+    push = actions.add_parser(
+        "push-images",
+        help="build the images, push them to a registry, and write their Helm values (GKE)",
+        description="Builds the images (scripts/build-images.sh), pushes each to REGISTRY with "
+        "the container engine (podman, else docker; log in first, e.g. `gcloud auth "
+        "configure-docker REGION-docker.pkg.dev`), and writes a Helm values file naming the "
+        "worker's image and the image map by the digests the registry reported. On GKE: "
+        '--registry "$(tofu -chdir=terraform output -raw registry)", then pass the file to '
+        "`helm install -f`.",
+    )
+    push.add_argument("--registry", required=True, metavar="HOST[/PATH]")
+    push.add_argument("--values-out", type=Path, required=True, metavar="FILE")
+    push.set_defaults(handler=_push_images)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -212,4 +225,30 @@ def _down(args: argparse.Namespace) -> int:
     except StepFailed as exc:
         _error("down", f"{exc}\n  fix this and run it again")
         return EXIT_FAILED
+    return EXIT_OK
+
+
+def _push_images(args: argparse.Namespace) -> int:
+    import json
+    import shutil
+
+    from controller.platform.cluster import images
+    from controller.platform.cluster.steps import StepFailed
+
+    engine = shutil.which("podman") or shutil.which("docker")
+    if engine is None:
+        _error("push-images", "neither podman nor docker is on PATH: install one (Debian: "
+                              "apt-get install podman) and retry")  # fmt: skip
+        return EXIT_SETUP
+    try:
+        built = images.build_images()
+        pushed = images.push_to_registry(Path(engine), args.registry.rstrip("/"), built)
+        values = images.chart_image_values(pushed)
+    except StepFailed as exc:
+        _error("push-images", str(exc))
+        return EXIT_FAILED
+    args.values_out.write_text(json.dumps(values, indent=2) + "\n")  # JSON is YAML
+    print(f"pushed {len(pushed)} images to {args.registry}; values in {args.values_out}",
+          file=sys.stderr)  # fmt: skip
+    print(args.values_out)
     return EXIT_OK

@@ -140,3 +140,19 @@ def test_an_in_cluster_worker_that_exports_refuses_a_run_without_a_ledger_claim(
     assert refused.value.reason == "ledger-claim-missing"
     assert "SOCIETY_LEDGER_PVC" in str(refused.value)
     check_worker_request(request, KubernetesSettings(in_cluster=True, ledger_claim="ledger"))
+
+
+def test_pushed_images_become_the_charts_worker_image_and_image_map_or_are_refused() -> None:
+    from controller.platform.cluster.images import WORKER_IMAGE, chart_image_values
+    from controller.platform.cluster.steps import StepFailed
+
+    worker = "r.example/society/worker@sha256:" + "2" * 64
+    values = chart_image_values({WORKER_IMAGE: worker, "society/controller:dev": IMAGE})
+    assert values["worker"] == {
+        "image": {"repository": "r.example/society/worker", "digest": "sha256:" + "2" * 64}
+    }
+    assert values["imageMap"] == {WORKER_IMAGE: worker, "society/controller:dev": IMAGE}
+    with pytest.raises(StepFailed, match="no pinned society/worker:dev"):
+        chart_image_values({"society/controller:dev": IMAGE})
+    with pytest.raises(StepFailed, match="without a digest"):
+        chart_image_values({WORKER_IMAGE: worker, "society/llm:dev": "r.example/llm:latest"})

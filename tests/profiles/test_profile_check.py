@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from controller.platform.kubernetes import KubernetesSettings
 from controller.platform.profiles import check, pins
 from controller.platform.profiles.sample_objects import sample_run_objects
 from controller.platform.profiles.tools import REPO, ToolMissing, read_versions, shellcheck, tool
@@ -239,3 +240,22 @@ def test_the_gke_worker_polls_the_queue_society_run_submits_to_and_keeps_runs_on
     problems = "\n".join(check._gke_wiring(rendered))
     assert "polls task queue 'elsewhere'" in problems
     assert "operator key from a Secret" in problems
+
+
+def test_a_gke_render_that_could_not_complete_or_keep_a_run_is_named(tmp_path: Path) -> None:
+    _, rendered = check.check_helm("gke", tmp_path)
+    settings = check.worker_settings(rendered)
+    assert check._export_wiring(rendered, settings) == []
+    assert settings.ledger_claim == "society-ledger" and settings.runs_controller_job
+    classes = [o for o in rendered if o["kind"] == "StorageClass"]
+    assert [(c["metadata"]["name"], c["provisioner"]) for c in classes] == [
+        ("society-ledgers", "pd.csi.storage.gke.io")
+    ]
+
+    in_worker = KubernetesSettings(controller_job=False, ledger_claim=None)
+    problems = "\n".join(check._export_wiring(rendered, in_worker))
+    assert "controllerJob: false" in problems and "no ledger claim" in problems
+    assert "controller's image" in problems  # no image map either
+    for storage_class in classes:
+        storage_class["reclaimPolicy"] = "Delete"
+    assert "reclaimPolicy Retain" in "\n".join(check._export_wiring(rendered, settings))

@@ -112,3 +112,23 @@ def push_to_registry(engine: Path, registry: str, built: BuiltImages) -> dict[st
             )
         pushed[name] = matching[0]
     return pushed
+
+
+WORKER_IMAGE = "society/worker:dev"
+"""The run worker's image name in the map (the chart's ``worker.image``)."""
+
+
+def chart_image_values(pushed: dict[str, str]) -> dict[str, object]:
+    """Helm values for pushed images: the worker's image by digest, and the image map the
+    worker resolves the controller's and the agents' images through (``imageMap``)."""
+    worker = pushed.get(WORKER_IMAGE)
+    if worker is None or not pinned(worker):
+        raise StepFailed("image-missing", f"the pushed images have no pinned {WORKER_IMAGE}")
+    unpinned = sorted(name for name, ref in pushed.items() if not pinned(ref))
+    if unpinned:
+        raise StepFailed("image-digest-missing", f"{unpinned[0]} was pushed without a digest")
+    repository, digest = worker.split("@", 1)
+    return {
+        "worker": {"image": {"repository": repository, "digest": digest}},
+        "imageMap": dict(sorted(pushed.items())),
+    }

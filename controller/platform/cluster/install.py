@@ -45,7 +45,6 @@ SYSTEM_NAMESPACE = "society-system"
 CREDENTIALS_NAMESPACE = "society-credentials"
 AGENTS_POOL = {"society.run/pool": "agents"}
 """The agents' node label in ``kind/cluster.yaml``."""
-WORKER_IMAGE = "society/worker:dev"
 READY_TIMEOUT_S = 300.0
 INSTALLED_BY = kind.INSTALLED_BY
 TEMPORAL_PODS = f"app.kubernetes.io/name={temporal.NAME}"
@@ -365,9 +364,9 @@ class ClusterUp:
         return f"cpu {cpu}, memory {memory}: {count} node(s) labelled {labels}"
 
     async def chart(self) -> str:
-        worker = self.images.get(WORKER_IMAGE)
+        worker = self.images.get(images.WORKER_IMAGE)
         if worker is None:
-            raise StepFailed("image-missing", f"the image map has no {WORKER_IMAGE}")
+            raise StepFailed("image-missing", f"the image map has no {images.WORKER_IMAGE}")
         repository, digest = worker.split("@", 1)
         values = {
             "worker": {"image": {"repository": repository, "digest": digest}},

@@ -105,8 +105,17 @@ def helm_values_mirror_problems(tf: terraform_checks.Terraform | None = None) ->
 
 def values_files(profile: str, scratch: Path) -> list[Path]:
     """The values files ``helm`` gets for ``profile`` (GKE: values-gke.yaml, then Terraform's)."""
+    from controller.platform.cluster.images import WORKER_IMAGE, chart_image_values
+    from controller.platform.kubernetes.images import CONTROLLER_IMAGE
+
     files = [scratch / "digest.yaml"]
-    files[0].write_text(yaml.safe_dump({"worker": {"image": {"digest": SAMPLE_DIGEST}}}))
+    if profile == "gke":  # what `society cluster push-images --values-out` writes
+        registry = "us-central1-docker.pkg.dev/project/society"
+        pushed = {name: f"{registry}/{name.split('/')[-1].split(':')[0]}@{SAMPLE_DIGEST}"
+                  for name in (WORKER_IMAGE, CONTROLLER_IMAGE, "society/scripted:dev")}  # fmt: skip
+        files[0].write_text(yaml.safe_dump(chart_image_values(pushed)))
+    else:
+        files[0].write_text(yaml.safe_dump({"worker": {"image": {"digest": SAMPLE_DIGEST}}}))
     if profile == "gke":
         terraform_values = scratch / "terraform-helm-values.yaml"
         terraform_values.write_text(yaml.safe_dump(gke_sample_values()))
@@ -171,6 +180,34 @@ def _gke_wiring(rendered: list[dict[str, Any]]) -> list[str]:
     if "valueFrom" not in env.get("TEMPORAL_ADDRESS", {}):
         problems.append("Temporal's address does not come from a Secret on GKE")
     problems += _submission_wiring(container)
+    problems += _export_wiring(rendered, worker_settings(rendered))
+    return problems
+
+
+def _export_wiring(rendered: list[dict[str, Any]], settings: KubernetesSettings) -> list[str]:
+    """What a GKE run needs to complete and be exported: the controller as the run's Job, a
+    ledger claim of a rendered ``Retain`` StorageClass, and the controller's image in the map."""
+    from controller.platform.kubernetes.controller_job import controller_image
+    from controller.run.platform import PlatformError
+
+    problems = []
+    if not settings.runs_controller_job:
+        problems.append(
+            "the GKE worker runs the controller in its own pod (controllerJob: false), which an "
+            "in-cluster worker refuses: every run would fail"
+        )
+    classes = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "StorageClass"}
+    if not settings.ledger_claim:
+        problems.append("the GKE worker has no ledger claim (ledger.claim): nothing to export")
+    elif classes.get(settings.ledger_storage_class or "", {}).get("reclaimPolicy") != "Retain":
+        problems.append(
+            f"the ledger claim's StorageClass {settings.ledger_storage_class!r} is not rendered "
+            "with reclaimPolicy Retain: a run whose export failed would lose its ledger"
+        )
+    try:
+        controller_image(settings)
+    except PlatformError as error:
+        problems.append(f"the GKE worker cannot pin the controller's image: {error}")
     return problems
 
 

@@ -29,8 +29,8 @@ def sample_run_objects(
     run_id: str = SAMPLE_RUN, *, settings: KubernetesSettings | None = None
 ) -> list[Obj]:
     """The namespace, identities, queue, Workload, Secrets, Sandboxes, Service, policies,
-    controller Job and export Job of a run with two agent shapes, one with files, under ``settings`` (the
-    worker's, e.g. read from a rendered chart's environment)."""
+    controller Job and export Job of a run with two agent shapes, one with files, under
+    ``settings`` (the worker's, e.g. read from a rendered chart's environment)."""
     settings = settings or KubernetesSettings()
     credentials_namespace = settings.credentials_namespace
     roster = {
