@@ -92,6 +92,18 @@ def test_the_checked_in_module_passes_every_structure_assertion() -> None:
             "tolerations  = []",
             "does not hand local.agents_tolerations",
         ),
+        (
+            "main.tf",
+            "versioning {\n    enabled = true",
+            "versioning {\n    enabled = false",
+            "versioning is not enabled",
+        ),
+        (
+            "main.tf",
+            "\n  versioning {\n    enabled = true\n  }\n",
+            "\n",
+            "versioning is not enabled",
+        ),
     ],
 )
 def test_each_weakening_of_the_module_is_named(
