@@ -48,6 +48,7 @@ from controller.platform.kubernetes import (
     prepare_run_namespace,
 )
 from controller.platform.kubernetes.access import SIGNING_SECRET, signing_key_secret
+from controller.platform.kubernetes.ledger_export import TOKEN_SECRET, token_secret
 from controller.platform.kubernetes.rbac import (
     CONTROLLER_ROLE,
     CREATED_BY,
@@ -238,10 +239,6 @@ async def test_no_right_outside_the_list_is_granted_to_the_run_worker_anywhere(
             await delete_run_namespace(worker, own)
 
 
-EXPORT_TOKEN = "society-export-token"
-"""A Secret a later export step may keep in the run namespace: the same rule holds for it."""
-
-
 def agent_identity(run_id: str) -> str:
     """The user an agent's pod acts as, read from the Sandboxes the platform writes for a run
     (no ``serviceAccountName``: the namespace's ``default``), which mount no token."""
@@ -259,18 +256,18 @@ def agent_identity(run_id: str) -> str:
 
 
 def held_secret(run_id: str, name: str) -> dict[str, Any]:
-    """The signing key's Secret as the platform writes it, under ``name``."""
-    held = signing_key_secret(run_id, b"-----BEGIN PRIVATE KEY-----\n")
-    held["metadata"]["name"] = name
-    return held
+    """The Secret ``name`` as the platform writes it."""
+    if name == TOKEN_SECRET:
+        return token_secret(run_id, "ya29.a-downscoped-token")
+    return signing_key_secret(run_id, b"-----BEGIN PRIVATE KEY-----\n")
 
 
-@pytest.mark.parametrize("name", [SIGNING_SECRET, EXPORT_TOKEN])
+@pytest.mark.parametrize("name", [SIGNING_SECRET, TOKEN_SECRET])
 async def test_an_agents_identity_reads_no_secret_in_its_run_namespace(
     worker_rights: str, name: str
 ) -> None:
     """Were an agent to get its ServiceAccount's token (none is mounted), the API server would
-    still refuse it the run's Secrets: the operator's signing key, a future export token, and
+    still refuse it the run's Secrets: the operator's signing key, the export Job's token, and
     the operator's credentials."""
     own = new_run_id()
     agent = agent_identity(own)
