@@ -14,6 +14,7 @@ from pydantic_core import from_json
 
 from controller.cli import compare_command
 from controller.cli.ledger_catalogs import ledger_runtimes, reader_catalog
+from controller.platform.gcs_ledger import DEFAULT_DEADLINE_S
 from ledger import LedgerError, LedgerVerificationError
 from ledger.format import MANIFEST, RECORDS
 from ledger.grading import catalog_of, grade_ledger, grader_definition_id, load_module
@@ -152,6 +153,13 @@ def add_commands(subparsers: Any) -> None:
     )
     export.add_argument("directory", type=Path, metavar="RUN_DIR")
     export.add_argument("bucket", metavar="gs://BUCKET[/PREFIX]")
+    export.add_argument(
+        "--deadline",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        metavar="SECONDS",
+        help=f"how long to retry an upload that keeps failing ({DEFAULT_DEADLINE_S:g})",
+    )
     export.set_defaults(handler=export_command)
 
 
@@ -204,10 +212,11 @@ def _local(handler: Any) -> Any:
 def export_command(args: argparse.Namespace) -> int:
     from controller.platform.gcs_ledger import LedgerExportError, export_run
 
+    url = args.bucket.rstrip("/") + "/" + args.directory.name
     try:
-        receipt = export_run(args.directory, args.bucket.rstrip("/") + "/" + args.directory.name)
+        receipt = export_run(args.directory, url, deadline_s=args.deadline)
     except (LedgerExportError, LedgerError) as exc:
-        print(f"society ledger export: {exc}", file=sys.stderr)
+        print(f"society ledger export: error ({exc.reason}): {exc}", file=sys.stderr)
         return 1
     _print_json(
         {"exported": receipt.url, "objects": receipt.objects, "alreadyThere": receipt.skipped,

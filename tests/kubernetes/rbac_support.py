@@ -40,6 +40,37 @@ async def forbidden(call: Coroutine[Any, Any, Any]) -> bool:
     return False
 
 
+def account_groups(namespace: str) -> list[str]:
+    """The groups the API server gives a ServiceAccount of ``namespace`` that shows its token."""
+    return ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
+
+
+async def reviewed_allowed(
+    admin: Kube,
+    user: str,
+    groups: list[str],
+    verb: str,
+    group: str,
+    resource: str,
+    namespace: str = "",
+    name: str = "",
+) -> bool:
+    """What a SubjectAccessReview (RBAC only) answers for ``user`` in ``groups``;
+    ``resource`` may name a subresource (``pods/exec``)."""
+    kind, _, subresource = resource.partition("/")
+    attributes = {"verb": verb, "group": group, "resource": kind}
+    attributes |= {"subresource": subresource} if subresource else {}
+    attributes |= {"namespace": namespace} if namespace else {}
+    attributes |= {"name": name} if name else {}
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {"user": user, "groups": groups, "resourceAttributes": attributes},
+    }
+    path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+    return bool((await admin._request("POST", path, body=review))["status"].get("allowed"))
+
+
 def binding(namespace: str, role: tuple[str, str], *subjects: dict[str, str]) -> dict[str, Any]:
     kind, name = role
     return {

@@ -5,7 +5,8 @@ and the worker pod's refusals: ``test_kubernetes_module_source``).
 Against the real control plane, with the Helm chart's RBAC and admission policies applied as
 ``helm install`` would (``rbac_support``). The worker runs in this process
 and acts as its ServiceAccount through impersonation (``SOCIETY_KUBE_IMPERSONATE``), which the
-API server authorizes and admits exactly as that ServiceAccount's own requests.
+API server authorizes and admits exactly as that ServiceAccount's own requests. An agent's
+identity, impersonated the same way, reads no Secret in its run namespace.
 """
 
 # ruff: noqa: F811  (pytest fixtures imported from other modules are parameters here)
@@ -30,9 +31,11 @@ from rbac_support import (  # noqa: F401 (fixture)
     WORKER,
     WORKER_GROUPS,
     account,
+    account_groups,
     binding,
     forbidden,
     job,
+    reviewed_allowed,
     secret,
     takeover,
     worker_rights,
@@ -44,12 +47,16 @@ from controller.platform.kubernetes import (
     objects,
     prepare_run_namespace,
 )
+from controller.platform.kubernetes.access import SIGNING_SECRET, signing_key_secret
+from controller.platform.kubernetes.ledger_export import TOKEN_SECRET, token_secret
 from controller.platform.kubernetes.rbac import (
     CONTROLLER_ROLE,
     CREATED_BY,
     RUN_NAMESPACE_ROLE,
     WORKER_BINDING,
+    controller_subject,
 )
+from controller.platform.profiles.sample_objects import sample_run_objects
 from controller.run.runid import new_run_id
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -191,18 +198,9 @@ async def test_no_right_outside_the_list_is_granted_to_the_run_worker_anywhere(
         async def allowed(
             verb: str, group: str, resource: str, namespace: str = "", name: str = ""
         ) -> bool:
-            kind, _, subresource = resource.partition("/")
-            attributes = {"verb": verb, "group": group, "resource": kind}
-            attributes |= {"subresource": subresource} if subresource else {}
-            attributes |= {"namespace": namespace} if namespace else {}
-            attributes |= {"name": name} if name else {}
-            review = {
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SubjectAccessReview",
-                "spec": {"user": WORKER, "groups": WORKER_GROUPS, "resourceAttributes": attributes},
-            }
-            path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
-            return bool((await admin._request("POST", path, body=review))["status"].get("allowed"))
+            return await reviewed_allowed(
+                admin, WORKER, WORKER_GROUPS, verb, group, resource, namespace, name
+            )
 
         try:
             everywhere = ("kube-system", "default", "society-system", CREDENTIALS, namespace)
@@ -239,3 +237,73 @@ async def test_no_right_outside_the_list_is_granted_to_the_run_worker_anywhere(
             assert await allowed("delete", "", "namespaces", own, name=own)
         finally:
             await delete_run_namespace(worker, own)
+
+
+def agent_identity(run_id: str) -> str:
+    """The user an agent's pod acts as, read from the Sandboxes the platform writes for a run
+    (no ``serviceAccountName``: the namespace's ``default``), which mount no token."""
+    pods = [
+        obj["spec"]["podTemplate"]["spec"]
+        for obj in sample_run_objects(run_id)
+        if obj["kind"] == "Sandbox"
+    ]
+    assert pods and all(pod["automountServiceAccountToken"] is False for pod in pods)
+    accounts = {
+        pod.get("serviceAccountName") or pod.get("serviceAccount") or "default" for pod in pods
+    }
+    assert len(accounts) == 1, accounts
+    return f"system:serviceaccount:{run_id}:{accounts.pop()}"
+
+
+def held_secret(run_id: str, name: str) -> dict[str, Any]:
+    """The Secret ``name`` as the platform writes it."""
+    if name == TOKEN_SECRET:
+        return token_secret(run_id, "ya29.a-downscoped-token")
+    return signing_key_secret(run_id, b"-----BEGIN PRIVATE KEY-----\n")
+
+
+@pytest.mark.parametrize("name", [SIGNING_SECRET, TOKEN_SECRET])
+async def test_an_agents_identity_reads_no_secret_in_its_run_namespace(
+    worker_rights: str, name: str
+) -> None:
+    """Were an agent to get its ServiceAccount's token (none is mounted), the API server would
+    still refuse it the run's Secrets: the operator's signing key, the export Job's token, and
+    the operator's credentials."""
+    own = new_run_id()
+    agent = agent_identity(own)
+    async with (
+        Kube.connect(kubeconfig=worker_rights) as admin,
+        Kube.connect(kubeconfig=worker_rights, impersonate=WORKER) as worker,
+        Kube.connect(kubeconfig=worker_rights, impersonate=agent) as as_agent,
+    ):
+        owner = await prepare_run_namespace(worker, own, credentials_namespace=CREDENTIALS)
+        try:
+            await admin.create(objects.owned(held_secret(own, name), owner))
+            assert await admin.get("Secret", name, own) is not None  # there to be read
+
+            async def watch() -> None:
+                async for _ in as_agent.watch("Secret", own, resource_version="0", timeout_s=1):
+                    return
+
+            attempts = {
+                f"get {name}": as_agent.get("Secret", name, own),
+                "list Secrets in its run namespace": as_agent.list("Secret", own),
+                "watch Secrets in its run namespace": watch(),
+                "list Secrets in the credentials namespace": as_agent.list("Secret", CREDENTIALS),
+            }
+            allowed = [what for what, call in attempts.items() if not await forbidden(call)]
+            assert allowed == []
+            groups = account_groups(own)
+            reviewed = [
+                f"{verb} {target or 'secrets'} in {where}"
+                for where in (own, CREDENTIALS)
+                for verb, target in (("get", name), ("list", ""), ("watch", ""))
+                if await reviewed_allowed(admin, agent, groups, verb, "", "secrets", where, target)
+            ]
+            assert reviewed == []
+            # the reviews can say yes: the run's controller writes its agents' Secrets there
+            controller = controller_subject(own)
+            assert await reviewed_allowed(admin, controller, groups, "create", "", "secrets", own)
+        finally:
+            await delete_run_namespace(worker, own, credentials_namespace=CREDENTIALS)
+        assert await left_in_cluster(admin, own) == []

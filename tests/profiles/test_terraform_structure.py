@@ -92,6 +92,60 @@ def test_the_checked_in_module_passes_every_structure_assertion() -> None:
             "tolerations  = []",
             "does not hand local.agents_tolerations",
         ),
+        (
+            "main.tf",
+            "versioning {\n    enabled = true",
+            "versioning {\n    enabled = false",
+            "versioning is not enabled",
+        ),
+        (
+            "main.tf",
+            "\n  versioning {\n    enabled = true\n  }\n",
+            "\n",
+            "versioning is not enabled",
+        ),
+        (
+            "main.tf",
+            "location = var.region # regional",
+            'location = "us-central1-a" # regional',
+            "the cluster is not regional",
+        ),
+        (
+            "main.tf",
+            "location = var.region # regional",
+            'location = "${var.region}-a" # regional',
+            "the cluster is not regional",
+        ),
+        (
+            "variables.tf",
+            'default     = "europe-west4"',
+            'default     = "europe-west4-a"',
+            "the cluster is not regional",
+        ),
+        (
+            "main.tf",
+            "max_node_count = var.agents_max_nodes_per_zone",
+            "max_node_count = 5",
+            "is not the agents pool's autoscaling maximum",
+        ),
+        (
+            "main.tf",
+            "agents_max_nodes    = var.agents_max_nodes_per_zone * length(var.zones)",
+            "agents_max_nodes    = var.agents_max_nodes_per_zone",
+            "is not the agents pool's autoscaling maximum",
+        ),
+        (
+            "main.tf",
+            'agents_quota_memory = "${floor(local.agents_max_nodes',
+            'agents_quota_memory = "156Gi" # "${floor(local.agents_max_nodes',
+            "local.agents_quota_memory = '156Gi' is not computed from local.agents_max_nodes",
+        ),
+        (
+            "outputs.tf",
+            "cpu    = tostring(local.agents_quota_cpu)",
+            'cpu    = "45"',
+            "the chart's queue quota would not follow",
+        ),
     ],
 )
 def test_each_weakening_of_the_module_is_named(
@@ -99,6 +153,11 @@ def test_each_weakening_of_the_module_is_named(
 ) -> None:
     problems = structure_problems(edited(tmp_path, file, old, new))
     assert any(said in problem for problem in problems), problems
+
+
+def test_a_literal_region_as_the_clusters_location_is_regional(tmp_path: Path) -> None:
+    tf = edited(tmp_path, "main.tf", "location = var.region", 'location = "us-central1"')
+    assert structure_problems(tf) == []
 
 
 def test_a_file_that_does_not_parse_is_a_typed_error_naming_it(tmp_path: Path) -> None:

@@ -18,6 +18,9 @@ from controller.platform.profiles.tools import REPO, hcl_parser
 TERRAFORM_DIR = REPO / "terraform"
 EXACT_VERSION = re.compile(r"^=?\s*\d+\.\d+\.\d+$")
 _LOCAL_REF = re.compile(r"^\$\{\(?local\.([A-Za-z0-9_.]+)\)?\}$")
+_VAR_REF = re.compile(r"^\$\{var\.([A-Za-z0-9_]+)\}$")
+# A Google Cloud region ("europe-west4", "us-central1"); a zone adds "-a", "-b", ...
+REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
 KUBERNETES_EFFECTS = {
     "NO_SCHEDULE": "NoSchedule",
     "PREFER_NO_SCHEDULE": "PreferNoSchedule",
@@ -39,6 +42,7 @@ class Terraform:
     resources: dict[tuple[str, str], dict[str, Any]]
     outputs: dict[str, dict[str, Any]]
     terraform: list[dict[str, Any]]
+    variables: dict[str, dict[str, Any]]
 
     @classmethod
     def load(cls, directory: Path = TERRAFORM_DIR) -> Terraform:
@@ -48,6 +52,7 @@ class Terraform:
         resources: dict[tuple[str, str], dict[str, Any]] = {}
         outputs: dict[str, dict[str, Any]] = {}
         settings: list[dict[str, Any]] = []
+        variables: dict[str, dict[str, Any]] = {}
         for path in sorted(directory.glob("*.tf")):
             try:
                 with path.open() as handle:
@@ -65,8 +70,11 @@ class Terraform:
             for block in parsed.get("output", []):
                 for name, body in block.items():
                     outputs[_unquote(name)] = _clean(body)
+            for block in parsed.get("variable", []):
+                for name, body in block.items():
+                    variables[_unquote(name)] = _clean(body)
             settings += [_clean(block) for block in parsed.get("terraform", [])]
-        return cls(local_values, resources, outputs, settings)
+        return cls(local_values, resources, outputs, settings, variables)
 
     def resolve(self, value: Any) -> Any:
         """``value`` with ``${local.a.b}`` references replaced by the locals' literal values."""
@@ -166,6 +174,48 @@ def _agents_pool(tf: Terraform) -> list[str]:
         problems.append(f"the agents pool's labels {labels} do not carry its taint's key=value")
     if not _one(pool.get("autoscaling")).get("max_node_count"):
         problems.append("the agents pool does not autoscale (no autoscaling.max_node_count)")
+    else:
+        problems += _agents_quota(tf, pool)
+    return problems
+
+
+def _expression(value: Any) -> str:
+    """``value`` as expression text: ``${var.x}`` gives ``var.x``, a literal ``5`` gives ``5``."""
+    text = str(value)
+    return text[2:-1] if text.startswith("${") and text.endswith("}") else text
+
+
+def _agents_quota(tf: Terraform, pool: dict[str, Any]) -> list[str]:
+    """The chain from the pool's autoscaling maximum to the chart's ``agentQueue``: Kueue must
+    admit what the autoscaler can grow into, no more (pods pending on nodes that never come)."""
+    problems = []
+    maximum = _expression(_one(pool.get("autoscaling"))["max_node_count"])
+    zones = _expression(pool.get("node_locations"))
+    expected = f"${{{maximum} * length({zones})}}"
+    if tf.locals.get("agents_max_nodes") != expected:
+        problems.append(
+            f"local.agents_max_nodes = {tf.locals.get('agents_max_nodes')!r} is not the agents "
+            f"pool's autoscaling maximum per zone times its zones ({expected!r}), so the queue "
+            "quota does not match the pool; compute it from the pool's own expressions"
+        )
+    for name in ("agents_quota_cpu", "agents_quota_memory"):
+        if "local.agents_max_nodes" not in str(tf.locals.get(name)):
+            problems.append(
+                f"local.{name} = {tf.locals.get(name)!r} is not computed from "
+                "local.agents_max_nodes, so the queue quota does not follow the pool's maximum"
+            )
+    helm_values = str(tf.outputs.get("helm_values", {}).get("value"))
+    queue = re.search(r"agentQueue\s*=\s*\{([^{}]*)\}", helm_values)
+    body = queue.group(1) if queue else ""
+    if not (
+        re.search(r"\bcpu\s*=\s*(tostring\()?local\.agents_quota_cpu\b", body)
+        and re.search(r"\bmemory\s*=\s*local\.agents_quota_memory\b", body)
+    ):
+        problems.append(
+            f"output helm_values' agentQueue is {{{body.strip()}}}, not local.agents_quota_cpu and "
+            "local.agents_quota_memory: the chart's queue quota would not follow the agents "
+            "pool's autoscaling maximum"
+        )
     return problems
 
 
@@ -184,15 +234,30 @@ def _cluster(tf: Terraform) -> list[str]:
         )
     if _one(cluster.get("private_cluster_config")).get("enable_private_nodes") is not True:
         problems.append("nodes are not private (private_cluster_config.enable_private_nodes)")
-    if "-" not in str(tf.resolve(cluster.get("location"))) and "var.region" not in str(
-        cluster.get("location")
-    ):
-        problems.append("the cluster is not regional (location must be the region)")
+    problems += _regional(tf, tf.resolve(cluster.get("location")))
     for name, pool in tf.of_kind("google_container_node_pool"):
         mode = _one(_one(pool.get("node_config")).get("workload_metadata_config")).get("mode")
         if mode != "GKE_METADATA":
             problems.append(f"node pool {name} does not serve Workload Identity (GKE_METADATA)")
     return problems
+
+
+def _regional(tf: Terraform, location: Any) -> list[str]:
+    """The cluster's location is a region, literally or as a variable's default: a zonal
+    cluster has a single control-plane replica."""
+    shown = repr(location)
+    variable = _VAR_REF.match(str(location))
+    if variable:
+        name = variable.group(1)
+        location = tf.variables.get(name, {}).get("default")
+        shown = f"var.{name} (default {location!r})"
+    if isinstance(location, str) and REGION.match(location):
+        return []
+    return [
+        f"the cluster is not regional: its location {shown} is not a region such as "
+        '"europe-west4" (a zone gives one control-plane replica); write location = var.region '
+        "with a region as the variable's default"
+    ]
 
 
 def _bucket(tf: Terraform) -> list[str]:

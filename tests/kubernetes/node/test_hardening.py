@@ -1,8 +1,9 @@
 """An agent's pod as the platform writes it (``objects.sandbox``), created through Agent Sandbox in
 a run namespace (``prepare_run_namespace``: Pod Security ``restricted`` enforced), asserted on
-the running container from inside it: non-root, no ServiceAccount token, seccomp RuntimeDefault,
-no capabilities, no privilege escalation, a read-only root with writable volumes only where
-needed, CPU/memory/ephemeral-storage limits and emptyDir size limits."""
+the running container from inside it: non-root, no ServiceAccount token (so the API server
+refuses it the run's signing key), seccomp RuntimeDefault, no capabilities, no privilege
+escalation, a read-only root with writable volumes only where needed, CPU/memory/ephemeral-storage
+limits and emptyDir size limits."""
 
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ import pytest
 from controlplane import ControlPlane, Images, wait_until
 
 from controller.agents import scripted
-from controller.platform.kubernetes import Kube, objects, prepare_run_namespace
+from controller.platform.kubernetes import Kube, access, objects, prepare_run_namespace
 from controller.run.runid import new_run_id
 
 pytestmark = [pytest.mark.slow]
 
 INSPECT = r"""
-import json, os
+import json, os, ssl, sys, urllib.error, urllib.request
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
 def writable(path):
     try:
@@ -37,11 +38,26 @@ def read(path):
         return open(path).read().strip()
     except OSError as exc:
         return type(exc).__name__
+def api_status(path):
+    # what an agent gets asking the API server for a Secret with the credentials it has (none)
+    host, port = (os.environ.get(f"KUBERNETES_SERVICE_{v}") for v in ("HOST", "PORT"))
+    if not host:
+        return "no KUBERNETES_SERVICE_HOST"
+    try:
+        urllib.request.urlopen(f"https://{host}:{port}{path}", timeout=10,
+                               context=ssl._create_unverified_context())
+        return 200
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError as exc:
+        return type(exc).__name__
 print(json.dumps({
     "uid": os.getuid(), "gid": os.getgid(),
     "seccomp": status["Seccomp"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
     "cap_eff": status["CapEff"].strip(), "cap_prm": status["CapPrm"].strip(),
     "token": os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+    "account_dir": os.path.exists("/var/run/secrets/kubernetes.io"),
+    "signing_key": api_status(sys.argv[1]),
     "root_writable": writable("/"), "opt_writable": writable("/opt/society"),
     "work_writable": writable("/home/agent/work"), "tmp_writable": writable("/tmp"),
     "memory_limit": read("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
@@ -97,7 +113,8 @@ def test_the_agent_pod_runs_hardened(node_plane: ControlPlane, node_images: Imag
             owner = await prepare_run_namespace(kube, run_id)
             secrets = objects.agent_secrets(run_id, "alice", b"{}", descriptor.files)
             ca = objects.router_ca(run_id, b"-----BEGIN CERTIFICATE-----\n")
-            for obj in (secrets, ca, manifest):
+            signing = access.signing_key_secret(run_id, b"-----BEGIN PRIVATE KEY-----\n")
+            for obj in (secrets, ca, signing, manifest):
                 await kube.apply(objects.owned(obj, owner))
 
     anyio.run(create)
@@ -112,14 +129,18 @@ def test_the_agent_pod_runs_hardened(node_plane: ControlPlane, node_images: Imag
             return pods[0] if pods and pods[0].status.phase == "Running" else None
 
         pod = wait_until("alice's pod Running", running, 120)
-        seen = json.loads(
-            _exec(node_plane, run_id, pod.metadata.name, ["python3", "-c", INSPECT]).strip()
-        )
+        signing_key = f"/api/v1/namespaces/{run_id}/secrets/{access.SIGNING_SECRET}"
+        inspect = ["python3", "-c", INSPECT, signing_key]
+        seen = json.loads(_exec(node_plane, run_id, pod.metadata.name, inspect).strip())
         assert (seen["uid"], seen["gid"]) == (objects.NON_ROOT_ID, objects.NON_ROOT_ID)
         assert seen["seccomp"] == "2"  # a filter: RuntimeDefault
         assert seen["no_new_privs"] == "1"
         assert int(seen["cap_eff"], 16) == 0 and int(seen["cap_prm"], 16) == 0
-        assert seen["token"] is False
+        assert seen["token"] is False and seen["account_dir"] is False
+        # the operator's key is in the namespace, and the API server (reachable: this namespace
+        # has no NetworkPolicy) refuses it to a request carrying no credentials
+        assert core.read_namespaced_secret(access.SIGNING_SECRET, run_id) is not None
+        assert seen["signing_key"] in (401, 403), seen
         assert not seen["root_writable"] and not seen["opt_writable"]
         assert seen["work_writable"] and seen["tmp_writable"]
         limit_mib = descriptor.resources.memory_limit_mib
