@@ -232,10 +232,13 @@ def export_run(
                 ) from None
         except Exception as exc:  # the client's transport and API errors, after its retries
             left = len(objects) - index
+            base = url.rstrip("/")  # the CLI adds the run directory's name to the bucket's URL
+            if base.endswith("/" + run_dir.name):
+                base = base[: -len(run_dir.name) - 1]
             raise LedgerExportError(
                 f"exporting {run_dir} to {url} failed at {name} ({type(exc).__name__}: {exc}); "
                 f"{left} of {len(objects)} objects are not exported and the export is unfinished "
-                f"(readers refuse it). Run `society ledger export {run_dir} {url}` again to "
+                f"(readers refuse it). Run `society ledger export {run_dir} {base}` again to "
                 f"resume",
                 reason="export-failed",
             ) from exc

@@ -227,11 +227,6 @@ def resume_command(stderr: str) -> list[str]:
     return shlex.split(found.group(1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gcs_ledger.export_run's hint names the URL with the run id already appended, and the "
-    "CLI appends the directory's name again: the advised command exports to RUN_ID/RUN_ID/",
-)
 def test_the_resume_command_the_failure_names_finishes_the_same_export(
     gcs: FakeGcsServer, tmp_path: Path
 ) -> None:
