@@ -256,11 +256,13 @@ async def _create_or_keep(kube: Kube, obj: Obj) -> None:
             raise
 
 
-async def _remove(kube: Kube, run_id: str) -> None:
-    """The export Job (its pod first: foreground) and the token; idempotent."""
+async def _remove(kube: Kube, run_id: str, limit_s: float = 120.0) -> None:
+    """The export Job (its pod first: foreground) and the token; idempotent. If the pod outlasts
+    ``limit_s``, the next attempt's create finds the Job and fails, and cleanup retries."""
     await kube.delete("Job", EXPORT_JOB, run_id, propagation="Foreground")
     await kube.delete("Secret", TOKEN_SECRET, run_id)
-    await ExportWatch(kube, run_id).gone()
+    with anyio.move_on_after(limit_s):
+        await ExportWatch(kube, run_id).gone()
 
 
 class ExportWatch:
