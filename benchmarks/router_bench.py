@@ -21,19 +21,28 @@ generator's.
     .venv/bin/python benchmarks/router_bench.py                    # 10 and 100 sessions
     .venv/bin/python benchmarks/router_bench.py --clients 1000 --messages 20000
     .venv/bin/python benchmarks/router_bench.py --faults           # link faults (router_faults)
+    .venv/bin/python benchmarks/router_bench.py --repeat 5 --pin   # ratios of alternating runs
+
+``--repeat N`` runs the variants N times, alternating, and prints each round's ratios and their
+median: on a shared machine one disk burst or one descheduling sets a 3-second run's p99, and
+alternating rounds put both servers through the same minutes. ``--pin`` runs the server on CPU 0
+and the load generators on the others, as clients on other machines would: the server's tail
+then measures the server, not its competition with the generators for the same cores (both
+servers get the same placement).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import sys
 import tracemalloc
 from dataclasses import dataclass, field
 
 import anyio
-from router_load import Plan, raise_open_files_limit, run_generators
+from router_load import GENERATOR_CPUS, Plan, raise_open_files_limit, run_generators
 from router_servers import (
     VARIANTS,
     GCPauses,
@@ -173,6 +182,39 @@ def ledger_floor(sessions: int, args: argparse.Namespace) -> Result:
     )
 
 
+def ratios(by: dict[str, Result]) -> tuple[float, float] | None:
+    """(CPU per message, p99) of durable over bare, if both ran."""
+    if "durable" not in by or "bare" not in by:
+        return None
+    a, c = by["durable"], by["bare"]
+    return a.server_cpu_us / c.server_cpu_us, a.p99_ms / c.p99_ms
+
+
+def report_rounds(rounds: list[list[Result]]) -> None:
+    """Each round's durable/bare ratios per session count, and their medians."""
+    print("\nrounds (durable/bare):")
+    for sessions in sorted({r.sessions for results in rounds for r in results}):
+        found = []
+        for number, results in enumerate(rounds, 1):
+            by = {r.variant: r for r in results if r.sessions == sessions}
+            pair = ratios(by)
+            if pair is None:
+                continue
+            found.append(pair)
+            floor = f", ledger alone p99 {by['ledger'].p99_ms:.2f} ms" if "ledger" in by else ""
+            print(
+                f"  {sessions} sessions, round {number}: CPU {pair[0]:.2f}x, p99 {pair[1]:.2f}x "
+                f"({by['durable'].p99_ms:.2f} / {by['bare'].p99_ms:.2f} ms{floor})"
+            )
+        if found:
+            cpu, p99 = (statistics.median(x[i] for x in found) for i in (0, 1))
+            met = sum(1 for x in found if x[1] <= 2.0)
+            print(
+                f"  {sessions} sessions, median of {len(found)}: CPU {cpu:.2f}x (goal <= 1.5), "
+                f"p99 {p99:.2f}x (goal <= 2; met in {met} of {len(found)})"
+            )
+
+
 def report(results: list[Result]) -> None:
     print(
         f"{'sessions':>8} {'server':>8} {'msgs/s':>8} {'busy':>5} {'CPU us/msg':>10} "
@@ -218,30 +260,47 @@ def main() -> None:
     parser.add_argument(
         "--no-floor", action="store_true", help="skip the ledger-alone latency after durable"
     )
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of alternating variants")
+    parser.add_argument(
+        "--pin", action="store_true", help="server on CPU 0, load generators on the other CPUs"
+    )
     args = parser.parse_args()
     raise_open_files_limit()
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error("--pin needs at least two CPUs")
+        os.sched_setaffinity(0, {cpus[0]})  # before any thread: the ledger's inherit it
+        os.environ[GENERATOR_CPUS] = ",".join(str(c) for c in cpus[1:])
+        print(f"pinned: server on CPU {cpus[0]}, generators on {cpus[1:]}", file=sys.stderr)
     if args.faults:
         from router_faults import main as faults_main
 
         faults_main(args)
         return
-    results = []
-    for sessions in args.clients:
-        if sessions % 2:
-            parser.error("sessions pair up; use an even number")
-        for variant in args.variants:
-            result = anyio.run(run_variant, variant, sessions, args)
-            print(
-                f"  {variant:>8} x {sessions:>4}: {result.throughput:.0f} msgs/s, server "
-                f"{result.server_cpu_us:.0f} us/msg (busy {result.server_busy:.2f}), load "
-                f"{result.load_cpu_us:.0f} us/msg; p50 {result.p50_ms:.2f} ms, p99 "
-                f"{result.p99_ms:.2f} ms; GC {result.gc_pauses.summary()}",
-                file=sys.stderr,
-            )
-            results.append(result)
-            if variant == "durable" and not args.no_floor:
-                results.append(ledger_floor(sessions, args))
-    report(results)
+    if any(sessions % 2 for sessions in args.clients):
+        parser.error("sessions pair up; use an even number")
+    rounds: list[list[Result]] = []
+    for number in range(args.repeat):
+        results = []
+        for sessions in args.clients:
+            for variant in args.variants:
+                result = anyio.run(run_variant, variant, sessions, args)
+                print(
+                    f"  round {number + 1}: {variant:>8} x {sessions:>4}: "
+                    f"{result.throughput:.0f} msgs/s, server {result.server_cpu_us:.0f} us/msg "
+                    f"(busy {result.server_busy:.2f}), load {result.load_cpu_us:.0f} us/msg; p50 "
+                    f"{result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms; GC "
+                    f"{result.gc_pauses.summary()}",
+                    file=sys.stderr,
+                )
+                results.append(result)
+                if variant == "durable" and not args.no_floor:
+                    results.append(ledger_floor(sessions, args))
+        rounds.append(results)
+    report([r for results in rounds for r in results])
+    if args.repeat > 1:
+        report_rounds(rounds)
     if not args.no_library:
         sessions = min(args.clients)
         library, raw = anyio.run(library_cpu, sessions, args)

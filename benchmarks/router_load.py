@@ -336,8 +336,14 @@ async def _generate(plan: Plan) -> dict[str, Any]:
     }
 
 
+GENERATOR_CPUS = "ROUTER_BENCH_GENERATOR_CPUS"
+"""CPUs the load generators run on (``router_bench.py --pin``), comma-separated; unset: any."""
+
+
 if __name__ == "__main__":
     raise_open_files_limit()
+    if cpus := os.environ.get(GENERATOR_CPUS):
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     plan = Plan(**json.loads(sys.stdin.readline()))
     if sys.argv[1:] == ["--library"]:
         from router_library_load import library_load

@@ -54,6 +54,7 @@ from controller.platform.local_reap import (
     agent_record,
     reap_run,
     reap_stale_runs,
+    write_controller_record,
     write_record,
 )
 from controller.platform.local_sandbox import (
@@ -175,7 +176,7 @@ class LocalPlatform(Platform):
         reap_stale_runs(placement.run_dir.parent)  # what dead runs left on this machine
         record = ProcessRecord.of(os.getpid(), "controller")
         if record is not None:
-            await anyio.to_thread.run_sync(write_record, placement.run_dir / PIDS_DIR, record)
+            await anyio.to_thread.run_sync(write_controller_record, placement.run_dir, record)
         watch_read, watch_write = os.pipe()  # the controller holds the only write end
         try:
             async with anyio.create_task_group() as tasks:

@@ -114,6 +114,25 @@ def write_record(directory: Path, record: ProcessRecord) -> None:
     os.replace(temporary, target)
 
 
+def write_controller_record(run_dir: Path, record: ProcessRecord) -> None:
+    """The run's controller record, published so that the run's ``pids`` directory never exists
+    without it: another run starting under the same artifact root reaps every run whose pids
+    directory names no live controller (``reap_stale_runs``), and would otherwise reap this one
+    between the directory's creation and the record's (its sockets, its agents' sandboxes)."""
+    pids = run_dir / PIDS_DIR
+    if pids.is_dir():  # a retried start, or a directory that an older release left
+        write_record(pids, record)
+        return
+    staging = run_dir / f".{PIDS_DIR}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    write_record(staging, record)
+    try:
+        os.rename(staging, pids)  # the directory appears with its record in it
+    except OSError:  # made meanwhile (not by a controller of this run): write into it
+        write_record(pids, record)
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def reap_run(run_id: str, artifact_root: str | Path) -> ReapReport:
     """Kill every process of the run's agents, remove their cgroups, delete the sandboxes.
 

@@ -231,3 +231,39 @@ def test_a_run_whose_controller_is_alive_is_left_alone(
         json.loads((tmp_path / run_id / "pids" / agent_record("alice")).read_text())["pid"]
         == sleeper.pid
     )
+
+
+def test_a_run_starting_beside_another_is_never_reaped_while_its_record_is_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of a suite start together under one artifact root, and each start reaps the runs
+    whose controller is gone. A starting run (its router's socket bound) must survive a reaper
+    that runs at any moment of its controller record's publication. Published as before
+    (``write_record`` into a new ``pids`` directory), the reaper found the directory without its
+    record, deleted the run's sockets and pids, and the run's agents could not start (a CI run's
+    suite test caught it: bwrap "Can't find source path .../sockets/router.sock")."""
+    import controller.platform.local_reap as local_reap
+
+    run_id = new_run_id()
+    run_dir = tmp_path / run_id
+    (run_dir / "sockets").mkdir(parents=True)
+    (run_dir / "sockets" / "router.sock").write_text("bound")
+    record = ProcessRecord.of(os.getpid(), "controller")
+    assert record is not None
+    reaped: list[str] = []
+
+    def concurrently(real):  # another run's start, reaping just before each step lands
+        def step(*args: object) -> None:
+            reaped.extend(r.run_id for r in reap_stale_runs(tmp_path) if r.skipped is None)
+            real(*args)
+
+        return step
+
+    monkeypatch.setattr(local_reap.os, "replace", concurrently(os.replace))
+    monkeypatch.setattr(local_reap.os, "rename", concurrently(os.rename))
+    local_reap.write_controller_record(run_dir, record)
+    assert reaped == [] and (run_dir / "sockets" / "router.sock").exists()
+    assert ProcessRecord.read(run_dir / "pids" / "controller.json") == record
+    # a retried start writes into the directory it finds, still without a reap
+    local_reap.write_controller_record(run_dir, record)
+    assert reaped == [] and (run_dir / "sockets" / "router.sock").exists()
