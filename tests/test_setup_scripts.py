@@ -86,3 +86,51 @@ def test_the_control_plane_build_keeps_the_go_tools_chatter_in_its_log(tmp_path:
     [log] = out.glob("*/build.log")
     assert "go: downloading example.com/chatter" in log.read_text()
     assert f"the whole Go output is in {log}" in build.stderr  # and a failure shows its tail
+
+
+FAKE_GO_TOOLS = """#!/bin/sh
+# go as build-tools.sh calls it: mod download -json, install PKG@V (GOBIN), build -o OUT.
+case "$1" in
+  env) exit 0 ;;
+  mod) mkdir -p "$FAKE_MODULE/cmd/tofu"; printf '{\\n\\t"Dir": "%s",\\n}\\n' "$FAKE_MODULE" ;;
+  install)
+    for arg in "$@"; do package="$arg"; done
+    name=$(basename "${package%@*}")
+    echo "go: downloading $name (stand-in chatter)"
+    if [ "$name" = "$FAKE_BROKEN" ]; then echo "$name: a compile error" >&2; exit 1; fi
+    touch "$GOBIN/$name" && chmod +x "$GOBIN/$name" ;;
+  build)
+    while [ $# -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done
+    touch "$out" && chmod +x "$out" ;;
+esac
+"""
+
+
+def test_a_tool_that_does_not_build_fails_the_tools_build_naming_it(tmp_path: Path) -> None:
+    """Two lanes build at once (tofu; the rest in order): a failure in one is reported with its
+    log's tail and fails the script, and the lane stops there (nothing after it is built)."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "go").write_text(FAKE_GO_TOOLS)
+    (tools / "go").chmod(0o755)
+    out = tmp_path / "cache"
+    build = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build-tools.sh")],
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": f"{tools}:/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "SOCIETY_TOOLS_DIR": str(out),
+            "FAKE_MODULE": str(tmp_path / "module"),
+            "FAKE_BROKEN": "tflint",
+        },
+        check=False,
+    )
+    assert build.returncode == 1 and build.stdout == "", build.stderr
+    assert "build-tools: ERROR: building tflint" in build.stderr
+    assert "tflint: a compile error" in build.stderr  # the log's tail
+    assert "build-tools: ERROR: a tool did not build" in build.stderr
+    [bin_dir] = out.glob("*/bin")
+    built = sorted(p.name for p in bin_dir.iterdir())
+    assert built == ["helm", "tofu"], built  # the other lane finished; this one stopped
