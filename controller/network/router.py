@@ -14,6 +14,7 @@ import contextlib
 import gc
 import logging
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -74,6 +75,12 @@ objects live for one group commit; collected every 700 allocations, many of them
 flight, survived into older generations and brought on full collections, which at 1,000 sessions
 stopped the event loop for 100-250 ms."""
 
+GIL_SWITCH_INTERVAL_S = 0.0005
+"""How long a thread waiting for the GIL waits before the running one must hand it over
+(CPython's default is 5 ms). A committer thread whose fsync returned needs the GIL to hand the
+commit back; with the event loop busy it waited for the forced switch, up to 5 ms per commit,
+on every message's path (the bare relay has no such thread)."""
+
 
 def _freeze_startup_heap() -> None:
     """Move what the process holds when its first router starts out of the collector's sight.
@@ -90,6 +97,7 @@ def _freeze_startup_heap() -> None:
         gc.freeze()
         young, *older = gc.get_threshold()
         gc.set_threshold(max(young, YOUNG_COLLECTION_THRESHOLD), *older)
+        sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
 
 
 @dataclass(frozen=True, slots=True)
