@@ -17,6 +17,7 @@ from controller.platform.kubernetes.objects import (
     ROLE_LABEL,
     _meta,
     _object,
+    _secret,
 )
 from controller.platform.kubernetes.rbac import RUNSPEC_CONFIGMAP, SYSTEM_NAMESPACE, WORKER_ACCOUNT
 
@@ -230,14 +231,4 @@ def worker_deployment(
 
 def signing_key_secret(run_id: str, pem: bytes) -> Obj:
     """The operator's key for this run's controller Job, immutable; it goes with the namespace."""
-    import base64
-
-    metadata = _meta(run_id, SIGNING_SECRET, **{ROLE_LABEL: "controller"})
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": metadata,
-        "type": "Opaque",
-        "immutable": True,
-        "data": {SIGNING_KEY_FILE: base64.b64encode(pem).decode("ascii")},
-    }
+    return _secret(run_id, SIGNING_SECRET, {SIGNING_KEY_FILE: pem}, **{ROLE_LABEL: "controller"})

@@ -158,19 +158,18 @@ def _forwarded(settings: KubernetesSettings, images: ImageMap) -> dict[str, str]
     return {name: values[name] for name in FORWARDED_SETTINGS if values[name]}
 
 
-class ControllerJob:
-    """A watch on the run's controller Job and its pod (list, then watch; never a sleep)."""
+class JobWatch:
+    """A watch on a Job of the run and its pods, by label (list, then watch; never a sleep):
+    ``_until(check)`` waits, level-triggered, until ``check()`` returns something."""
 
-    def __init__(self, kube: Kube, run_id: str, progress: Progress) -> None:
+    def __init__(self, kube: Kube, run_id: str, selector: str) -> None:
         self.kube = kube
         self.run_id = run_id
-        self.progress = progress
         self._changed = anyio.Event()
         self.jobs, self.pods = (
-            Informer(kube, kind, run_id, label_selector=CONTROLLER_SELECTOR, notify=self._notify)
+            Informer(kube, kind, run_id, label_selector=selector, notify=self._notify)
             for kind in ("Job", "Pod")
         )
-        self._phase = ""
 
     def _notify(self, changed: Obj | None) -> None:
         self._changed.set()
@@ -190,6 +189,15 @@ class ControllerJob:
                     return found
                 await changed.wait()
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+class ControllerJob(JobWatch):
+    """A watch on the run's controller Job and its pod."""
+
+    def __init__(self, kube: Kube, run_id: str, progress: Progress) -> None:
+        super().__init__(kube, run_id, CONTROLLER_SELECTOR)
+        self.progress = progress
+        self._phase = ""
 
     async def gone(self) -> None:
         """Until the Job no longer exists (after a foreground delete: its pod is gone too)."""

@@ -25,7 +25,6 @@ At cleanup, with ``SOCIETY_LEDGER_EXPORT`` set, the run worker exports it from t
 
 from __future__ import annotations
 
-import base64
 import ipaddress
 import json
 import os
@@ -48,7 +47,8 @@ from controller.platform.gcs_ledger import (
 )
 from controller.platform.kubernetes.access import ARTIFACT_ROOT, RESULT_PATH
 from controller.platform.kubernetes.api import KubeError
-from controller.platform.kubernetes.kube import Informer, Kube, Obj, condition, is_true
+from controller.platform.kubernetes.controller_job import JobWatch
+from controller.platform.kubernetes.kube import Kube, Obj, condition, is_true
 from controller.platform.kubernetes.objects import (
     MANAGED_BY,
     NON_ROOT_ID,
@@ -56,6 +56,7 @@ from controller.platform.kubernetes.objects import (
     ROLE_LABEL,
     _meta,
     _object,
+    _secret,
     owned,
 )
 from controller.platform.kubernetes.settings import KubernetesSettings
@@ -78,14 +79,7 @@ Mint = Callable[[str, str], str]
 def token_secret(run_id: str, token: str) -> Obj:
     """The export Job's access token, immutable; only the worker writes it, nobody reads it
     through the API (the worker may create and delete Secrets, never get them)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _meta(run_id, TOKEN_SECRET, **{ROLE_LABEL: ROLE}),
-        "type": "Opaque",
-        "immutable": True,
-        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode("ascii")},
-    }
+    return _secret(run_id, TOKEN_SECRET, {TOKEN_KEY: token.encode()}, **{ROLE_LABEL: ROLE})
 
 
 def _emulator_peer(emulator: str) -> tuple[dict[str, Any], int]:
@@ -265,42 +259,17 @@ async def _remove(kube: Kube, run_id: str, limit_s: float = 120.0) -> None:
         await ExportWatch(kube, run_id).gone()
 
 
-class ExportWatch:
-    """A watch on the export Job and its pod (list, then watch; never a sleep)."""
+class ExportWatch(JobWatch):
+    """A watch on the export Job and its pod."""
 
     def __init__(self, kube: Kube, run_id: str) -> None:
-        self.kube = kube
-        self.run_id = run_id
-        self._changed = anyio.Event()
-        selector = f"{ROLE_LABEL}={ROLE}"
-        self.jobs, self.pods = (
-            Informer(kube, kind, run_id, label_selector=selector, notify=self._notify)
-            for kind in ("Job", "Pod")
-        )
-
-    def _notify(self, changed: Obj | None) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    async def _until(self, check: Callable[[], Any]) -> Any:
-        async with anyio.create_task_group() as tasks:
-            for informer in (self.jobs, self.pods):
-                tasks.start_soon(informer.run)
-            for informer in (self.jobs, self.pods):
-                await informer.synced.wait()
-            while True:
-                changed = self._changed
-                found = check()
-                if found is not None:
-                    tasks.cancel_scope.cancel()
-                    return found
-                await changed.wait()
+        super().__init__(kube, run_id, f"{ROLE_LABEL}={ROLE}")
 
     async def gone(self) -> None:
         await self._until(lambda: True if not self.jobs.objects and not self.pods.objects else None)
 
     async def outcome(self) -> ExportReceipt:
-        ended = await self._until(self._ended)
+        ended: ExportReceipt | LedgerExportError = await self._until(self._ended)
         if isinstance(ended, ExportReceipt):
             return ended
         raise ended
@@ -324,7 +293,7 @@ class ExportWatch:
 
 def _reported(pod: Obj) -> ExportReceipt | LedgerExportError | None:
     for status in pod.get("status", {}).get("containerStatuses") or []:
-        terminated = (status.get("state") or {}).get("terminated") if status else None
+        terminated = (status.get("state") or {}).get("terminated")
         if status.get("name") != CONTAINER or not terminated:
             continue
         try:

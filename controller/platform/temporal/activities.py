@@ -157,21 +157,22 @@ class LifecycleActivities:
         self._phase("cleanup: reaping the run's processes")
         root = Path(reservation.artifact_dir).parent
         await reap(reservation.run_id, root)
-        exported = await self._export(reservation)
-        if run_record(root, reservation.run_id).get("profile") in CLUSTER_PROFILES:
+        cluster = run_record(root, reservation.run_id).get("profile") in CLUSTER_PROFILES
+        exported = await self._export(reservation, cluster)
+        if cluster:
             self._phase(f"cleanup: deleting namespace {reservation.namespace}")
             await delete_namespace(reservation.namespace)
         self._phase("cleanup: done")
         return exported
 
-    async def _export(self, reservation: Reservation) -> LedgerExported | None:
+    async def _export(self, reservation: Reservation, cluster: bool) -> LedgerExported | None:
         """GKE: the run directory to the ledger bucket (``SOCIETY_LEDGER_EXPORT``), before the
         namespace goes. A failure fails cleanup, which Temporal retries; the export resumes."""
         from controller.platform.gcs_ledger import LedgerExportError, export_if_configured
         from ledger import LedgerError
 
         try:
-            receipt = await self._export_from_claim(reservation)
+            receipt = await self._export_from_claim(reservation) if cluster else None
             if receipt is None:
                 receipt = await anyio.to_thread.run_sync(
                     lambda: export_if_configured(Path(reservation.artifact_dir), reservation.run_id)
@@ -194,14 +195,12 @@ class LifecycleActivities:
 
     async def _export_from_claim(self, reservation: Reservation) -> ExportReceipt | None:
         """A cluster run whose controller Job wrote to a ledger claim: exported from the claim
-        by an export Job in its namespace (``ledger_export``); ``None`` for any other run."""
+        by an export Job in its namespace (``ledger_export``); ``None`` when the worker does not
+        export or runs no controller Job on a claim."""
         from controller.platform.gcs_ledger import EXPORT_ENV
 
         destination = os.environ.get(EXPORT_ENV)
-        root = Path(reservation.artifact_dir).parent
-        if not destination or run_record(root, reservation.run_id).get("profile") not in (
-            CLUSTER_PROFILES
-        ):
+        if not destination:
             return None
         from controller.platform.kubernetes import KubernetesSettings
         from controller.platform.kubernetes.controller_job import controller_image
