@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import anyio
 
-from ledger import DurableFiles, Event, EventCatalog, Provenance, open_ledger_writer
+from ledger import Event, EventCatalog, Provenance, open_ledger_writer
 from ledger.canonical import canonical_json, sha256_hex
 from ledger.format import MANIFEST, RECORDS, utc_now
 from ledger.verification import verify_ledger
@@ -57,33 +57,8 @@ def make_event(turn: int) -> BenchSaid:
     return BenchSaid(speaker="agent-07", turn=turn, text="x" * room)
 
 
-class CountingFiles(DurableFiles):
-    """The real I/O seam, counting fsyncs of records.ndjson to learn the writer's batch size."""
-
-    def __init__(self) -> None:
-        self.records_fds: set[int] = set()  # the writer fsyncs on several descriptors of it
-        self.fsyncs = 0
-
-    def create(self, path: Path) -> int:
-        fd = super().create(path)
-        if path.name == RECORDS:
-            self.records_fds.add(fd)
-        return fd
-
-    def open_for_sync(self, path: Path) -> int:
-        fd = super().open_for_sync(path)
-        self.records_fds.add(fd)
-        return fd
-
-    def fsync(self, fd: int) -> None:
-        super().fsync(fd)
-        if fd in self.records_fds:
-            self.fsyncs += 1
-
-
 async def writer_run(directory: Path, appenders: int, seconds: float) -> tuple[int, float, float]:
     """Append from ``appenders`` tasks for about ``seconds``; (records, elapsed, mean batch)."""
-    files = CountingFiles()
     counts = [0] * appenders
     events = [make_event(turn) for turn in range(256)]
     async with open_ledger_writer(
@@ -92,9 +67,8 @@ async def writer_run(directory: Path, appenders: int, seconds: float) -> tuple[i
         definition_id="bench",
         run_id="sr-" + "0" * 32,
         provenance=Provenance.current("bench"),
-        files=files,
     ) as writer:
-        fsyncs_before = files.fsyncs
+        fsyncs_before = writer.sync_count
         deadline = time.perf_counter() + seconds
 
         async def appender(slot: int) -> None:
@@ -110,7 +84,7 @@ async def writer_run(directory: Path, appenders: int, seconds: float) -> tuple[i
             for slot in range(appenders):
                 tasks.start_soon(functools.partial(appender, slot))
         elapsed = time.perf_counter() - started
-        batches = max(files.fsyncs - fsyncs_before, 1)
+        batches = max(writer.sync_count - fsyncs_before, 1)
         await writer.complete()
     total = sum(counts)
     return total, elapsed, total / batches

@@ -125,11 +125,11 @@ async def run_variant(variant: str, sessions: int, args: argparse.Namespace) -> 
 
         def all_connected() -> None:  # the CPU clock starts once every session is connected
             footprint.all_connected()
-            started.append(cpu_seconds())
+            started.append(cpu_seconds(served))
 
         plans = plans_for(served, "throughput", sessions, args)
         saturated = await run_generators(plans, on_ready=all_connected)
-        cpu = cpu_seconds() - started[0]
+        cpu = cpu_seconds(served) - started[0]
         total = sum(r["messages"] for r in saturated)
         elapsed = max(r["finished"] for r in saturated) - min(r["started"] for r in saturated)
         with GCPauses() as gc_pauses:

@@ -34,7 +34,7 @@ from controller.network.protocol import MAX_FRAME_BYTES
 from controller.network.router import Router
 from ledger import DurableFiles, LedgerWriter, Provenance, open_ledger_writer
 
-VARIANTS = ("durable", "nowhere", "bare")
+VARIANTS = ("durable", "nowhere", "bare", "proc")
 
 
 class NowhereFiles(DurableFiles):
@@ -89,6 +89,8 @@ class Served:
 def serve_variant(variant: str, sessions: int) -> AsyncIterator[Served]:
     if variant == "bare":
         return bare_relay(sessions)
+    import ledger.pipeline as lp
+    lp._PROTO = variant == "proc"
     return router_server(sessions, nowhere=variant == "nowhere")
 
 
@@ -198,10 +200,16 @@ async def bare_relay(sessions: int) -> AsyncIterator[Served]:
 # ---- what the server process spends -------------------------------------------------------
 
 
-def cpu_seconds() -> float:
-    """This process's CPU time, every thread (the ledger's committer thread included)."""
+def cpu_seconds(served: Served | None = None) -> float:
+    """This process's CPU time, every thread, and its ledger's sync process's if it has one."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    spent = usage.ru_utime + usage.ru_stime
+    pid = served.ledger.sync_process_pid if served is not None and served.ledger else None
+    if pid is not None:
+        with open(f"/proc/{pid}/stat") as stat:  # utime and stime, after the command's ")"
+            fields = stat.read().rsplit(")", 1)[1].split()
+        spent += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return spent
 
 
 def open_sockets() -> int:

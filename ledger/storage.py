@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from ledger.errors import LedgerCompletionConflict, LedgerExistsError
+from ledger.sync_process import write_all
 
 
 class DurableFiles:
@@ -29,15 +30,8 @@ class DurableFiles:
         """Create a new file exclusively, opened for appending."""
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
 
-    def open_for_sync(self, path: Path) -> int:
-        """Another open file description of an existing file, for fsyncing it (never written)."""
-        return os.open(path, os.O_WRONLY | os.O_APPEND)
-
     def write(self, fd: int, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        write_all(fd, data)
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -76,6 +77,8 @@ class LedgerWriter:
         signing_key: SigningKey,
         files: DurableFiles,
         records_fd: int,
+        *,
+        own_process: bool = True,
     ) -> None:
         self.directory = directory
         self.catalog = EventCatalog.merge(ledger_catalog, catalog)
@@ -92,10 +95,18 @@ class LedgerWriter:
         self._durable = (0, self._manifest_sha)
         self._committed_bytes = 0
         self._encoded_bytes = 0
-        self._pipeline = CommitPipeline(files, records_fd, directory / RECORDS)
+        self._loop = asyncio.get_running_loop()
+        self._pipeline = CommitPipeline(
+            files,
+            records_fd,
+            own_process=own_process,
+            on_durable=self._durable_batch,
+            on_failure=self._fail,
+        )
         self._open = _Batch()
         self._in_flight: deque[_Batch] = deque()  # encoded, not settled yet, in record order
-        self._idle: list[anyio.Event] = []  # committers waiting for appends, the last on top
+        self._commit_soon: asyncio.Handle | None = None  # the open batch's commit, scheduled
+        self._checkpoint_timer: asyncio.TimerHandle | None = None
         self._committed = anyio.Event()
         self._failure: LedgerWriteError | None = None
         self._completion: LedgerReceipt | None = None
@@ -104,7 +115,6 @@ class LedgerWriter:
         self._sealed = False  # final checkpoint written and records.ndjson closed by complete()
         self._abandoned = False  # the block was left without complete(); records.ndjson closed
         self._finished = False  # followers stop once caught up
-        self._committer_done = anyio.Event()
 
     @property
     def run_id(self) -> str:
@@ -113,6 +123,17 @@ class LedgerWriter:
     @property
     def public_key(self) -> str:
         return self._key.public_key
+
+    @property
+    def sync_process_pid(self) -> int | None:
+        """The process that writes and fsyncs records.ndjson (None: a thread, for a seam)."""
+        process = self._pipeline.process
+        return None if process is None else process.pid
+
+    @property
+    def sync_count(self) -> int:
+        """fsyncs of records.ndjson so far, each making one or more group commits durable."""
+        return self._pipeline.syncs
 
     @property
     def record_count(self) -> int:
@@ -180,8 +201,7 @@ class LedgerWriter:
                 self._check_open()
             if not self._sealed:
                 self._closing = True
-                self._wake_all()
-                await self._committer_done.wait()
+                await self._finish_pipeline()
                 if self._failure is not None:
                     raise self._failure
                 await anyio.to_thread.run_sync(self._final_commit)
@@ -244,8 +264,8 @@ class LedgerWriter:
         if type(event) not in self._classes:
             self.catalog.encode(event)  # raises the catalog's typed error
         batch = self._open
-        if not batch.entries and self._idle:
-            self._idle.pop().set()  # one committer is enough; the others stay asleep
+        if not batch.entries and self._commit_soon is None:
+            self._commit_soon = self._loop.call_soon(self._commit)
         batch.entries.append((event, producer, causation_id, correlation_id))
         batch.then.append(then)
         return batch
@@ -272,71 +292,69 @@ class LedgerWriter:
             self._failure.__cause__ = cause
         return self._failure
 
-    async def _run_committer(self) -> None:
-        # Shielded: an outer cancellation must not strand appends made from shielded
-        # finalization code; the committer ends when the writer closes, never before.
-        try:
-            with anyio.CancelScope(shield=True):
-                await self._commit_until_closed()
-        finally:
-            self._committer_done.set()
+    def _commit(self) -> None:
+        """Encode the open batch now, in chain order, and send it to be written and fsynced.
 
-    async def _commit_until_closed(self) -> None:
-        async with anyio.create_task_group() as committers:
-            for sync_fd in self._pipeline.sync_fds:
-                committers.start_soon(self._commit_in_turn, sync_fd)
-
-    async def _commit_in_turn(self, sync_fd: int) -> None:
-        """One of the pipeline's committers: whenever appends wait, commit them; until closed.
-
-        Each committer has its own descriptor to fsync on and one commit in flight at most. The
-        first append to an empty batch wakes one idle committer; a busy one takes what waits as
-        soon as its own commit is done.
+        Scheduled on the event loop by the first append to an empty batch (appends made before
+        it runs share the batch) and by a checkpoint falling due; it never waits for the disk.
         """
-        while self._failure is None:
-            if self._open.entries or self._encoder.checkpoint_due():
-                await self._commit(sync_fd)
-                continue
-            if self._closing:
+        self._commit_soon = None
+        if self._failure is not None or self._sealed or self._abandoned:
+            return
+        if self._open.entries or self._encoder.checkpoint_due():
+            batch = self._open
+            self._open = _Batch()
+            self._in_flight.append(batch)
+            try:
+                data = self._encode(batch)
+            except Exception as exc:  # a bug: nothing more is written
+                self._fail(exc)
                 return
-            wake = anyio.Event()
-            self._idle.append(wake)
-            with anyio.move_on_after(max(self._encoder.seconds_to_checkpoint(), 0.0)):
-                await wake.wait()
-            if not wake.is_set():  # a checkpoint fell due first
-                self._idle.remove(wake)
+            self._encoded_bytes += len(data)
+            batch.end = (self._encoder.count, self._encoder.head, self._encoded_bytes)
+            if data:
+                self._pipeline.send(data, batch)
+            else:  # every entry was refused: nothing to write, and no fsync to vouch for
+                batch.synced = True  # the batches before it; it settles in its turn
+                self._settle_synced()
+        if (
+            self._checkpoint_timer is None
+            and self._encoder.pending_checkpoint
+            and not self._closing
+        ):
+            self._checkpoint_timer = self._loop.call_later(
+                max(self._encoder.seconds_to_checkpoint(), 0.0), self._checkpoint_fell_due
+            )
 
-    def _wake_all(self) -> None:
-        while self._idle:
-            self._idle.pop().set()
+    def _checkpoint_fell_due(self) -> None:
+        self._checkpoint_timer = None
+        if self._commit_soon is None:
+            self._commit()  # commits a checkpoint if one is due by now, or waits for it again
 
-    async def _commit(self, sync_fd: int) -> None:
-        """Encode the open batch now, in chain order, then write it in its turn and fsync it."""
-        batch = self._open
-        self._open = _Batch()
-        self._in_flight.append(batch)
+    def _durable_batch(self, batch: _Batch) -> None:
+        """The pipeline reports ``batch`` durable: it and every batch sent before it."""
+        if self._failure is not None:
+            return
+        for earlier in self._in_flight:
+            earlier.synced = True
+            if earlier is batch:
+                break
+        self._settle_synced()
+
+    async def _finish_pipeline(self) -> None:
+        """End the sync process once every commit settled; its failure latches the writer."""
+        if self._checkpoint_timer is not None:
+            self._checkpoint_timer.cancel()
+            self._checkpoint_timer = None
+        if self._commit_soon is not None:  # the open batch goes now, not in a later turn
+            self._commit_soon.cancel()
+            self._commit()
+        while self._in_flight:  # nothing new is sent once closing: these are the last
+            await self._in_flight[-1].done.wait()
         try:
-            data = self._encode(batch)
-        except Exception as exc:  # a bug: nothing more is written
-            self._fail(exc)
-            return
-        self._encoded_bytes += len(data)
-        batch.end = (self._encoder.count, self._encoder.head, self._encoded_bytes)
-        if not data:  # every entry was refused: nothing to write, and no fsync to vouch for
-            batch.synced = True  # the batches before it; it settles in its turn
-            self._settle_synced()
-            return
-        try:
-            await self._pipeline.commit(sync_fd, self._pipeline.next_ticket(), data)
-        except Exception as exc:  # the disk failed: nothing more is written
-            self._fail(exc)
-            return
-        if self._failure is None and not batch.synced:
-            for earlier in self._in_flight:  # written before this fsync began: durable too
-                earlier.synced = True
-                if earlier is batch:
-                    break
-            self._settle_synced()
+            await self._pipeline.finish()
+        except OSError as exc:
+            self._latch(exc)
 
     def _settle_synced(self) -> None:
         """Settle the durable batches at the head of the pipeline, in record order."""
@@ -398,7 +416,6 @@ class LedgerWriter:
         self._sealed = True
 
     def _close_files(self) -> None:
-        self._pipeline.close()
         self._files.close(self._fd)
 
     def _publish_completion(self) -> LedgerReceipt:
@@ -468,6 +485,7 @@ async def open_ledger_writer(
     into the ledger directory. Leaving the block without ``complete()`` leaves an incomplete
     ledger whose tail is signed by a final checkpoint.
     """
+    own_process = files is None  # a caller's DurableFiles sees every write and fsync itself
     files = files or DurableFiles()
     key = signing_key or SigningKey.generate()
     merged = EventCatalog.merge(ledger_catalog, catalog)
@@ -494,19 +512,16 @@ async def open_ledger_writer(
         return fd
 
     fd = await anyio.to_thread.run_sync(create)
-    writer = LedgerWriter(directory, merged, manifest, manifest_bytes, key, files, fd)
+    writer = LedgerWriter(
+        directory, merged, manifest, manifest_bytes, key, files, fd, own_process=own_process
+    )
     try:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(writer._run_committer)
-            try:
-                yield writer
-            finally:
-                if writer._completion is None:
-                    writer._closing = True
-                    writer._wake_all()
+        yield writer
     finally:
         if writer._completion is None:
             with anyio.CancelScope(shield=True):
+                writer._closing = True  # what was appended before it ended is committed
+                await writer._finish_pipeline()
                 await anyio.to_thread.run_sync(writer._close_incomplete)
                 writer._finished = True
                 writer._notify()

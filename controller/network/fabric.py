@@ -247,7 +247,8 @@ class Fabric:
         self.capacity = capacity
         self._ledger = ledger
         self._inboxes: dict[str, Inbox] = {}
-        self._delivered: dict[str, list[str]] = {}  # receiver id -> acknowledged message ids
+        # receiver id -> (when its record is due, acknowledged message ids), in order of due time
+        self._delivered: dict[str, tuple[float, list[str]]] = {}
         self._delivered_waiting = Signal()
         self._lingering = False
 
@@ -265,32 +266,39 @@ class Fabric:
     def record_delivered(self, message_id: str, receiver_id: str) -> None:
         """Record that ``receiver_id`` acknowledged ``message_id``, within the linger time.
 
-        Nothing waits for the record, so a delivery need not cost one of its own: every
-        ``DELIVERED_LINGER_SECONDS`` each receiver's acknowledgements since the last flush become
-        one ``RouterMessagesDelivered``, committed with whatever else the ledger has waiting.
+        Nothing waits for the record, so a delivery need not cost one of its own: a receiver's
+        acknowledgements within ``DELIVERED_LINGER_SECONDS`` of its first become one
+        ``RouterMessagesDelivered``, committed with whatever else the ledger has waiting. Each
+        receiver's window is its own, so the records of many receivers do not all fall due at
+        once: a burst of them would be one long encoding on the event loop and one large commit
+        that every message arriving meanwhile waits behind.
         """
         waiting = self._delivered.get(receiver_id)
         if waiting is None:
-            self._delivered[receiver_id] = [message_id]
+            due = anyio.current_time() + DELIVERED_LINGER_SECONDS
+            self._delivered[receiver_id] = (due, [message_id])
         else:
-            waiting.append(message_id)
+            waiting[1].append(message_id)
         if not self._lingering:
             self._lingering = True
             self.tasks.start_soon(self._linger)
         self._delivered_waiting.notify()
 
-    def flush_delivered(self) -> None:
-        """Hand the waiting acknowledgements to the ledger now, one record per receiver."""
-        if self._delivered:
-            waiting, self._delivered = self._delivered, {}
-            for receiver_id, message_ids in waiting.items():
-                for start in range(0, len(message_ids), DELIVERED_PER_RECORD):
-                    self.record(
-                        RouterMessagesDelivered(
-                            receiver_id=receiver_id,
-                            message_ids=message_ids[start : start + DELIVERED_PER_RECORD],
-                        )
+    def flush_delivered(self, due_by: float = float("inf")) -> None:
+        """Hand the acknowledgements due by ``due_by`` (all, by default) to the ledger now."""
+        delivered = self._delivered
+        while delivered:
+            receiver_id, (due, message_ids) = next(iter(delivered.items()))
+            if due > due_by:
+                return
+            del delivered[receiver_id]
+            for start in range(0, len(message_ids), DELIVERED_PER_RECORD):
+                self.record(
+                    RouterMessagesDelivered(
+                        receiver_id=receiver_id,
+                        message_ids=message_ids[start : start + DELIVERED_PER_RECORD],
                     )
+                )
 
     async def settle(self) -> None:
         """Flush, then return once every record handed over so far has been appended."""
@@ -301,8 +309,10 @@ class Fabric:
         while True:
             if not self._delivered:
                 await self._delivered_waiting.wait()
-            await anyio.sleep(DELIVERED_LINGER_SECONDS)
-            self.flush_delivered()
+                continue
+            due = next(iter(self._delivered.values()))[0]  # the earliest: insertion order
+            await anyio.sleep_until(due)
+            self.flush_delivered(due_by=anyio.current_time())
 
     def record(self, event: Event, done: anyio.Event | None = None) -> None:
         """Append ``event`` without making the caller wait; ``done`` is set once it is durable.

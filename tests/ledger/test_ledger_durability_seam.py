@@ -43,11 +43,6 @@ class RecordingFiles(DurableFiles):
         self.calls.append(("create", path.name))
         return fd
 
-    def open_for_sync(self, path: Path) -> int:
-        fd = super().open_for_sync(path)
-        self.paths[fd] = path
-        return fd
-
     def write(self, fd: int, data: bytes) -> None:
         super().write(fd, data)
         self.written[self.paths[fd]] += len(data)

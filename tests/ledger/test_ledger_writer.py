@@ -343,11 +343,6 @@ class HeldFiles(DurableFiles):
             self.records_fds.add(fd)
         return fd
 
-    def open_for_sync(self, path: Path) -> int:
-        fd = super().open_for_sync(path)
-        self.records_fds.add(fd)
-        return fd
-
     def fsync(self, fd: int) -> None:
         if self.holding and fd in self.records_fds:
             self.release.wait(10)
