@@ -36,6 +36,7 @@ from controller.events.network import (
 )
 from controller.network import AgentSession, Delivery, NetworkError, RouterTLS, connect_agent
 from controller.network.errors import CLOSE_CODES
+from controller.network.fabric import DELIVERED_LINGER_SECONDS
 from controller.network.router import Router
 from ledger import LedgerWriter
 
@@ -196,6 +197,30 @@ async def test_acknowledgements_that_arrive_together_share_one_delivery_record(
     assert {r.receiver_id for r in records} == {"agent:bob"}
     assert [m for r in records for m in r.message_ids] == list(reversed(received))
     assert len(records) < 20
+
+
+async def test_each_receivers_delivery_record_falls_due_on_its_own_window(
+    router: Router, ledger: LedgerWriter
+) -> None:
+    # One shared window made every receiver's record due at once: at 100 sessions, about 50
+    # records every 50 ms, encoded in one go while every message arriving meanwhile waited.
+    fabric = router.fabric
+    fabric.record_delivered("m-1", "agent:early")
+    await anyio.sleep(DELIVERED_LINGER_SECONDS * 0.6)
+    fabric.record_delivered("m-2", "agent:late")
+    # Whatever the delays, "late" falls due a full window after its own acknowledgement, later
+    # than this; "early" fell due a window after its own, sooner.
+    fabric.flush_delivered(due_by=anyio.current_time() + DELIVERED_LINGER_SECONDS * 0.6)
+    await ledger.flushed()
+    records = await events(ledger, RouterMessagesDelivered)
+    assert [(r.receiver_id, r.message_ids) for r in records] == [("agent:early", ["m-1"])]
+
+    async def both() -> bool:
+        return len(await events(ledger, RouterMessagesDelivered)) == 2
+
+    await poll_until(both)  # the router's own linger hands "late" over in its window
+    records = await events(ledger, RouterMessagesDelivered)
+    assert [(r.receiver_id, r.message_ids) for r in records][1] == ("agent:late", ["m-2"])
 
 
 async def test_a_stalled_receiver_overflows_without_slowing_the_sender_or_others(
