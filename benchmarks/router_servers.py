@@ -1,7 +1,8 @@
 """The servers the router benchmarks compare, and what they measure about the server process.
 
   (a) ``durable``  the router with the durable ledger (group commit + fsync);
-  (b) ``nowhere``  the same router with a ledger whose writes and fsyncs are no-ops;
+  (b) ``nowhere``  the same router with a ledger whose writes and fsyncs are no-ops (a
+                   ``DurableFiles`` of its own, so its sync loop runs on a thread, not a process);
   (c) ``bare``     a bare ``websockets`` relay exchanging the same four frames per message
                    (send, ack, delivery, delivery ack): no auth, no validation, no ledger.
 
@@ -34,7 +35,7 @@ from controller.network.protocol import MAX_FRAME_BYTES
 from controller.network.router import Router
 from ledger import DurableFiles, LedgerWriter, Provenance, open_ledger_writer
 
-VARIANTS = ("durable", "nowhere", "bare", "proc")
+VARIANTS = ("durable", "nowhere", "bare")
 
 
 class NowhereFiles(DurableFiles):
@@ -89,8 +90,6 @@ class Served:
 def serve_variant(variant: str, sessions: int) -> AsyncIterator[Served]:
     if variant == "bare":
         return bare_relay(sessions)
-    import ledger.pipeline as lp
-    lp._PROTO = variant == "proc"
     return router_server(sessions, nowhere=variant == "nowhere")
 
 
