@@ -77,9 +77,10 @@ stopped the event loop for 100-250 ms."""
 
 GIL_SWITCH_INTERVAL_S = 0.0005
 """How long a thread waiting for the GIL waits before the running one must hand it over
-(CPython's default is 5 ms). A committer thread whose fsync returned needs the GIL to hand the
-commit back; with the event loop busy it waited for the forced switch, up to 5 ms per commit,
-on every message's path (the bare relay has no such thread)."""
+(CPython's default is 5 ms). Commits no longer involve a thread (the ledger's sync process
+writes and fsyncs), but a follower's file reads and a writer given its own ``DurableFiles`` still
+run on threads, and each waited for the forced switch while the event loop was busy; with no
+thread waiting the interval costs nothing."""
 
 
 def _freeze_startup_heap() -> None:
