@@ -313,7 +313,11 @@ class LedgerWriter:
             self._encoded_bytes += len(data)
             batch.end = (self._encoder.count, self._encoder.head, self._encoded_bytes)
             if data:
-                self._pipeline.send(data, batch)
+                try:
+                    self._pipeline.send(data, batch)
+                except OSError as exc:  # the sync process is gone: nothing more is written
+                    self._fail(exc)
+                    return
             else:  # every entry was refused: nothing to write, and no fsync to vouch for
                 batch.synced = True  # the batches before it; it settles in its turn
                 self._settle_synced()
@@ -381,7 +385,7 @@ class LedgerWriter:
         """One group of appends as chained lines, a checkpoint among them where one is due.
 
         Runs on the event loop: the encoding holds the GIL wherever it runs, and here it costs
-        no hand-over between threads; only the write and the fsync go to the pipeline's threads.
+        no hand-over between threads; only the write and the fsync go to the sync process.
         """
         lines: list[bytes] = []
         results = batch.results
