@@ -12,20 +12,13 @@ import sys
 from pathlib import Path
 
 import anyio
-from ledger_testkit import RUN_ID, Counted, catalog
+from ledger_testkit import Counted, open_test_writer
 
 import ledger.encoder
-from ledger import Provenance, open_ledger_writer
 
 
 async def main(directory: Path, appenders: int) -> None:
-    async with open_ledger_writer(
-        directory,
-        catalog=catalog,
-        definition_id="test.crash",
-        run_id=RUN_ID,
-        provenance=Provenance(package_version="0", python_version="3", profile="test"),
-    ) as writer:
+    async with open_test_writer(directory, definition_id="test.crash") as writer:
 
         async def append_forever(slot: int) -> None:
             n = slot * 1_000_000

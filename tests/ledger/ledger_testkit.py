@@ -5,15 +5,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
 
 from ledger import (
+    DurableFiles,
     Event,
     EventCatalog,
     LedgerCheckpoint,
+    LedgerWriter,
     Provenance,
     SigningKey,
     open_ledger_writer,
@@ -43,6 +46,26 @@ class Unused(Event):
 
 catalog = EventCatalog.make(Said, Counted)
 RUN_ID = "sr-" + "1" * 32
+
+
+PROVENANCE = Provenance(package_version="0", python_version="3", profile="test")
+
+
+def open_test_writer(
+    directory: Path,
+    *,
+    definition_id: str = "test.definition",
+    files: DurableFiles | None = None,
+) -> AbstractAsyncContextManager[LedgerWriter]:
+    """A writer of the test catalog for run ``RUN_ID`` (``files``: a seam of the test's own)."""
+    return open_ledger_writer(
+        directory,
+        catalog=catalog,
+        definition_id=definition_id,
+        run_id=RUN_ID,
+        provenance=PROVENANCE,
+        files=files,
+    )
 
 
 def sample_events(count: int) -> list[Event]:

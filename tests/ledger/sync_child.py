@@ -13,20 +13,14 @@ import sys
 from pathlib import Path
 
 import anyio
-from ledger_testkit import RUN_ID, Counted, catalog
+from ledger_testkit import Counted, open_test_writer
 
-from ledger import LedgerWriteError, Provenance, open_ledger_writer
+from ledger import LedgerWriteError
 
 
 async def main(directory: Path, mode: str) -> None:
     returned = 0
-    async with open_ledger_writer(
-        directory,
-        catalog=catalog,
-        definition_id="test.sync",
-        run_id=RUN_ID,
-        provenance=Provenance(package_version="0", python_version="3", profile="test"),
-    ) as writer:
+    async with open_test_writer(directory, definition_id="test.sync") as writer:
         if mode == "linger":
             print(writer.sync_process_pid, flush=True)
         try:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from ledger_testkit import RUN_ID, Counted, catalog
+from ledger_testkit import Counted, open_test_writer
 
-from ledger import DurableFiles, Provenance, open_ledger_writer
+from ledger import DurableFiles
 from ledger.format import RECORDS
 
 pytestmark = pytest.mark.anyio
@@ -91,14 +91,7 @@ class Sightings:
 async def _exercise(directory: Path, files: RecordingFiles) -> Sightings:
     sightings = Sightings()
     records = directory / RECORDS
-    async with open_ledger_writer(
-        directory,
-        catalog=catalog,
-        definition_id="test.definition",
-        run_id=RUN_ID,
-        provenance=Provenance(package_version="0", python_version="3", profile="test"),
-        files=files,
-    ) as writer:
+    async with open_test_writer(directory, files=files) as writer:
 
         async def read() -> None:
             async for record in writer.records():

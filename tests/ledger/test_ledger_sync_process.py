@@ -17,30 +17,18 @@ from pathlib import Path
 
 import anyio
 import pytest
-from ledger_testkit import RUN_ID, Counted, catalog
+from ledger_testkit import Counted, catalog, open_test_writer
 
 from ledger import (
     LedgerWriteError,
-    Provenance,
     Record,
     open_ledger_artifacts,
-    open_ledger_writer,
 )
 from ledger.writer import AppendOutcome
 
 pytestmark = pytest.mark.anyio
 
 CHILD = Path(__file__).with_name("sync_child.py")
-
-
-def _open(directory: Path):  # type: ignore[no-untyped-def]
-    return open_ledger_writer(
-        directory,
-        catalog=catalog,
-        definition_id="test.sync",
-        run_id=RUN_ID,
-        provenance=Provenance(package_version="0", python_version="3", profile="test"),
-    )
 
 
 def _child(directory: Path, mode: str, **popen: object) -> subprocess.Popen[str]:
@@ -63,7 +51,7 @@ def _gone(pid: int) -> bool:
 
 
 async def test_the_sync_process_is_a_process_of_its_own(tmp_path: Path) -> None:
-    async with _open(tmp_path / "l") as writer:
+    async with open_test_writer(tmp_path / "l") as writer:
         pid = writer.sync_process_pid
         assert pid is not None and pid != os.getpid()
         await writer.append(Counted(n=0), producer="p")
@@ -74,7 +62,7 @@ async def test_the_sync_process_is_a_process_of_its_own(tmp_path: Path) -> None:
 async def test_nothing_settles_before_the_sync_process_reports_it_durable(
     tmp_path: Path,
 ) -> None:
-    async with _open(tmp_path / "l") as writer:
+    async with open_test_writer(tmp_path / "l") as writer:
         await writer.append(Counted(n=0), producer="p")
         before = writer.receipt().record_count
         pid = writer.sync_process_pid
@@ -97,7 +85,7 @@ async def test_nothing_settles_before_the_sync_process_reports_it_durable(
 async def test_a_killed_sync_process_latches_the_writer_failed_and_keeps_its_prefix(
     tmp_path: Path,
 ) -> None:
-    async with _open(tmp_path / "l") as writer:
+    async with open_test_writer(tmp_path / "l") as writer:
         for n in range(3):
             await writer.append(Counted(n=n), producer="p")
         pid = writer.sync_process_pid

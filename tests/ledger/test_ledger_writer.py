@@ -10,11 +10,13 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 from ledger_testkit import (
+    PROVENANCE,
     RUN_ID,
     Counted,
     Said,
     Unused,
     catalog,
+    open_test_writer,
     sample_events,
     write_ledger_async,
 )
@@ -30,7 +32,6 @@ from ledger import (
     LedgerExistsError,
     LedgerWriteError,
     LedgerWriter,
-    Provenance,
     Record,
     open_ledger_artifacts,
     open_ledger_writer,
@@ -41,31 +42,18 @@ from ledger.writer import AppendOutcome
 
 pytestmark = pytest.mark.anyio
 
-PROVENANCE = Provenance(package_version="0", python_version="3", profile="test")
-
-
-def _open(directory: Path, files: DurableFiles | None = None):  # type: ignore[no-untyped-def]
-    return open_ledger_writer(
-        directory,
-        catalog=catalog,
-        definition_id="test.definition",
-        run_id=RUN_ID,
-        provenance=PROVENANCE,
-        files=files,
-    )
-
 
 async def test_a_ledger_is_never_overwritten(tmp_path: Path) -> None:
     await write_ledger_async(tmp_path / "l", sample_events(1))
     before = (tmp_path / "l" / RECORDS).read_bytes()
     with pytest.raises(LedgerExistsError) as caught:
-        async with _open(tmp_path / "l"):
+        async with open_test_writer(tmp_path / "l"):
             pass
     assert caught.value.reason == "ledger-exists"
     assert (tmp_path / "l" / RECORDS).read_bytes() == before
     (tmp_path / "empty").mkdir()
     with pytest.raises(LedgerExistsError):
-        async with _open(tmp_path / "empty"):
+        async with open_test_writer(tmp_path / "empty"):
             pass
 
 
@@ -73,7 +61,7 @@ async def test_concurrent_appends_commit_in_groups_and_return_their_records(
     tmp_path: Path,
 ) -> None:
     returned: list[Record] = []
-    async with _open(tmp_path / "l") as writer:
+    async with open_test_writer(tmp_path / "l") as writer:
 
         async def speak(i: int) -> None:
             returned.append(await writer.append(Said(speaker="a", text=str(i)), producer=f"p{i}"))
@@ -94,7 +82,7 @@ async def test_concurrent_appends_commit_in_groups_and_return_their_records(
 
 
 async def test_an_undeclared_event_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
-    async with _open(tmp_path / "l") as writer:
+    async with open_test_writer(tmp_path / "l") as writer:
         with pytest.raises(CatalogError) as caught:
             await writer.append(Unused(flag=True), producer="p")
         assert caught.value.reason == "undeclared-event"
@@ -105,7 +93,7 @@ async def test_an_undeclared_event_is_refused_and_nothing_is_written(tmp_path: P
 
 
 async def test_completion_is_idempotent(tmp_path: Path) -> None:
-    async with _open(tmp_path / "l") as writer:
+    async with open_test_writer(tmp_path / "l") as writer:
         await writer.append(Counted(n=1), producer="p")
         first, second = await writer.complete(), await writer.complete()
         completion = (tmp_path / "l" / COMPLETION).read_bytes()
@@ -116,7 +104,7 @@ async def test_completion_is_idempotent(tmp_path: Path) -> None:
 
 async def test_concurrent_completions_agree(tmp_path: Path) -> None:
     receipts = []
-    async with _open(tmp_path / "l") as writer:
+    async with open_test_writer(tmp_path / "l") as writer:
         await writer.append(Counted(n=1), producer="p")
 
         async def finish() -> None:
@@ -130,7 +118,7 @@ async def test_concurrent_completions_agree(tmp_path: Path) -> None:
 
 
 async def test_a_different_completion_on_disk_is_a_conflict(tmp_path: Path) -> None:
-    async with _open(tmp_path / "l") as writer:
+    async with open_test_writer(tmp_path / "l") as writer:
         await writer.append(Counted(n=1), producer="p")
         await writer.complete()
         (tmp_path / "l" / COMPLETION).write_bytes(b'{"someone":"else"}')
@@ -141,7 +129,7 @@ async def test_a_different_completion_on_disk_is_a_conflict(tmp_path: Path) -> N
 
 
 async def test_nothing_is_appended_after_completion(tmp_path: Path) -> None:
-    async with _open(tmp_path / "l") as writer:
+    async with open_test_writer(tmp_path / "l") as writer:
         await writer.complete()
         with pytest.raises(LedgerError) as caught:
             await writer.append(Counted(n=1), producer="p")
@@ -170,7 +158,7 @@ class FailingFiles(DurableFiles):
 async def test_a_write_error_latches_the_writer_failed(tmp_path: Path) -> None:
     files = FailingFiles()
     seen: list[int] = []
-    async with _open(tmp_path / "l", files) as writer:
+    async with open_test_writer(tmp_path / "l", files=files) as writer:
 
         async def follow() -> None:
             async for record in writer.records():
@@ -201,7 +189,7 @@ async def test_every_append_waiting_in_a_failed_batch_fails(tmp_path: Path) -> N
     files = FailingFiles()
     files.broken = True
     outcomes: list[BaseException] = []
-    async with _open(tmp_path / "l", files) as writer:
+    async with open_test_writer(tmp_path / "l", files=files) as writer:
 
         async def append(i: int) -> None:
             try:
@@ -230,7 +218,7 @@ async def test_concurrent_followers_see_every_record_in_order_and_end_at_complet
     early: list[list[int]] = [[] for _ in range(3)]
     late: list[list[int]] = [[] for _ in range(2)]
     said: list[int] = []
-    async with _open(tmp_path / "l") as writer:
+    async with open_test_writer(tmp_path / "l") as writer:
         async with anyio.create_task_group() as readers:
             for into in early:
                 readers.start_soon(_collect, writer, into)
@@ -261,7 +249,7 @@ async def test_shielded_finalization_still_commits_after_an_outer_scope_is_cance
     directory = tmp_path / "ledger"
     finalized: list[int] = []
     with anyio.move_on_after(0.2):
-        async with _open(directory) as writer:
+        async with open_test_writer(directory) as writer:
             await writer.append(Counted(n=0), producer="tester")
             try:
                 await anyio.sleep_forever()
