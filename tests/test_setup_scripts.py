@@ -63,22 +63,27 @@ exit 1
 """
 
 
-def test_the_control_plane_build_keeps_the_go_tools_chatter_in_its_log(tmp_path: Path) -> None:
+def _build_with_go(
+    tmp_path: Path, script: str, go: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """Run ``scripts/<script>`` with ``go`` (a shell script) as the only Go on its PATH."""
     tools = tmp_path / "tools"
     tools.mkdir()
-    (tools / "go").write_text(FAKE_GO)
+    (tools / "go").write_text(go)
     (tools / "go").chmod(0o755)
-    out = tmp_path / "cache"
-    build = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build-control-plane.sh")],
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / script)],
         capture_output=True,
         text=True,
-        env={
-            "PATH": f"{tools}:/usr/bin:/bin",
-            "HOME": str(tmp_path),
-            "SOCIETY_CONTROL_PLANE_DIR": str(out),
-        },
+        env={"PATH": f"{tools}:/usr/bin:/bin", "HOME": str(tmp_path), **env},
         check=False,
+    )
+
+
+def test_the_control_plane_build_keeps_the_go_tools_chatter_in_its_log(tmp_path: Path) -> None:
+    out = tmp_path / "cache"
+    build = _build_with_go(
+        tmp_path, "build-control-plane.sh", FAKE_GO, {"SOCIETY_CONTROL_PLANE_DIR": str(out)}
     )
     assert build.returncode == 1 and build.stdout == ""  # stdout carries only the directory
     first_step = next(line for line in build.stderr.splitlines() if "building " in line)
@@ -109,23 +114,16 @@ esac
 def test_a_tool_that_does_not_build_fails_the_tools_build_naming_it(tmp_path: Path) -> None:
     """Two lanes build at once (tofu; the rest in order): a failure in one is reported with its
     log's tail and fails the script, and the lane stops there (nothing after it is built)."""
-    tools = tmp_path / "tools"
-    tools.mkdir()
-    (tools / "go").write_text(FAKE_GO_TOOLS)
-    (tools / "go").chmod(0o755)
     out = tmp_path / "cache"
-    build = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build-tools.sh")],
-        capture_output=True,
-        text=True,
-        env={
-            "PATH": f"{tools}:/usr/bin:/bin",
-            "HOME": str(tmp_path),
+    build = _build_with_go(
+        tmp_path,
+        "build-tools.sh",
+        FAKE_GO_TOOLS,
+        {
             "SOCIETY_TOOLS_DIR": str(out),
             "FAKE_MODULE": str(tmp_path / "module"),
             "FAKE_BROKEN": "tflint",
         },
-        check=False,
     )
     assert build.returncode == 1 and build.stdout == "", build.stderr
     assert "build-tools: ERROR: building tflint" in build.stderr
