@@ -16,6 +16,7 @@ substitute sees every operation. Either way the writer's side is this class, ove
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -32,6 +33,9 @@ from ledger import sync_process
 from ledger.storage import DurableFiles
 
 _SCRIPT = Path(sync_process.__file__)
+PIPE_BYTES = 1 << 20
+"""Asked of the kernel for the commit pipe (Linux's default cap for an unprivileged process)."""
+_F_SETPIPE_SZ = 1031
 
 
 class SyncProcessError(OSError):
@@ -62,7 +66,7 @@ class CommitPipeline:
         self._loop = asyncio.get_running_loop()
         commits_in, self._commits = os.pipe()
         self._replies, replies_out = os.pipe()
-        sync_process.widen_pipe(self._commits)
+        _widen(self._commits)
         self.process: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
         try:
@@ -233,3 +237,11 @@ class CommitPipeline:
         self._files.write(self._fd, data)
         self.records_hash.update(data)
         self._files.fsync(self._fd)
+
+
+def _widen(fd: int) -> None:
+    """Let ``fd``'s pipe hold ``PIPE_BYTES`` in flight, where the kernel allows it."""
+    try:
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:  # not Linux, or over the cap
+        pass  # the default (64 KiB) works; a full pipe only makes the writer wait to send

@@ -28,9 +28,6 @@ FAILED = 2**64 - 1
 DURABLE = struct.Struct("<Q")
 FAILURE = struct.Struct("<QiI")  # FAILED, errno, message length
 READ_BYTES = 1 << 20
-PIPE_BYTES = 1 << 20
-"""Asked of the kernel for the commit pipe (Linux's default cap for an unprivileged process)."""
-_F_SETPIPE_SZ = 1031
 
 
 class RecordFiles(Protocol):
@@ -46,16 +43,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def widen_pipe(fd: int) -> None:
-    """Let ``fd``'s pipe hold ``PIPE_BYTES`` in flight, where the kernel allows it."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BYTES)
-    except (ImportError, OSError):
-        pass  # the default (64 KiB) works; a full pipe only makes the writer wait to send
 
 
 def serve(files: RecordFiles, records_fd: int, commits: int, replies: int) -> None:
