@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -97,11 +98,24 @@ class Society:
         os.killpg(self.pid, signum)
 
     def finish(self, timeout_s: float = 240) -> int:
-        out, err = self.process.communicate(timeout=timeout_s)
+        """Its exit status; one that does not end within ``timeout_s`` is killed, and the
+        AssertionError shows its stderr (the last phase says where it hung)."""
+        try:
+            out, err = self.process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+            self._take(*self.process.communicate())
+            raise AssertionError(
+                f"`society` did not end within {timeout_s:.0f}s; its stderr:\n{self.stderr}"
+            ) from None
+        self._take(out, err)
+        return self.process.returncode
+
+    def _take(self, out: bytes, err: bytes) -> None:
         self.stdout_text = out.decode()
         pending = self._stderr.pending if self._stderr is not None else b""
         self.stderr_lines.extend((pending + err).decode(errors="replace").splitlines())
-        return self.process.returncode
 
     @property
     def stderr(self) -> str:

@@ -186,6 +186,10 @@ def test_a_result_the_runs_own_worker_did_not_prove_is_refused(
             assert nudge.returncode == 0, nudge.stderr
             answered = _next_line(rogue, 90)  # after the worker's sticky timeout (10 s)
             assert answered == {"answered": "workflow-task", "forged": "RunResult"}
+            # Refused, the run cancels its program once; gated.py would hold its finalization
+            # until released. (Twice-cancelled it went on, but asyncio folds two cancels that
+            # land before the task runs again into one, so the run hung for good under load.)
+            (gate / "release").touch()
         finally:
             os.kill(run.pid, signal.SIGCONT)
         assert run.finish() == 1, run.stderr
