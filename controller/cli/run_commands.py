@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,8 @@ EXIT_FAILURE = 1  # the program failed, or the cluster was lost
 EXIT_SETUP = 2  # nothing ran: no Temporal, a bad module path, a taken run id
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""Each stops the run cleanly (finalize, clean up, print the line); a second one stops at once."""
+"""The first stops the run cleanly (finalize, clean up, print the line); a second one stops at
+once (reaps and prints the line); a third exits there and then (``_stop_signals``)."""
 
 
 RUN_HELP = """\
@@ -44,7 +46,8 @@ Run one experiment once; progress on stderr, one JSON result line on stdout.
   3. society ledger verify DIR     check the result's ledger directory offline
   4. society grade GRADER.py DIR   verify, then grade it with your grader (examples/graders/)
 Exit: 0 success, 1 program failed or cluster lost, 2 could not start, 130/143/129 stopped
-(SIGINT or `society cancel`/SIGTERM/SIGHUP; the ledger is finalized first)."""
+(SIGINT or `society cancel`/SIGTERM/SIGHUP; the ledger is finalized first). Ctrl-C again stops
+at once; a third exits there and then, as a killed controller would."""
 
 
 class SetupError(Exception):
@@ -174,20 +177,66 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _run_async(args: argparse.Namespace) -> int:
-    from controller.cli.progress import TerminalProgress
-    from controller.platform.temporal import CLUSTER_TASK_QUEUE, server
-    from controller.platform.temporal.lifecycle import Interrupts, RunDriver, RunRefused, RunReport
-    from controller.run import RunRequest, new_run_id
-    from controller.run.request import RunRequestError
+    from controller.platform.temporal.lifecycle import Interrupts
 
     if not os.environ.get("SOCIETY_DEBUG"):
         # The run reports every activity failure itself, as one error line with the next step;
         # the SDK would print the same failure again as a traceback. SOCIETY_DEBUG=1 keeps it.
         logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
     interrupts = Interrupts()
-    loop = asyncio.get_running_loop()
-    for signum in STOP_SIGNALS:
-        loop.add_signal_handler(signum, interrupts, signum)
+    with _stop_signals(asyncio.get_running_loop(), interrupts):
+        return await _run_with(args, interrupts)
+
+
+@contextlib.contextmanager
+def _stop_signals(loop: asyncio.AbstractEventLoop, interrupts: Interrupts) -> Iterator[None]:
+    """Hand the first two stop signals to ``interrupts`` on ``loop``; exit on the third.
+
+    The handler is the interpreter's, not the loop's (``add_signal_handler``), so it runs even
+    while a program blocks the event loop (``time.sleep`` in a coroutine) or ignores its
+    cancellation, which would otherwise hold `society run` for good. The third signal leaves
+    what a killed controller leaves: its agents die with it, the ledger's durable prefix
+    verifies, and the next `society` start ends the workflow and reaps the rest.
+    """
+    received: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
+        name = signal.Signals(signum).name
+        if len(received) == 2:
+            _say(f"{name} again: stopping at once (a third {name} exits without finalizing)")
+        elif len(received) > 2:
+            _say(
+                f"{name} a third time: exiting now, without finalizing; the ledger's durable "
+                "prefix verifies with --allow-incomplete, and the next `society` command "
+                "reaps what is left"
+            )
+            os._exit(128 + received[0])
+        try:
+            loop.call_soon_threadsafe(interrupts, signum)
+        except RuntimeError:  # the loop has closed: the run is over
+            pass
+
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, action in previous.items():
+            signal.signal(signum, action)
+
+
+def _say(line: str) -> None:
+    """One line on stderr from a signal handler: unbuffered, so it cannot meet a half-written
+    line of ``sys.stderr``'s buffer."""
+    os.write(2, (line + "\n").encode())
+
+
+async def _run_with(args: argparse.Namespace, interrupts: Interrupts) -> int:
+    from controller.cli.progress import TerminalProgress
+    from controller.platform.temporal import CLUSTER_TASK_QUEUE, server
+    from controller.platform.temporal.lifecycle import RunDriver, RunRefused, RunReport
+    from controller.run import RunRequest, new_run_id
+    from controller.run.request import RunRequestError
 
     root = artifact_root(args)
     progress = TerminalProgress()

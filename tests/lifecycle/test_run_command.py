@@ -188,6 +188,39 @@ def test_a_second_signal_stops_at_once_reaping_from_the_controller(
     verify(society, run.result()["ledger"], "--allow-incomplete")
 
 
+@pytest.mark.parametrize("hold", ["block", "swallow"])
+def test_a_third_signal_exits_even_when_the_program_blocks_the_loop_or_ignores_cancellation(
+    society: SocietyCommand, hold: str
+) -> None:
+    """A program that blocks the event loop never sees the first two signals, and one that
+    swallows its cancellation outlives them; the third exits as a killed controller would."""
+    society.env["HOLD"] = hold
+    run = society.run(PROGRAMS / "unstoppable.py")
+    run.wait_for_stderr("running program")
+    [run_id] = [line.split()[1].rstrip(":") for line in run.stderr_lines if line.startswith("run ")]
+    assert wait_until(lambda: len(processes_naming(run_id)) >= 2, 10)
+    run.interrupt()
+    if hold == "swallow":
+        run.wait_for_stderr("SIGINT: cancelling the run")
+    time.sleep(1)
+    run.interrupt()
+    run.wait_for_stderr("SIGINT again: stopping at once", 30)
+    time.sleep(2)
+    assert run.process.poll() is None, "the program holds the run through two signals"
+    run.interrupt()
+    assert run.finish(30) == 130, run.stderr
+    assert "SIGINT a third time: exiting now, without finalizing" in run.stderr
+    assert run.stdout_text == ""
+    assert wait_until(lambda: processes_naming(run_id) == [], 10), "agents die with the controller"
+
+    [ledger] = (society.artifacts / run_id).glob("ledger/*")
+    verified = verify(society, ledger, "--allow-incomplete")
+    assert verified["valid"] is True and verified["complete"] is False
+    status = society("status", run_id, "--artifacts", society.artifacts)  # the next command
+    abandoned = status.result()
+    assert (abandoned["state"], abandoned["workflow"]) == ("abandoned", "terminated"), status.stderr
+
+
 def test_losing_the_temporal_server_mid_program_is_cluster_lost(society: SocietyCommand) -> None:
     del society.env["TEMPORAL_ADDRESS"]  # the run's own dev server, which this test kills
     run, run_id = _start_endless(society)
