@@ -46,6 +46,8 @@ from controller.run import (
 )
 
 HEARTBEAT_EVERY_S = 1.0
+SDK_CANCEL_WAIT_S = 5.0
+"""How long ``LifecycleActivities.stop`` waits for the SDK's own cancel of ``execute``."""
 MODULE_DIRECTORY = "module"
 """Where, in the run directory, a worker writes the module content it was sent, and runs it."""
 
@@ -71,6 +73,8 @@ class LifecycleActivities:
         self._spec = spec
         self._artifact_root = artifact_root
         self._running: asyncio.Task[Any] | None = None
+        self._cancel_came = False  # the SDK cancelled the running execute
+        self._settled: anyio.Event | None = None  # set then, or when it ended
 
     def _placed(self, request: ProvenRequest) -> ProvenRequest:
         """``request`` under this worker's artifact root, if it has one."""
@@ -86,6 +90,30 @@ class LifecycleActivities:
         """
         if self._running is not None:
             self._running.cancel()
+
+    async def stop(self, *, grace_s: float = SDK_CANCEL_WAIT_S) -> None:
+        """Cancel a running ``execute`` once, gracefully: the kernel's wind-down and the ledger's
+        finalization then run to their end.
+
+        A workflow that closed under the activity (another worker completed it) or a server that
+        went away makes the SDK cancel ``execute`` itself, at about the moment its driver learns
+        of it; a second cancel from here would land in the wind-down (asyncio delivers each
+        cancel once, wherever the task is) and cut the agents' harvest short. So this waits up to
+        ``grace_s`` for that cancel, and cancels only if none came.
+        """
+        task, settled = self._running, self._settled
+        if task is None or settled is None:
+            return
+        with anyio.move_on_after(grace_s):
+            await settled.wait()
+        if self._running is task and not self._cancel_came:
+            task.cancel()
+
+    async def _note_cancel(self, settled: anyio.Event) -> None:
+        """In ``execute``'s activity context: note the SDK's cancel when it comes."""
+        await activity.wait_for_cancelled()
+        self._cancel_came = True
+        settled.set()
 
     @activity.defn(name=PREPARE)
     async def prepare(self, request: ProvenRequest) -> Reservation:
@@ -134,9 +162,12 @@ class LifecycleActivities:
         progress = _ReportingProgress(self._progress)
         failure: Exception | None = None
         self._running = asyncio.current_task()
+        self._cancel_came, self._settled = False, anyio.Event()
+        settled = self._settled
         try:
             async with anyio.create_task_group() as heartbeats:
                 heartbeats.start_soon(_heartbeat, progress)
+                heartbeats.start_soon(self._note_cancel, settled)
                 try:
                     result = await _execute(request, progress, self._spec)
                 except Exception as error:  # raised below, not wrapped in an exception group
@@ -144,6 +175,7 @@ class LifecycleActivities:
                 heartbeats.cancel_scope.cancel()
         finally:
             self._running = None
+            settled.set()
         if failure is not None:
             raise failure
         return result if self._authority is None else self._authority.prove(result)

@@ -216,7 +216,10 @@ class RunDriver:
                 # The kernel finalizes the ledger before the worker stops; the SDK would log the
                 # aborted activity's traceback as if it were a controller error.
                 logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
-                self._activities.abort()
+                if ending is None:  # a second interrupt: at once, into whatever runs now
+                    self._activities.abort()
+                else:  # the workflow ended without this run's result: wind down, harvest
+                    await self._activities.stop()
         root = Path(request.artifact_root)
         if isinstance(ending, RunResult):
             return RunReport.from_result(ending)
