@@ -45,9 +45,8 @@ Run one experiment once; progress on stderr, one JSON result line on stdout.
   2. society run MODULE.py         start the agents, run execute(ctx) once, sign the ledger
   3. society ledger verify DIR     check the result's ledger directory offline
   4. society grade GRADER.py DIR   verify, then grade it with your grader (examples/graders/)
-Exit: 0 success, 1 program failed or cluster lost, 2 could not start, 130/143/129 stopped
-(SIGINT or `society cancel`/SIGTERM/SIGHUP; the ledger is finalized first). Ctrl-C again stops
-at once; a third exits there and then, as a killed controller would."""
+Exit: 0 success, 1 program failed or cluster lost, 2 could not start, 130/143/129 stopped (SIGINT
+or `society cancel`/SIGTERM/SIGHUP; ledger finalized first; 2nd Ctrl-C: at once; 3rd: exit now)."""
 
 
 class SetupError(Exception):
