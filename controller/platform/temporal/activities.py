@@ -73,8 +73,7 @@ class LifecycleActivities:
         self._spec = spec
         self._artifact_root = artifact_root
         self._running: asyncio.Task[Any] | None = None
-        self._cancel_came = False  # the SDK cancelled the running execute
-        self._settled: anyio.Event | None = None  # set then, or when it ended
+        self._settled: anyio.Event | None = None  # set: the SDK cancelled execute, or it ended
 
     def _placed(self, request: ProvenRequest) -> ProvenRequest:
         """``request`` under this worker's artifact root, if it has one."""
@@ -106,14 +105,8 @@ class LifecycleActivities:
             return
         with anyio.move_on_after(grace_s):
             await settled.wait()
-        if self._running is task and not self._cancel_came:
+        if not settled.is_set():
             task.cancel()
-
-    async def _note_cancel(self, settled: anyio.Event) -> None:
-        """In ``execute``'s activity context: note the SDK's cancel when it comes."""
-        await activity.wait_for_cancelled()
-        self._cancel_came = True
-        settled.set()
 
     @activity.defn(name=PREPARE)
     async def prepare(self, request: ProvenRequest) -> Reservation:
@@ -162,12 +155,11 @@ class LifecycleActivities:
         progress = _ReportingProgress(self._progress)
         failure: Exception | None = None
         self._running = asyncio.current_task()
-        self._cancel_came, self._settled = False, anyio.Event()
-        settled = self._settled
+        self._settled = settled = anyio.Event()
         try:
             async with anyio.create_task_group() as heartbeats:
                 heartbeats.start_soon(_heartbeat, progress)
-                heartbeats.start_soon(self._note_cancel, settled)
+                heartbeats.start_soon(_set_when_cancelled, settled)
                 try:
                     result = await _execute(request, progress, self._spec)
                 except Exception as error:  # raised below, not wrapped in an exception group
@@ -348,6 +340,12 @@ async def delete_namespace(namespace: str) -> None:
         await delete_run_namespace(  # inside the 2 min attempt
             kube, namespace, timeout_s=100, credentials_namespace=settings.credentials_namespace
         )
+
+
+async def _set_when_cancelled(settled: anyio.Event) -> None:
+    """In ``execute``'s activity context: set ``settled`` when the SDK cancels it."""
+    await activity.wait_for_cancelled()
+    settled.set()
 
 
 async def _heartbeat(progress: _ReportingProgress) -> None:
