@@ -60,10 +60,10 @@ from cp_node import KWOK_TAINT
 from controller import Run, RunSpec
 from controller.agents import Resources, scripted
 from controller.agents.scripted import SCRIPTED_RESOURCES
-from controller.platform.kubernetes import Kube, KubernetesPlatform, objects
-from controller.platform.kubernetes import sandbox as observed
-from controller.platform.kubernetes.kube import Informer, Obj, is_true
-from controller.platform.local import LocalPlatform
+from controller.platforms.kubernetes import Kube, KubernetesPlatform, objects
+from controller.platforms.kubernetes import sandbox as observed
+from controller.platforms.kubernetes.kube import Informer, Obj, is_true
+from controller.platforms.local import LocalPlatform
 from controller.run import ClusterLost, ProgramFinished, RunContext
 from controller.run.progress import Counter
 from controller.run.runid import new_run_id

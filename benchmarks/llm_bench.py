@@ -23,7 +23,7 @@ import anyio
 import httpx
 
 from controller.modelgateway import ModelGateway, model_gateway_catalog
-from controller.platform.local_model import LocalModelServer
+from controller.platforms.local_model import LocalModelServer
 from ledger import Provenance, open_ledger_writer
 
 PROMPT = "Write a short story about a robot who learns to paint."

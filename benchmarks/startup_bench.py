@@ -34,7 +34,7 @@ from pathlib import Path
 import anyio
 
 from controller.agents import RuntimeDescriptor, scripted
-from controller.platform.local import LocalCapacity, LocalPlatform
+from controller.platforms.local import LocalCapacity, LocalPlatform
 from controller.run import ProgramFinished, Run, RunContext, RunSpec
 
 AGENT_IMPORTS = "import agent_images.scripted.agent"

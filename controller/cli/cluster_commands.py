@@ -129,11 +129,17 @@ def _up(args: argparse.Namespace) -> int:
     import anyio
 
     from controller.cli.run_commands import artifact_root
-    from controller.platform.cluster.install import ClusterOptions, ClusterUp
-    from controller.platform.cluster.prerequisites import PrerequisitesMissing, find_programs
-    from controller.platform.cluster.queue_size import parse_selector
-    from controller.platform.cluster.steps import StepFailed
+    from controller.ops.cluster.install import ClusterOptions, ClusterUp
+    from controller.ops.cluster.prerequisites import PrerequisitesMissing, find_programs
+    from controller.ops.cluster.queue_size import parse_selector
+    from controller.ops.cluster.steps import StepFailed
+    from controller.ops.repository import CheckoutMissing, checkout
 
+    try:
+        checkout()
+    except CheckoutMissing as exc:
+        _error("up", str(exc))
+        return EXIT_SETUP
     if args.node_containerd and args.existing_kubeconfig is None:
         _error("up", "--node-containerd needs --existing-kubeconfig (kind nodes pull from the "
                      "local registry)")  # fmt: skip
@@ -191,10 +197,10 @@ def _down(args: argparse.Namespace) -> int:
     import anyio
 
     from controller.cli.run_commands import artifact_root
-    from controller.platform.cluster.install import ClusterDown, ClusterOptions
-    from controller.platform.cluster.prerequisites import PrerequisitesMissing, find_programs
-    from controller.platform.cluster.profile_file import ProfileFileError, read_profile
-    from controller.platform.cluster.steps import StepFailed
+    from controller.ops.cluster.install import ClusterDown, ClusterOptions
+    from controller.ops.cluster.prerequisites import PrerequisitesMissing, find_programs
+    from controller.ops.cluster.profile_file import ProfileFileError, read_profile
+    from controller.ops.cluster.steps import StepFailed
 
     root = artifact_root(args)
     try:
@@ -232,8 +238,8 @@ def _push_images(args: argparse.Namespace) -> int:
     import json
     import shutil
 
-    from controller.platform.cluster import images
-    from controller.platform.cluster.steps import StepFailed
+    from controller.ops.cluster import images
+    from controller.ops.cluster.steps import StepFailed
 
     engine = shutil.which("podman") or shutil.which("docker")
     if engine is None:

@@ -14,7 +14,7 @@ from pydantic_core import from_json
 
 from controller.cli import compare_command
 from controller.cli.ledger_catalogs import ledger_runtimes, reader_catalog
-from controller.platform.gcs_ledger import DEFAULT_DEADLINE_S
+from controller.stores.gcs import DEFAULT_DEADLINE_S
 from ledger import LedgerError, LedgerVerificationError
 from ledger.format import MANIFEST, RECORDS
 from ledger.grading import catalog_of, grade_ledger, grader_definition_id, load_module
@@ -187,7 +187,7 @@ def _color_option(parser: argparse.ArgumentParser) -> None:
 
 def _location(text: str) -> str | Path:
     """A gs:// URL stays text (``Path`` would fold its ``//``); anything else is a path."""
-    from controller.platform.gcs_ledger import is_gcs
+    from controller.stores.gcs import is_gcs
 
     return text if is_gcs(text) else Path(text)
 
@@ -198,7 +198,7 @@ def _local(handler: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         if not isinstance(args.directory, str):
             return int(handler(args))
-        from controller.platform.gcs_ledger import downloaded
+        from controller.stores.gcs import downloaded
 
         try:
             with downloaded(args.directory) as local:
@@ -210,7 +210,7 @@ def _local(handler: Any) -> Any:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from controller.platform.gcs_ledger import LedgerExportError, export_run
+    from controller.stores.gcs import LedgerExportError, export_run
 
     url = args.bucket.rstrip("/") + "/" + args.directory.name
     try:

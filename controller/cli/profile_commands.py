@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from controller.platform.profiles.check import PROFILES, CheckOutcome
+from controller.ops.checks.check import PROFILES, CheckOutcome
 
 LIMITS = (
     "these checks prove the checked-in contracts only (chart, schemas, Terraform structure, pins, "
@@ -40,9 +40,15 @@ def add_commands(subparsers: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from controller.platform.profiles.check import run_checks
-    from controller.platform.profiles.tools import ToolMissing
+    from controller.ops.checks.check import run_checks
+    from controller.ops.checks.tools import ToolMissing
+    from controller.ops.repository import CheckoutMissing, checkout
 
+    try:
+        checkout()
+    except CheckoutMissing as exc:
+        print(f"society profile check: {exc}", file=sys.stderr)
+        return 2
     unknown = [p for p in args.profiles if p not in PROFILES]
     if unknown:
         print(

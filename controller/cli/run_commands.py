@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from controller.platform.temporal.lifecycle import Interrupts, RunReport
-    from controller.platform.temporal.server import TemporalEndpoint
+    from controller.lifecycle.driver import Interrupts, RunReport
+    from controller.lifecycle.server import TemporalEndpoint
     from controller.run import RunSpec
     from controller.run.module_source import ModuleSource
 
@@ -58,7 +58,7 @@ class SetupError(Exception):
 
 
 def add_commands(subparsers: Any) -> None:
-    from controller.platform.temporal import CLUSTER_TASK_QUEUE
+    from controller.profiles import CLUSTER_TASK_QUEUE, DEFAULT, PROFILES
 
     run = subparsers.add_parser(
         "run",
@@ -71,8 +71,8 @@ def add_commands(subparsers: Any) -> None:
     )
     run.add_argument(
         "--profile",
-        choices=["local", "kind", "gke", "kubernetes"],
-        default="local",
+        choices=list(PROFILES),
+        default=DEFAULT,
         metavar="NAME",
         help="local (default): a process per agent; kind, gke, kubernetes: pods",
     )
@@ -160,7 +160,7 @@ def _print_line(document: dict[str, Any]) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     if args.unsandboxed:  # this process hosts the run's worker, which builds the local platform
-        from controller.platform.local_sandbox import UNSANDBOXED_ENV
+        from controller.platforms.local.sandbox import UNSANDBOXED_ENV
 
         os.environ[UNSANDBOXED_ENV] = "1"
     try:
@@ -169,14 +169,14 @@ def _run(args: argparse.Namespace) -> int:
         _error("run", str(error))
         return EXIT_SETUP
     except KeyboardInterrupt:  # before the run's own handlers were installed: nothing started
-        from controller.platform.temporal.lifecycle import RunReport
+        from controller.lifecycle.driver import RunReport
 
         _print_line(RunReport("Interrupted", "interrupted", None, None, False, 0, None).line())
         return EXIT_INTERRUPTED
 
 
 async def _run_async(args: argparse.Namespace) -> int:
-    from controller.platform.temporal.lifecycle import Interrupts
+    from controller.lifecycle.driver import Interrupts
 
     if not os.environ.get("SOCIETY_DEBUG"):
         # The run reports every activity failure itself, as one error line with the next step;
@@ -232,22 +232,24 @@ def _say(line: str) -> None:
 
 async def _run_with(args: argparse.Namespace, interrupts: Interrupts) -> int:
     from controller.cli.progress import TerminalProgress
-    from controller.platform.temporal import CLUSTER_TASK_QUEUE, server
-    from controller.platform.temporal.lifecycle import RunDriver, RunRefused, RunReport
+    from controller.lifecycle import server
+    from controller.lifecycle.driver import RunDriver, RunRefused, RunReport
+    from controller.profiles import profile_named
     from controller.run import RunRequest, new_run_id
     from controller.run.request import RunRequestError
 
     root = artifact_root(args)
     progress = TerminalProgress()
     spec, module = _load_module(args.module)  # before Temporal, a run id or a run directory
-    if args.profile != "local":
+    profile = profile_named(args.profile)
+    if profile.cluster:
         _apply_cluster_profile(root, args.profile, progress)
-    queue = args.task_queue or (CLUSTER_TASK_QUEUE if args.profile == "gke" else None)
+    queue = args.task_queue or profile.task_queue
     if queue is not None:
         report = await _submit(args, queue, module, root, progress, interrupts)
         return _finish(root, report, progress, interrupts)
     await reap_stale(root, await _live_temporal(root))
-    if args.profile != "local":
+    if profile.cluster:
         await _check_cluster()
     run_id = args.run_id or new_run_id()
     if (root / run_id).exists():
@@ -260,7 +262,7 @@ async def _run_with(args: argparse.Namespace, interrupts: Interrupts) -> int:
             artifact_root=str(root),
             seed=args.seed,
             # a cluster's run worker is not on this machine: it gets the module's content, no path
-            module_source=None if args.profile == "local" else _module_source(module),
+            module_source=_module_source(module) if profile.ships_source else None,
         )
     except RunRequestError as error:
         raise SetupError(error.reason, str(error)) from None
@@ -298,7 +300,7 @@ async def _run_with(args: argparse.Namespace, interrupts: Interrupts) -> int:
 
 def _finish(root: Path, report: RunReport, progress: Any, interrupts: Interrupts) -> int:
     """Keep the result beside the run (if it has a directory here), print the line, exit."""
-    from controller.platform.temporal.run_files import write_result
+    from controller.lifecycle.run_files import write_result
 
     if report.run_id is not None:
         write_result(root, report.run_id, {**report.line(), "cause": report.cause})
@@ -317,11 +319,12 @@ async def _submit(
     interrupts: Interrupts,
 ) -> RunReport:
     """``--task-queue``: submit to the worker polling ``queue`` on the configured Temporal and
-    wait for it; no worker runs here (``controller.platform.temporal.remote``, which says why
+    wait for it; no worker runs here (``controller.lifecycle.remote``, which says why
     its result is trusted only from a Temporal that authenticates its clients)."""
-    from controller.platform.temporal import server
-    from controller.platform.temporal.lifecycle import RunRefused, RunReport
-    from controller.platform.temporal.remote import SubmittedRun, check_authenticated
+    from controller.lifecycle import server
+    from controller.lifecycle.driver import RunRefused, RunReport
+    from controller.lifecycle.remote import SubmittedRun, check_authenticated
+    from controller.profiles import profile_named
     from controller.run import RunRequest, new_run_id
     from controller.run.request import RunRequestError
 
@@ -375,7 +378,7 @@ async def _submit(
         task_queue=queue,
         progress=progress,
         interrupts=interrupts,
-        require_export=args.profile == "gke",
+        require_export=profile_named(args.profile).exports,
     )
     try:
         return await submitted.drive()
@@ -420,7 +423,7 @@ def exit_code(outcome: str, exit: str, signum: int | None) -> int:
 
 async def _live_temporal(root: Path) -> tuple[Client, TemporalEndpoint] | None:
     """A client for the Temporal this root's runs use, if one answers."""
-    from controller.platform.temporal import server
+    from controller.lifecycle import server
 
     endpoint = server.configured_endpoint() or server.DevServer(root).live_endpoint()
     if endpoint is None:
@@ -436,8 +439,8 @@ async def reap_stale(root: Path, temporal: tuple[Client, TemporalEndpoint] | Non
     stop a dev server no live run holds."""
     import anyio.to_thread
 
-    from controller.platform.local import reap_stale_runs
-    from controller.platform.temporal import control, server
+    from controller.lifecycle import control, server
+    from controller.platforms.local import reap_stale_runs
 
     reports = await anyio.to_thread.run_sync(reap_stale_runs, root)
     orphans = [report.run_id for report in reports if report.skipped is None]
@@ -465,7 +468,7 @@ def _report(command: str, work: Coroutine[Any, Any, dict[str, Any]]) -> int:
 
 
 async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
-    from controller.platform.temporal import control, run_files, server
+    from controller.lifecycle import control, run_files, server
 
     root = artifact_root(args)
     run_id: str = args.run_id
@@ -502,7 +505,7 @@ async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
 def _apply_cluster_profile(root: Path, profile: str, progress: Any) -> None:
     """The settings ``society cluster up`` wrote for this profile, where the environment has
     none (a variable that is set always wins)."""
-    from controller.platform.cluster.profile_file import (
+    from controller.ops.cluster.profile_file import (
         ProfileFileError,
         apply_profile,
         profile_path,
@@ -518,8 +521,8 @@ def _apply_cluster_profile(root: Path, profile: str, progress: Any) -> None:
 
 
 async def _check_cluster() -> None:
-    from controller.platform.kubernetes.preflight import ClusterUnavailable, check_cluster
-    from controller.platform.kubernetes.settings import KubernetesSettings
+    from controller.platforms.kubernetes.preflight import ClusterUnavailable, check_cluster
+    from controller.platforms.kubernetes.settings import KubernetesSettings
 
     try:
         await check_cluster(KubernetesSettings.from_environment())
@@ -532,7 +535,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 async def _cancel_async(args: argparse.Namespace) -> dict[str, Any]:
-    from controller.platform.temporal import control
+    from controller.lifecycle import control
 
     root = artifact_root(args)
     run_id: str = args.run_id

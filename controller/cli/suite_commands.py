@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.cli.run_commands import ARTIFACTS_ENV, DEFAULT_ARTIFACTS, artifact_root
+from controller.profiles import DEFAULT, PROFILES
 
 EXIT_SUCCESS, EXIT_FAILURE, EXIT_SETUP = 0, 1, 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -37,8 +38,8 @@ def add_commands(subparsers: Any) -> None:
     run.add_argument("module", metavar="SUITE.py", type=Path, help="a module defining `suite`")
     run.add_argument(
         "--profile",
-        choices=["local", "kind", "gke", "kubernetes"],
-        default="local",
+        choices=list(PROFILES),
+        default=DEFAULT,
         help="the profile every run uses (see `society run --help`); default local",
     )
     run.add_argument(

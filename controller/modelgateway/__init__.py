@@ -1,6 +1,6 @@
 """The controller's model gateway: agents' only way to a model, with usage measured per agent.
 
-The local SmolLM2 server it fronts by default is ``controller.platform.local_model`` (it spawns a
+The local SmolLM2 server it fronts by default is ``controller.platforms.local_model`` (it spawns a
 process). Public names load lazily, so importing this package does not load httpx or h11.
 """
 

@@ -111,10 +111,6 @@ class RouterTLS:
             context.load_cert_chain(chain, key)
         return context
 
-    def client_context(self) -> ssl.SSLContext:
-        """A client context that trusts only this run's CA."""
-        return ssl.create_default_context(cadata=self.ca_pem.decode("ascii"))
-
     def write_ca(self, path: Path) -> Path:
         """Write the CA certificate (public) for ``connect_agent(..., ca_file=path)``."""
         path.write_bytes(self.ca_pem)

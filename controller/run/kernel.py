@@ -98,7 +98,7 @@ class Run:
         Raises when the ledger cannot be created. On cancellation the run is finalized
         (``ProgramInterrupted``, teardown, harvest, completed ledger), then the cancellation
         propagates. ``platform`` runs the agents
-        (``controller.platform.local.LocalPlatform()`` for the local profile); the kernel never
+        (``controller.platforms.local.LocalPlatform()`` for the local profile); the kernel never
         picks one itself.
         """
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()

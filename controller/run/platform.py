@@ -159,6 +159,15 @@ class Platform(ABC):
     router_host: str = "127.0.0.1"
     """Where the router listens so that this platform's sandboxes can reach it."""
 
+    async def prepare(self, run_id: str) -> None:
+        """Reserve what the run needs before its controller starts (a cluster: the run's
+        namespace, owner and controller identity); idempotent. Nothing by default."""
+        return None
+
+    async def reap(self, run_id: str, artifact_root: Path) -> None:
+        """Remove everything the run left, whichever way it ended; idempotent, safe to retry."""
+        return None
+
     @abstractmethod
     def admit(self, roster: Mapping[str, RuntimeDescriptor]) -> Admission:
         """Check the complete roster against capacity; raises ``AdmissionRefused``."""

@@ -22,8 +22,8 @@ from controller.agents import (
     Signaled,
     scripted,
 )
-from controller.platform.local import LocalCapacity, LocalPlatform
-from controller.platform.local_harvest import copy_declared
+from controller.platforms.local import LocalCapacity, LocalPlatform
+from controller.platforms.local.harvest import copy_declared
 from controller.run import AdmissionRefused
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.platform.cluster.prerequisites import PrerequisitesMissing, find_programs
+from controller.ops.cluster.prerequisites import PrerequisitesMissing, find_programs
 
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def test_an_existing_cluster_needs_helm_only_and_ctr_when_images_are_imported() 
 def test_helm_from_the_build_tools_directory_counts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from controller.platform.profiles import tools
+    from controller.ops.checks import tools
 
     monkeypatch.setenv("SOCIETY_TOOLS_DIR", str(tmp_path / "tools"))
     helm = tools.tools_dir() / "bin" / "helm"

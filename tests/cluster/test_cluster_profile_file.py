@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from controller.platform.cluster.profile_file import (
+from controller.ops.cluster.profile_file import (
     ClusterProfile,
     ProfileFileError,
     apply_profile,
     profile_path,
     write_profile,
 )
-from controller.platform.kubernetes.images import ImageMap
-from controller.platform.kubernetes.settings import KubernetesSettings
+from controller.platforms.kubernetes.images import ImageMap
+from controller.platforms.kubernetes.settings import KubernetesSettings
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -9,8 +9,8 @@ import itertools
 import anyio
 import pytest
 
-from controller.platform.cluster.queue_size import parse_selector, pool_quota, quantity
-from controller.platform.cluster.steps import Step, StepFailed, StepRunner
+from controller.ops.cluster.queue_size import parse_selector, pool_quota, quantity
+from controller.ops.cluster.steps import Step, StepFailed, StepRunner
 
 
 def _runner(out: io.StringIO) -> StepRunner:
@@ -81,7 +81,7 @@ def test_a_selector_is_key_value_pairs() -> None:
 def test_the_kind_config_maps_the_temporal_node_ports_and_reads_the_registry_hosts_dir() -> None:
     import yaml
 
-    from controller.platform.cluster import kind, temporal
+    from controller.ops.cluster import kind, temporal
 
     config = yaml.safe_load(kind.CLUSTER_CONFIG.read_text())
     control_plane = next(n for n in config["nodes"] if n["role"] == "control-plane")

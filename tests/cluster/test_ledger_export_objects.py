@@ -14,10 +14,7 @@ from dataclasses import asdict
 
 import pytest
 
-from controller.platform import gcs_ledger
-from controller.platform.gcs_ledger import ExportReceipt, LedgerExportError
-from controller.platform.kubernetes import KubernetesSettings
-from controller.platform.kubernetes.ledger_export import (
+from controller.incluster.export_job import (
     METADATA_SERVER,
     TOKEN_SECRET,
     _reported,
@@ -25,9 +22,12 @@ from controller.platform.kubernetes.ledger_export import (
     export_policy,
     token_secret,
 )
-from controller.platform.kubernetes.worker_requests import WorkerRefused, check_worker_request
+from controller.incluster.worker_requests import WorkerRefused, check_worker_request
+from controller.platforms.kubernetes import KubernetesSettings
 from controller.run import RunRequest
 from controller.run.module_source import ModuleSource
+from controller.stores import gcs as gcs_ledger
+from controller.stores.gcs import ExportReceipt, LedgerExportError
 
 RUN = "sr-" + "a" * 32
 IMAGE = "localhost/society/controller@sha256:" + "1" * 64
@@ -143,8 +143,8 @@ def test_an_in_cluster_worker_that_exports_refuses_a_run_without_a_ledger_claim(
 
 
 def test_pushed_images_become_the_charts_worker_image_and_image_map_or_are_refused() -> None:
-    from controller.platform.cluster.images import WORKER_IMAGE, chart_image_values
-    from controller.platform.cluster.steps import StepFailed
+    from controller.ops.cluster.images import WORKER_IMAGE, chart_image_values
+    from controller.ops.cluster.steps import StepFailed
 
     worker = "r.example/society/worker@sha256:" + "2" * 64
     values = chart_image_values({WORKER_IMAGE: worker, "society/controller:dev": IMAGE})

@@ -11,15 +11,15 @@ import anyio
 import pytest
 import yaml
 
-from controller.platform.cluster import kind
-from controller.platform.kubernetes import access
-from controller.platform.kubernetes.ledger_home import (
+from controller.incluster import access
+from controller.incluster.ledger_home import (
     LedgerHomeError,
     bring_home,
     host_directory,
     volume_path,
 )
-from controller.platform.kubernetes.settings import KubernetesSettings
+from controller.ops.cluster import kind
+from controller.platforms.kubernetes.settings import KubernetesSettings
 from controller.run import RunResult
 from ledger.records import LedgerReceipt
 

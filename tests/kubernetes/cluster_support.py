@@ -21,8 +21,8 @@ import anyio
 import pytest
 from controlplane import ControlPlane, wait_until
 
-from controller.platform.kubernetes import Kube, KubernetesPlatform, KubernetesSettings, objects
-from controller.platform.kubernetes.kube import Informer, is_true
+from controller.platforms.kubernetes import Kube, KubernetesPlatform, KubernetesSettings, objects
+from controller.platforms.kubernetes.kube import Informer, is_true
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 PINNED = "registry.invalid/society/scripted@sha256:" + "0" * 63 + "1"

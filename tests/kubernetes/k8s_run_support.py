@@ -20,9 +20,9 @@ from temporalio.worker import Worker
 
 from agent_images.scripted.policy import Rule, ScriptedPolicy
 from controller import RunSpec
-from controller.platform.temporal.activities import LifecycleActivities
-from controller.platform.temporal.server import find_temporal_binary, wait_serving
-from controller.platform.temporal.workflow import SocietyRun
+from controller.lifecycle.activities import LifecycleActivities
+from controller.lifecycle.server import find_temporal_binary, wait_serving
+from controller.lifecycle.workflow import SocietyRun
 from controller.run import ClusterLost, ProgramFinished, RunContext, RunRequest, RunResult
 from ledger import LedgerArtifacts, open_ledger_artifacts
 

@@ -12,9 +12,9 @@ from cluster_support import PINNED
 from controlplane import ControlPlane
 from test_helm_chart import render
 
-from controller.platform.kubernetes import Kube, KubeError
-from controller.platform.kubernetes.access import controller_job
-from controller.platform.kubernetes.rbac import RUN_NAMESPACE_ROLE, worker_subject
+from controller.incluster.access import controller_job
+from controller.platforms.kubernetes import Kube, KubeError
+from controller.platforms.kubernetes.rbac import RUN_NAMESPACE_ROLE, worker_subject
 
 WORKER = worker_subject()
 WORKER_GROUPS = ["system:serviceaccounts", "system:serviceaccounts:society-system"]

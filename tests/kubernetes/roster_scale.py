@@ -26,9 +26,9 @@ from controlplane import ControlPlane, NodeCapacity
 
 from controller.agents import scripted
 from controller.agents.runtime import RuntimeDescriptor
-from controller.platform.kubernetes import Kube, KubernetesPlatform, objects, routing
-from controller.platform.kubernetes.kube import Obj
-from controller.platform.kubernetes.namespace import delete_run_namespace
+from controller.platforms.kubernetes import Kube, KubernetesPlatform, objects, routing
+from controller.platforms.kubernetes.kube import Obj
+from controller.platforms.kubernetes.namespace import delete_run_namespace
 from controller.run.platform import AgentLaunch, RunPlacement
 from controller.run.runid import new_run_id
 

@@ -12,8 +12,8 @@ import anyio
 import pytest
 from aiohttp import web
 
-from controller.platform.kubernetes.api import KubeError
-from controller.platform.kubernetes.kube import Kube
+from controller.platforms.kubernetes.api import KubeError
+from controller.platforms.kubernetes.kube import Kube
 
 pytestmark = pytest.mark.anyio
 

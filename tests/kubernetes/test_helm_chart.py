@@ -13,10 +13,10 @@ from typing import Any
 import yaml
 from controlplane import read_versions
 
-from controller.platform.kubernetes.access import worker_deployment
-from controller.platform.kubernetes.rbac import credentials_reader_role
-from controller.platform.kubernetes.worker_rights import worker_objects
-from controller.platform.profiles.tools import tool
+from controller.incluster.access import worker_deployment
+from controller.incluster.worker_rights import worker_objects
+from controller.ops.checks.tools import tool
+from controller.platforms.kubernetes.rbac import credentials_reader_role
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "society-runner"

@@ -8,7 +8,7 @@ import json
 
 from controlplane import ControlPlane
 
-from controller.platform.profiles import kube_schemas
+from controller.ops.checks import kube_schemas
 
 
 def test_the_committed_schemas_match_the_pinned_control_planes_openapi_and_crds(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.platform.kubernetes.preflight import ClusterUnavailable, check_cluster
-from controller.platform.kubernetes.settings import KubernetesSettings
+from controller.platforms.kubernetes.preflight import ClusterUnavailable, check_cluster
+from controller.platforms.kubernetes.settings import KubernetesSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "negotiation.py"
 

@@ -20,7 +20,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
 )
 from controlplane import ControlPlane
 
-from controller.platform.kubernetes import (
+from controller.incluster.access import controller_job, runspec_configmap
+from controller.platforms.kubernetes import (
     Kube,
     KubeError,
     delete_run_namespace,
@@ -28,7 +29,6 @@ from controller.platform.kubernetes import (
     prepare_run_namespace,
     routing,
 )
-from controller.platform.kubernetes.access import controller_job, runspec_configmap
 from controller.run.runid import new_run_id
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

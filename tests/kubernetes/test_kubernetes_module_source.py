@@ -25,15 +25,14 @@ from rbac_support import WORKER, worker_rights  # noqa: F401 (fixture)
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from controller.platform.kubernetes import (
+from controller.incluster.controller_job import MODULE_DIGEST_ENV, run_controller_job
+from controller.lifecycle.activities import LifecycleActivities
+from controller.platforms.kubernetes import (
     Kube,
     KubernetesSettings,
     delete_run_namespace,
     prepare_run_namespace,
-    run_controller_job,
 )
-from controller.platform.kubernetes.controller_job import MODULE_DIGEST_ENV
-from controller.platform.temporal.activities import LifecycleActivities
 from controller.run import RunRequest
 from controller.run.module_source import MODULE_LIMIT, ModuleSource, ModuleSourceError
 from controller.run.runid import new_run_id
@@ -133,7 +132,7 @@ def test_the_controller_imports_a_mounted_module_only_when_it_matches_its_digest
         "SOCIETY_ARTIFACTS": str(tmp_path / "artifacts"),
     }
     done = subprocess.run(
-        [sys.executable, "-m", "controller.platform.kubernetes.incluster"],
+        [sys.executable, "-m", "controller.incluster.main"],
         env=env,
         capture_output=True,
         text=True,

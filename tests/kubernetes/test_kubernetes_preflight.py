@@ -14,7 +14,7 @@ import pytest
 from cluster_support import anyio_backend, cluster_queue, settings  # noqa: F401 (fixtures)
 from controlplane import ControlPlane
 
-from controller.platform.kubernetes.preflight import ClusterUnavailable, check_cluster
+from controller.platforms.kubernetes.preflight import ClusterUnavailable, check_cluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -41,22 +41,22 @@ from rbac_support import (  # noqa: F401 (fixture)
     worker_rights,
 )
 
-from controller.platform.kubernetes import (
+from controller.incluster.access import SIGNING_SECRET, signing_key_secret
+from controller.incluster.export_job import TOKEN_SECRET, token_secret
+from controller.ops.checks.sample_objects import sample_run_objects
+from controller.platforms.kubernetes import (
     Kube,
     delete_run_namespace,
     objects,
     prepare_run_namespace,
 )
-from controller.platform.kubernetes.access import SIGNING_SECRET, signing_key_secret
-from controller.platform.kubernetes.ledger_export import TOKEN_SECRET, token_secret
-from controller.platform.kubernetes.rbac import (
+from controller.platforms.kubernetes.rbac import (
     CONTROLLER_ROLE,
     CREATED_BY,
     RUN_NAMESPACE_ROLE,
     WORKER_BINDING,
     controller_subject,
 )
-from controller.platform.profiles.sample_objects import sample_run_objects
 from controller.run.runid import new_run_id
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

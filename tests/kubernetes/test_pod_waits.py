@@ -9,9 +9,9 @@ from typing import Any
 import anyio
 import pytest
 
-from controller.platform.kubernetes import objects
-from controller.platform.kubernetes import sandbox as observed
-from controller.platform.kubernetes.kube import Informer, Obj
+from controller.platforms.kubernetes import objects
+from controller.platforms.kubernetes import sandbox as observed
+from controller.platforms.kubernetes.kube import Informer, Obj
 
 pytestmark = pytest.mark.anyio
 

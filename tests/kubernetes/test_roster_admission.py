@@ -11,8 +11,8 @@ from cluster_support import anyio_backend, make_cluster_queue  # noqa: F401 (a f
 from controlplane import ControlPlane
 from roster_scale import large_roster, scale_queue_quota, start_roster
 
-from controller.platform.kubernetes import Kube, objects, routing
-from controller.platform.kubernetes.kube import is_true
+from controller.platforms.kubernetes import Kube, objects, routing
+from controller.platforms.kubernetes.kube import is_true
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

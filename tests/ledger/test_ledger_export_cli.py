@@ -21,8 +21,8 @@ import pytest
 from gcs_emulator import FakeGcsServer
 from ledger_testkit import RUN_ID, write_ledger
 
-from controller.platform import gcs_ledger
-from controller.platform.profiles.tools import REPO
+from controller.ops.checks.tools import REPO
+from controller.stores import gcs as gcs_ledger
 from ledger import SigningKey
 from ledger.format import COMPLETION
 

@@ -16,7 +16,7 @@ from gcs_emulator import FakeGcsServer
 from ledger_testkit import chained_record, record_lines, write_ledger, write_record_lines
 
 from controller.cli import ledger_commands
-from controller.platform import gcs_ledger
+from controller.stores import gcs as gcs_ledger
 from ledger import SigningKey
 from ledger.format import COMPLETION
 

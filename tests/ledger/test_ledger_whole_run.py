@@ -14,7 +14,7 @@ import pytest
 from test_ledger_cli import society
 
 from controller import Run
-from controller.platform.local import LocalPlatform
+from controller.platforms.local import LocalPlatform
 from controller.run import load_run_spec
 from controller.run.outcomes import ProgramFinished
 from ledger.format import RecordEnvelope

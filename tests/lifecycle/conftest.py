@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from lifecycle_support import SocietyCommand, free_port
 
-from controller.platform.local_reap import reap_stale_runs
-from controller.platform.temporal.server import (
+from controller.lifecycle.server import (
     DEV_SERVER_CONFIG,
     find_temporal_binary,
     wait_serving,
 )
+from controller.platforms.local.reap import reap_stale_runs
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """``society run --task-queue`` (the path ``--profile gke`` takes): the CLI submits to a run worker
 that is another process, as the chart's worker is, and runs none itself.
 
-Here the worker is the real entrypoint (``python -m controller.platform.temporal.worker``) as a
+Here the worker is the real entrypoint (``python -m controller.lifecycle.worker``) as a
 child process on the session's dev server, with the GKE worker's settings: its own scratch
 artifact root, the ledger export to a bucket on fake-gcs-server, and an operator signing key.
 It runs the local profile (it is not in a cluster), so the agents are its child processes.
@@ -27,11 +27,11 @@ from lifecycle_support import PROGRAMS, SocietyCommand
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from controller.platform import gcs_ledger
-from controller.platform.temporal.lifecycle import RunReport
-from controller.platform.temporal.remote import result_report
+from controller.lifecycle.driver import RunReport
+from controller.lifecycle.remote import result_report
 from controller.run import NO_PROGRESS
 from controller.run.runid import new_run_id
+from controller.stores import gcs as gcs_ledger
 from ledger import SigningKey
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def start_worker(address: str, tmp_path: Path, extra: dict[str, str]) -> Cluster
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TEMPORAL_ADDRESS": address, **extra}
     env["SOCIETY_ARTIFACTS"] = str(scratch)
     process = subprocess.Popen(
-        [sys.executable, "-m", "controller.platform.temporal.worker", "--task-queue", queue],
+        [sys.executable, "-m", "controller.lifecycle.worker", "--task-queue", queue],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

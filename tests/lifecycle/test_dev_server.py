@@ -14,7 +14,7 @@ import anyio
 import pytest
 from lifecycle_support import wait_until
 
-from controller.platform.temporal.server import DevServer, connect, find_temporal_binary
+from controller.lifecycle.server import DevServer, connect, find_temporal_binary
 
 RUN_A = "sr-" + "a" * 32
 RUN_B = "sr-" + "b" * 32
@@ -95,7 +95,7 @@ def test_a_port_taken_before_the_server_binds_it_makes_the_server_start_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another program takes the UI port between its choice and the bind: start again."""
-    from controller.platform.temporal import server as server_module
+    from controller.lifecycle import server as server_module
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

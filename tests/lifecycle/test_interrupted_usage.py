@@ -15,6 +15,7 @@ import anyio
 import pytest
 from lifecycle_support import PROGRAMS, SocietyCommand, wait_until
 
+from controller.lifecycle.driver import RunReport
 from controller.modelgateway.events import (
     AgentModelCallFailed,
     AgentModelUsage,
@@ -22,7 +23,6 @@ from controller.modelgateway.events import (
     ServedProvider,
     model_gateway_catalog,
 )
-from controller.platform.temporal.lifecycle import RunReport
 from controller.run.runid import new_run_id
 from ledger.format import Provenance, ledger_directory
 from ledger.writer import open_ledger_writer

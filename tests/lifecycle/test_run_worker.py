@@ -1,4 +1,4 @@
-"""The run worker entrypoint (``python -m controller.platform.temporal.worker``) as a real child
+"""The run worker entrypoint (``python -m controller.lifecycle.worker``) as a real child
 process on the session's dev server: it polls, runs ``SocietyRun`` to completion for the local
 profile (its own process is the controller), and stops on SIGTERM."""
 
@@ -18,7 +18,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from controller.platform.temporal.run_files import run_record
+from controller.lifecycle.run_files import run_record
 from controller.run import RunRequest, RunResult
 from controller.run.runid import new_run_id
 
@@ -45,7 +45,7 @@ def start_worker(address: str | None, queue: str) -> subprocess.Popen[str]:
     if address is not None:
         env["TEMPORAL_ADDRESS"] = address
     return subprocess.Popen(
-        [sys.executable, "-m", "controller.platform.temporal.worker", "--task-queue", queue],
+        [sys.executable, "-m", "controller.lifecycle.worker", "--task-queue", queue],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

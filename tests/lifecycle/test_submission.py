@@ -33,9 +33,9 @@ from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from controller.platform.temporal.activities import LifecycleActivities
-from controller.platform.temporal.models import Reservation
-from controller.platform.temporal.submission import ProvenRequest, ResultUnproven, RunAuthority
+from controller.lifecycle.activities import LifecycleActivities
+from controller.lifecycle.models import Reservation
+from controller.lifecycle.submission import ProvenRequest, ResultUnproven, RunAuthority
 from controller.run import RunRequest, RunResult
 from controller.run.request import RunRequestError
 from ledger.records import LedgerReceipt

@@ -20,20 +20,23 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
-from controller.platform.temporal.models import LedgerExported, Reservation
-from controller.platform.temporal.workflow import CLEANUP, EXECUTE, PREPARE, SocietyRun
+from controller.lifecycle.models import LedgerExported, Reservation
+from controller.lifecycle.workflow import CLEANUP, EXECUTE, PREPARE, SocietyRun
 
 
 def test_the_workflow_module_imports_no_kernel_platform_or_ledger() -> None:
     probe = (
-        "import sys\n"
-        "import controller.platform.temporal.workflow\n"
-        "print('\\n'.join(sorted(sys.modules)))"
+        "import sys\nimport controller.lifecycle.workflow\nprint('\\n'.join(sorted(sys.modules)))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.split()
-    forbidden = ("controller.run", "controller.platform.local", "controller.network", "ledger")
+    forbidden = (
+        "controller.run",
+        "controller.platforms",
+        "controller.network",
+        "ledger",
+    )
     assert [name for name in loaded if name.startswith(forbidden)] == []
 
 

@@ -103,7 +103,9 @@ def test_the_agent_program_loads_no_kernel_router_platform_or_gateway() -> None:
         or module.startswith(
             (
                 "controller.run",
-                "controller.platform",
+                "controller.platforms",
+                "controller.profiles",
+                "controller.lifecycle",
                 "controller.agents",
                 "controller.modelgateway",
                 "controller.network.router",

@@ -10,7 +10,7 @@ import pytest
 from llm_support import verified
 
 from controller.events.run import AgentRuntimeCompleted, AgentRuntimeFailed
-from controller.platform.local import LocalPlatform
+from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunResult, Success, load_run_spec
 
 pytestmark = pytest.mark.anyio

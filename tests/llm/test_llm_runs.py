@@ -34,7 +34,7 @@ from controller.modelgateway.events import (
     ModelGatewayStarted,
 )
 from controller.modelgateway.pricing import SMOLLM2_MODEL_ID
-from controller.platform.local import LocalPlatform
+from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunContext, RunResult, Success
 
 pytestmark = pytest.mark.anyio

@@ -18,8 +18,8 @@ from controller import RunSpec
 from controller.agents import RuntimeDescriptorError, scripted
 from controller.agents.llm import llm
 from controller.events.run import AgentRuntimeReady, PlatformFailed
-from controller.platform.local import LocalPlatform
-from controller.platform.local_model import start_local_model
+from controller.platforms.local import LocalPlatform
+from controller.platforms.local_model import start_local_model
 from controller.run import ClusterLost, ProgramFinished, Run, RunContext, RunResult, Success
 from controller.services import RunService, ServiceGrant, ServiceScope
 

@@ -15,8 +15,8 @@ import pytest
 
 from controller.modelgateway import AgentModelUsage, ModelGateway, model_gateway_catalog
 from controller.modelgateway.pricing import SMOLLM2_MODEL_ID
-from controller.platform import local_model as local_model_module
-from controller.platform.local_model import LocalModelError, LocalModelServer, locate_smollm2_gguf
+from controller.platforms import local_model as local_model_module
+from controller.platforms.local_model import LocalModelError, LocalModelServer, locate_smollm2_gguf
 from ledger import Provenance, open_ledger_writer
 
 pytestmark = pytest.mark.anyio

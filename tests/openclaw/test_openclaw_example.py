@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from controller.platform.local import LocalPlatform
+from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, Run, Success, load_run_spec
 from ledger import open_ledger_artifacts
 

@@ -17,7 +17,7 @@ from agent_images.openclaw.relay import ModelRelay
 from agent_images.openclaw.rpc import OpenClawRPCError, open_rpc
 from controller.modelgateway.events import AgentModelUsage
 from controller.modelgateway.gateway import ModelGateway
-from controller.platform.local_model import LocalModelServer
+from controller.platforms.local_model import LocalModelServer
 
 pytestmark = pytest.mark.anyio
 

@@ -28,7 +28,7 @@ from controller.events.run import (
     AgentWorkspaceFileHarvested,
 )
 from controller.modelgateway.events import AgentModelUsage
-from controller.platform.local import LocalPlatform
+from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunContext, Success
 from ledger import LedgerArtifacts, open_ledger_artifacts
 

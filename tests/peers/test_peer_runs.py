@@ -26,7 +26,7 @@ from controller.events.run import (
     AgentRuntimeStartFailed,
     AgentWorkspaceFileHarvested,
 )
-from controller.platform.local import LocalPlatform
+from controller.platforms.local import LocalPlatform
 from controller.run import ClusterLost, ProgramFinished, RunContext, Success
 from ledger import open_ledger_artifacts
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.platform.kubernetes.settings import KubernetesSettings
+from controller.platforms.kubernetes.settings import KubernetesSettings
 
 
 def test_no_placement_by_default() -> None:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from controller.platform.kubernetes import KubernetesSettings
-from controller.platform.profiles import check, pins
-from controller.platform.profiles.sample_objects import sample_run_objects
-from controller.platform.profiles.tools import REPO, ToolMissing, read_versions, shellcheck, tool
+from controller.ops.checks import check, pins
+from controller.ops.checks.sample_objects import sample_run_objects
+from controller.ops.checks.tools import REPO, ToolMissing, read_versions, shellcheck, tool
+from controller.platforms.kubernetes import KubernetesSettings
 
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
 
@@ -158,7 +158,7 @@ def test_the_gke_render_mirrors_exactly_the_keys_terraforms_helm_values_output_s
 ) -> None:
     import shutil
 
-    from controller.platform.profiles import terraform_checks
+    from controller.ops.checks import terraform_checks
 
     assert check.helm_values_mirror_problems() == []
     copy = tmp_path / "terraform"
@@ -174,7 +174,7 @@ def test_tofu_fmt_and_tflint_fail_on_a_misformatted_file_and_an_unused_variable(
 ) -> None:
     import shutil
 
-    from controller.platform.profiles import terraform_checks
+    from controller.ops.checks import terraform_checks
 
     require("tofu", "tflint")
     copy = tmp_path / "terraform"
@@ -225,7 +225,7 @@ def test_a_chart_annotation_or_node_image_that_disagrees_with_the_pins_is_named(
 def test_the_gke_worker_polls_the_queue_society_run_submits_to_and_keeps_runs_on_its_volume(
     tmp_path: Path,
 ) -> None:
-    from controller.platform.temporal import CLUSTER_TASK_QUEUE
+    from controller.profiles import CLUSTER_TASK_QUEUE
 
     _, rendered = check.check_helm("gke", tmp_path)
     worker = next(o for o in rendered if o["kind"] == "Deployment")

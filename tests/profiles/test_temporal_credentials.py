@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from temporalio.service import TLSConfig
 
-from controller.platform.temporal.server import TemporalUnavailable, connection_credentials
+from controller.lifecycle.server import TemporalUnavailable, connection_credentials
 
 
 def test_no_credentials_for_a_dev_server() -> None:

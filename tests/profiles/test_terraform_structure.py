@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.platform.profiles.terraform_checks import (
+from controller.ops.checks.terraform_checks import (
     TERRAFORM_DIR,
     Terraform,
     TerraformUnreadable,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.agents import ScriptedRuntime
-from controller.platform.local_reap import agent_record
+from controller.platforms.local.reap import agent_record
 from controller.run import ProgramFinished, RunSpec
 from controller.run.outcomes import ClusterLost
 from ledger import LedgerArtifacts, open_ledger_artifacts

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from run_support import processes_of
 
-from controller.platform.local import reap_run, reap_stale_runs
-from controller.platform.local_cgroup import CgroupLayout
-from controller.platform.local_launch import RUN_MARK
-from controller.platform.local_reap import ProcessRecord, agent_record, boot_id, write_record
+from controller.platforms.local import reap_run, reap_stale_runs
+from controller.platforms.local.cgroup import CgroupLayout
+from controller.platforms.local.launch import RUN_MARK
+from controller.platforms.local.reap import ProcessRecord, agent_record, boot_id, write_record
 from controller.run import new_run_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ run_spec = RunSpec.define(
 CONTROLLER = """\
 import sys
 import anyio
-from controller.platform.local import LocalPlatform
+from controller.platforms.local import LocalPlatform
 from controller.run import RunRequest, execute_run
 
 module, run_id, root = sys.argv[1:4]
@@ -242,7 +242,7 @@ def test_a_run_starting_beside_another_is_never_reaped_while_its_record_is_publi
     (``write_record`` into a new ``pids`` directory), the reaper found the directory without its
     record, deleted the run's sockets and pids, and the run's agents could not start (a CI run's
     suite test caught it: bwrap "Can't find source path .../sockets/router.sock")."""
-    import controller.platform.local_reap as local_reap
+    import controller.platforms.local.reap as local_reap
 
     run_id = new_run_id()
     run_dir = tmp_path / run_id

@@ -39,7 +39,7 @@ from controller.events.run import (
     ReadinessGateFailed,
     RosterRefused,
 )
-from controller.platform.local import LocalCapacity, LocalPlatform
+from controller.platforms.local import LocalCapacity, LocalPlatform
 from controller.run import ClusterLost, Failure, ProgramFinished, RunContext, Success
 from ledger import open_ledger_artifacts
 

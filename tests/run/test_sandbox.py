@@ -28,11 +28,11 @@ from run_support import processes_of
 from controller import Run, RunSpec
 from controller.agents import scripted
 from controller.events.run import AgentIsolation
-from controller.platform import local_sandbox
-from controller.platform.local import LocalPlatform
-from controller.platform.local_cgroup import CgroupLayout
-from controller.platform.local_launch import in_cgroups
-from controller.platform.local_sandbox import SANDBOX_UID, UNSANDBOXED_ENV
+from controller.platforms.local import LocalPlatform
+from controller.platforms.local import sandbox as local_sandbox
+from controller.platforms.local.cgroup import CgroupLayout
+from controller.platforms.local.launch import in_cgroups
+from controller.platforms.local.sandbox import SANDBOX_UID, UNSANDBOXED_ENV
 from controller.run import ClusterLost, RunContext, new_run_id
 from controller.run.spec import load_run_spec
 from ledger import open_ledger_artifacts
@@ -86,7 +86,7 @@ run_spec = RunSpec.define(
 CONTROLLER = """\
 import sys
 import anyio
-from controller.platform.local import LocalPlatform
+from controller.platforms.local import LocalPlatform
 from controller.run import RunRequest, execute_run
 
 module, run_id, root = sys.argv[1:4]

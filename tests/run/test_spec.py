@@ -11,7 +11,7 @@ import pytest
 from controller import Event, EventCatalog, RunSpec
 from controller.agents import scripted
 from controller.events.run import RunStarted
-from controller.platform.local import LocalPlatform
+from controller.platforms.local import LocalPlatform
 from controller.run import RunRequest, RunSpecError, execute_run, load_run_spec, new_run_id
 from ledger import CatalogError
 

@@ -19,7 +19,7 @@ from controller.cli.schema_export import (
     export_schemas,
     frozen_path,
 )
-from controller.platform.temporal.lifecycle import RunReport
+from controller.lifecycle.driver import RunReport
 from ledger.format import Manifest
 from ledger.schemas import breaking_changes, ledger_schemas
 

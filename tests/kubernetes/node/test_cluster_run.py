@@ -21,7 +21,7 @@ import pytest
 from cluster_support import make_cluster_queue
 from controlplane import REPO_ROOT, ControlPlane
 
-from controller.platform.kubernetes import objects
+from controller.platforms.kubernetes import objects
 
 pytestmark = pytest.mark.slow
 

@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 from controlplane import REPO_ROOT, ControlPlane
 
-from controller.platform.cluster import install, temporal
-from controller.platform.cluster.queue_size import quantity
-from controller.platform.kubernetes import objects
+from controller.ops.cluster import install, temporal
+from controller.ops.cluster.queue_size import quantity
+from controller.platforms.kubernetes import objects
 
 pytestmark = pytest.mark.slow
 
@@ -55,8 +55,8 @@ def _society(env: dict[str, str], *args: str, timeout: float = 600) -> Any:
 
 
 async def _ensure_run_roles(plane: ControlPlane) -> None:
-    from controller.platform.kubernetes.kube import Kube
-    from controller.platform.kubernetes.namespace import ensure_run_roles
+    from controller.platforms.kubernetes.kube import Kube
+    from controller.platforms.kubernetes.namespace import ensure_run_roles
 
     async with Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube:
         await ensure_run_roles(kube)

@@ -21,14 +21,14 @@ from controlplane import ControlPlane
 from k8s_run_support import hear_everyone, spec_of
 
 from controller import Run
-from controller.platform.kubernetes import (
+from controller.platforms.kubernetes import (
     Kube,
     KubeError,
     delete_run_namespace,
     objects,
     prepare_run_namespace,
 )
-from controller.platform.kubernetes.rbac import controller_subject
+from controller.platforms.kubernetes.rbac import controller_subject
 from controller.run import ProgramFinished, Success
 from controller.run.runid import new_run_id
 

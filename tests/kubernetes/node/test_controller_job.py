@@ -36,18 +36,18 @@ from k8s_run_support import MODULE, run_society, temporal_address  # noqa: F401 
 from temporalio import activity
 
 from controller.events.run import ProgramInterrupted
-from controller.platform.kubernetes import (
+from controller.incluster.access import ARTIFACT_ROOT, CONTROLLER_JOB
+from controller.incluster.controller_job import run_controller_job
+from controller.lifecycle.activities import LifecycleActivities
+from controller.lifecycle.workflow import EXECUTE
+from controller.platforms.kubernetes import (
     Kube,
     KubernetesSettings,
     delete_run_namespace,
     objects,
     prepare_run_namespace,
-    run_controller_job,
 )
-from controller.platform.kubernetes.access import ARTIFACT_ROOT, CONTROLLER_JOB
-from controller.platform.kubernetes.kube import Informer, Obj
-from controller.platform.temporal.activities import LifecycleActivities
-from controller.platform.temporal.workflow import EXECUTE
+from controller.platforms.kubernetes.kube import Informer, Obj
 from controller.run import RunRequest, RunResult
 from controller.run.module_source import ModuleSource
 from controller.run.runid import new_run_id

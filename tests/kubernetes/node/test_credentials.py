@@ -30,10 +30,10 @@ from k8s_run_support import echo, hear_everyone
 from controller import Run, RunSpec
 from controller.agents import SecretRef, scripted
 from controller.events.run import AgentRuntimeStartFailed, ReadinessGateFailed
-from controller.platform.kubernetes import Kube, delete_run_namespace
-from controller.platform.kubernetes.kube import KINDS, KubeError
-from controller.platform.kubernetes.namespace import prepare_run_namespace
-from controller.platform.kubernetes.rbac import (
+from controller.platforms.kubernetes import Kube, delete_run_namespace
+from controller.platforms.kubernetes.kube import KINDS, KubeError
+from controller.platforms.kubernetes.namespace import prepare_run_namespace
+from controller.platforms.kubernetes.rbac import (
     controller_subject,
     credentials_binding_name,
     credentials_reader_role,

@@ -17,7 +17,8 @@ import pytest
 from controlplane import ControlPlane, Images, wait_until
 
 from controller.agents import scripted
-from controller.platform.kubernetes import Kube, access, objects, prepare_run_namespace
+from controller.incluster import access
+from controller.platforms.kubernetes import Kube, objects, prepare_run_namespace
 from controller.run.runid import new_run_id
 
 pytestmark = [pytest.mark.slow]

@@ -36,16 +36,16 @@ from rbac_support import WORKER, worker_rights  # noqa: F401 (fixture)
 from temporalio import activity
 from test_controller_job import in_cluster_worker, retained_volume
 
-from controller.platform import gcs_ledger
-from controller.platform.kubernetes import Kube
-from controller.platform.kubernetes.kube import Informer, Obj
-from controller.platform.kubernetes.ledger_export import ROLE
-from controller.platform.kubernetes.objects import ROLE_LABEL
-from controller.platform.temporal.activities import LifecycleActivities
-from controller.platform.temporal.workflow import EXECUTE
+from controller.incluster.export_job import ROLE
+from controller.lifecycle.activities import LifecycleActivities
+from controller.lifecycle.workflow import EXECUTE
+from controller.platforms.kubernetes import Kube
+from controller.platforms.kubernetes.kube import Informer, Obj
+from controller.platforms.kubernetes.objects import ROLE_LABEL
 from controller.run import RunRequest, RunResult
 from controller.run.module_source import ModuleSource
 from controller.run.runid import new_run_id
+from controller.stores import gcs as gcs_ledger
 from ledger import SigningKey
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from controlplane import ControlPlane, Images, wait_until
 
-from controller.platform.kubernetes import Kube, objects, prepare_run_namespace, routing
+from controller.platforms.kubernetes import Kube, objects, prepare_run_namespace, routing
 from controller.run.runid import new_run_id
 
 pytestmark = [pytest.mark.slow]

@@ -31,7 +31,7 @@ from controller.agents import Completed
 from controller.agents.llm import llm
 from controller.modelgateway import ProviderConfig
 from controller.modelgateway.events import AgentModelUsage
-from controller.platform.kubernetes import Kube, objects, routing
+from controller.platforms.kubernetes import Kube, objects, routing
 from controller.run import ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
 from ledger import open_ledger_artifacts

@@ -32,7 +32,7 @@ from controller.agents.peer import PeerStopped
 from controller.events.network import RouterMessageCommitted
 from controller.events.run import AgentRuntimeReady, ReadinessGatePassed
 from controller.modelgateway.events import AgentModelUsage
-from controller.platform.kubernetes import Kube
+from controller.platforms.kubernetes import Kube
 from controller.run import ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
 

@@ -41,8 +41,8 @@ from controller.events.run import (
     ReadinessGatePassed,
     RosterAdmitted,
 )
-from controller.platform.kubernetes import objects
-from controller.platform.kubernetes.kube import KINDS, Informer
+from controller.platforms.kubernetes import objects
+from controller.platforms.kubernetes.kube import KINDS, Informer
 from controller.run import ClusterLost, ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
 from ledger import open_ledger_artifacts

@@ -30,10 +30,10 @@ from controlplane import ControlPlane
 from k8s_run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
 from temporalio import activity
 
-from controller.platform.kubernetes import Kube, objects
-from controller.platform.kubernetes.kube import Informer
-from controller.platform.temporal.activities import LifecycleActivities
-from controller.platform.temporal.workflow import EXECUTE
+from controller.lifecycle.activities import LifecycleActivities
+from controller.lifecycle.workflow import EXECUTE
+from controller.platforms.kubernetes import Kube, objects
+from controller.platforms.kubernetes.kube import Informer
 from controller.run import RunRequest, RunResult
 from controller.run.runid import new_run_id
 

@@ -34,16 +34,16 @@ from rbac_support import (  # noqa: F401 (fixture)
 from temporalio import activity
 from test_controller_job import in_cluster_worker
 
-from controller.platform.kubernetes import Kube
-from controller.platform.kubernetes.rbac import (
+from controller.lifecycle.activities import LifecycleActivities
+from controller.lifecycle.workflow import EXECUTE
+from controller.platforms.kubernetes import Kube
+from controller.platforms.kubernetes.rbac import (
     CONTROLLER_ROLE,
     CREATED_BY,
     RUN_NAMESPACE_ROLE,
     WORKER_BINDING,
     credentials_binding_name,
 )
-from controller.platform.temporal.activities import LifecycleActivities
-from controller.platform.temporal.workflow import EXECUTE
 from controller.run import RunRequest, RunResult
 from controller.run.module_source import ModuleSource
 from controller.run.runid import new_run_id

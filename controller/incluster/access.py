@@ -1,0 +1,222 @@
+"""The workloads that carry the run's identities: the controller Job (the controller's
+ServiceAccount) and the run worker Deployment. What those identities may do is ``rbac``.
+
+The controller can touch only its run's namespace, and there only what a run needs; it reads no
+Secret (it writes its agents' and deletes them) and creates no pod itself (Agent Sandbox does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controller.platforms.kubernetes.kube import Obj
+from controller.platforms.kubernetes.objects import (
+    CONTROLLER_ACCOUNT,
+    MANAGED_BY,
+    ROLE_LABEL,
+    _meta,
+    _object,
+    _secret,
+)
+from controller.platforms.kubernetes.rbac import RUNSPEC_CONFIGMAP, SYSTEM_NAMESPACE, WORKER_ACCOUNT
+
+RUNSPEC_DIR = "/etc/society/runspec"
+CONTROLLER_JOB = "society-controller"
+ARTIFACT_ROOT = "/var/lib/society/artifacts"
+SIGNING_DIR = "/var/run/society/signing"
+SIGNING_KEY_FILE = "key.pem"
+SIGNING_SECRET = "society-signing-key"
+"""The per-run Secret holding the operator's key for the controller Job (out of cluster)."""
+RESULT_PATH = "/dev/termination-log"
+"""The controller writes its ``RunResult`` here; the kubelet hands it back as the container's
+termination message (at most 4096 bytes), which the run worker reads."""
+
+
+def runspec_configmap(run_id: str, module_name: str, source: bytes) -> Obj:
+    """The RunSpec module the in-cluster controller loads, immutable."""
+    return _object(
+        "ConfigMap",
+        _meta(run_id, RUNSPEC_CONFIGMAP, **{ROLE_LABEL: "controller"}),
+        immutable=True,
+        data={module_name: source.decode("utf-8")},
+    )
+
+
+def controller_job(
+    run_id: str,
+    *,
+    image: str,
+    module_name: str,
+    seed: int | None,
+    profile: str,
+    cluster_queue: str,
+    active_deadline_s: int,
+    ledger_claim: str | None = None,
+    environment: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    signing_key_secret: str | None = None,
+) -> Obj:
+    """The controller, in-cluster: one pod, never retried (a run executes at most once).
+
+    The ledger goes to ``ledger_claim`` (a PersistentVolumeClaim in the run's namespace) when
+    given, else to an ``emptyDir``; the result goes to the termination message
+    (``RESULT_PATH``). ``environment`` adds settings (timeouts, credentials namespace).
+    """
+    labels = {**MANAGED_BY, "society.run/id": run_id, ROLE_LABEL: "controller"}
+    env = [
+        {"name": "SOCIETY_RUN_ID", "value": run_id},
+        {"name": "SOCIETY_RUN_MODULE", "value": f"{RUNSPEC_DIR}/{module_name}"},
+        *([{"name": "SOCIETY_RUN_SEED", "value": str(seed)}] if seed is not None else []),
+        {"name": "SOCIETY_PROFILE", "value": profile},
+        {"name": "SOCIETY_KUBE_IN_CLUSTER", "value": "1"},
+        {"name": "SOCIETY_CLUSTER_QUEUE", "value": cluster_queue},
+        {"name": "SOCIETY_ARTIFACTS", "value": ARTIFACT_ROOT},
+        {"name": "SOCIETY_RESULT_PATH", "value": RESULT_PATH},
+        *({"name": k, "value": v} for k, v in sorted((environment or {}).items())),
+        *(
+            [{"name": "SOCIETY_SIGNING_KEY", "value": f"{SIGNING_DIR}/{SIGNING_KEY_FILE}"}]
+            if signing_key_secret
+            else []
+        ),
+    ]
+    signing_volume = (
+        [{"name": "signing-key", "secret": {"secretName": signing_key_secret,
+                                            "defaultMode": 0o440}}]
+        if signing_key_secret
+        else []
+    )  # fmt: skip
+    signing_mount = (
+        [{"name": "signing-key", "mountPath": SIGNING_DIR, "readOnly": True}]
+        if signing_key_secret
+        else []
+    )
+    artifacts: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": ledger_claim}} if ledger_claim else {"emptyDir": {}}
+    )
+    return _object(
+        "Job",
+        _meta(run_id, CONTROLLER_JOB, **{ROLE_LABEL: "controller"}),
+        spec={
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": active_deadline_s,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": CONTROLLER_ACCOUNT,
+                    "automountServiceAccountToken": True,
+                    "restartPolicy": "Never",
+                    "enableServiceLinks": False,
+                    **({"nodeSelector": dict(node_selector)} if node_selector else {}),
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "fsGroup": 65532,  # the ledger volume is writable by the controller
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "controller",
+                            "image": image,
+                            "command": ["python", "-m", "controller.incluster.main"],
+                            "env": env,
+                            "terminationMessagePath": RESULT_PATH,
+                            "terminationMessagePolicy": "File",
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [
+                                {"name": "runspec", "mountPath": RUNSPEC_DIR, "readOnly": True},
+                                {"name": "artifacts", "mountPath": ARTIFACT_ROOT},
+                                *signing_mount,
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "runspec", "configMap": {"name": RUNSPEC_CONFIGMAP}},
+                        {"name": "artifacts", **artifacts},
+                        *signing_volume,
+                    ],
+                },
+            },
+        },
+    )
+
+
+def ledger_claim(run_id: str, name: str, *, storage_class: str | None, size: str) -> Obj:
+    """The controller's ledger volume. Not owned by the run's owner: use a StorageClass with
+    ``reclaimPolicy: Retain`` so the volume outlives the namespace."""
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": size}},
+    }
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    metadata = _meta(run_id, name, **{ROLE_LABEL: "ledger"})
+    return _object("PersistentVolumeClaim", metadata, spec=spec)
+
+
+# ---- the run worker (system namespace) ------------------------------------------------------
+
+
+def worker_deployment(
+    *,
+    image: str,
+    temporal_address: str,
+    replicas: int = 1,
+    task_queue: str = "society-runs",
+    credentials_namespace: str = "society-credentials",
+) -> Obj:
+    """The Temporal worker that runs ``SocietyRun`` workflows: prepare, execute, cleanup."""
+    labels = {**MANAGED_BY, "app.kubernetes.io/name": "society-run-worker"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "society-run-worker", "namespace": SYSTEM_NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "society-run-worker"}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": WORKER_ACCOUNT,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": image,
+                            "command": [
+                                "python",
+                                "-m",
+                                "controller.lifecycle.worker",
+                                "--task-queue",
+                                task_queue,
+                            ],
+                            "env": [
+                                {"name": "TEMPORAL_ADDRESS", "value": temporal_address},
+                                {"name": "SOCIETY_KUBE_IN_CLUSTER", "value": "1"},
+                                {
+                                    "name": "SOCIETY_CREDENTIALS_NAMESPACE",
+                                    "value": credentials_namespace,
+                                },
+                            ],
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def signing_key_secret(run_id: str, pem: bytes) -> Obj:
+    """The operator's key for this run's controller Job, immutable; it goes with the namespace."""
+    return _secret(run_id, SIGNING_SECRET, {SIGNING_KEY_FILE: pem}, **{ROLE_LABEL: "controller"})

@@ -1,0 +1,112 @@
+"""The controller Job's entrypoint: run the mounted RunSpec once, in-cluster, report the result.
+
+``python -m controller.incluster.main``; everything comes from the Job's
+environment (``access.controller_job``): ``SOCIETY_RUN_ID``, ``SOCIETY_RUN_MODULE`` (the mounted
+module, imported only once it matches ``SOCIETY_RUN_MODULE_SHA256``), ``SOCIETY_RUN_SEED``,
+``SOCIETY_PROFILE``, ``SOCIETY_ARTIFACTS``, ``SOCIETY_RESULT_PATH`` and the cluster settings.
+The ``RunResult`` is printed and written to ``SOCIETY_RESULT_PATH`` (the container's
+termination message, which the run worker reads). SIGTERM (the pod deleted,
+the Job deleted by a cancelled ``execute``) cancels the run: the kernel finalizes the ledger,
+then the process exits 143 without a result. The exit status is 0 for a successful program,
+1 otherwise; a module that does not match its digest is refused (one JSON line, exit 1) before
+anything is imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import anyio
+
+from controller.incluster.controller_job import MODULE_DIGEST_ENV
+from controller.platforms.kubernetes import KubernetesPlatform
+from controller.run import RunRequest, RunResult, execute_run
+from controller.run.module_source import ModuleSourceError, digest
+
+MESSAGE_LIMIT = 4096
+"""The kubelet keeps at most this many bytes of a termination message."""
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+def request_from_environment(env: Mapping[str, str]) -> RunRequest:
+    return RunRequest(
+        module_path=env["SOCIETY_RUN_MODULE"],
+        run_id=env["SOCIETY_RUN_ID"],
+        profile=env.get("SOCIETY_PROFILE", "kubernetes"),
+        artifact_root=env.get("SOCIETY_ARTIFACTS", "/var/lib/society/artifacts"),
+        seed=int(env["SOCIETY_RUN_SEED"]) if env.get("SOCIETY_RUN_SEED") else None,
+    )
+
+
+def check_module(env: Mapping[str, str]) -> None:
+    """The mounted module is the one the submitter sent (its digest travelled separately)."""
+    path = Path(env["SOCIETY_RUN_MODULE"])
+    expected = env.get(MODULE_DIGEST_ENV)
+    if not expected:
+        raise ModuleSourceError(
+            f"{MODULE_DIGEST_ENV} is not set: the controller imports a module only against its "
+            f"digest; run it through the run worker's controller Job",
+            reason="module-digest-missing",
+        )
+    if digest(path.read_text("utf-8")) != expected:
+        raise ModuleSourceError(
+            f"the mounted module {path} does not match its SHA-256 {expected}: it changed after "
+            f"the run was submitted; submit the run again",
+            reason="module-digest-mismatch",
+        )
+
+
+def termination_message(result: RunResult) -> str:
+    """The result as JSON within ``MESSAGE_LIMIT`` bytes: usage, then the cause's tail, give way."""
+    text = result.model_dump_json(by_alias=True)
+    if len(text.encode()) <= MESSAGE_LIMIT:
+        return text
+    result = result.model_copy(update={"usage": None})
+    text = result.model_dump_json(by_alias=True)
+    excess = len(text.encode()) - MESSAGE_LIMIT
+    if excess > 0 and result.cause:
+        cause = result.cause.encode()[: max(0, len(result.cause.encode()) - excess - 16)]
+        shorter = cause.decode(errors="ignore") + " [truncated]"
+        text = result.model_copy(update={"cause": shorter}).model_dump_json(by_alias=True)
+    return text
+
+
+async def run_controller(env: Mapping[str, str] | None = None) -> RunResult:
+    """Run the request the environment names; SIGTERM cancels it (the kernel finalizes first)."""
+    env = os.environ if env is None else env
+    check_module(env)
+    request = request_from_environment(env)
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)  # edge-triggered, like Temporal's cancel
+    try:
+        result = await execute_run(request, KubernetesPlatform.for_profile(request.profile))
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+    if env.get("SOCIETY_RESULT_PATH"):
+        await anyio.Path(env["SOCIETY_RESULT_PATH"]).write_text(termination_message(result))
+    return result
+
+
+def main() -> int:
+    try:
+        result = anyio.run(run_controller)
+    except ModuleSourceError as error:
+        print(json.dumps({"controller": "refused", "reason": error.reason, "detail": str(error)}))
+        return 1
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        print('{"controller": "terminated"}', flush=True)
+        return EXIT_TERMINATED
+    print(result.model_dump_json(by_alias=True), flush=True)
+    return 0 if result.exit == "success" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

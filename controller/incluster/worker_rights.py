@@ -1,0 +1,237 @@
+"""What the Helm chart installs for the run worker: its roles, their bindings, and the admission
+policies that confine its cluster-wide ``create`` to the namespaces it created.
+
+RBAC cannot say "only in namespaces this identity created", so two ValidatingAdmissionPolicies
+say it (``failurePolicy: Fail``):
+
+* ``society-run-namespaces`` (every user): a namespace annotated ``society.run/created-by`` names
+  its creator at creation, and the annotation never changes or appears later.
+* ``society-run-worker`` (the worker only): it creates only run namespaces (``sr-<32 hex>``,
+  labelled as runs) and RoleBindings only in run namespaces it created (itself to
+  ``society-run-namespace``, the run's controller to ``society-run-controller``) and in the
+  credentials namespace (a run's controller to the credentials reader, named for the run).
+"""
+
+from __future__ import annotations
+
+from controller.platforms.kubernetes.kube import Obj
+from controller.platforms.kubernetes.objects import CONTROLLER_ACCOUNT, MANAGED_BY, RUN_LABEL
+from controller.platforms.kubernetes.rbac import (
+    CONTROLLER_ROLE,
+    CREATED_BY,
+    CREDENTIALS_READER,
+    RBAC,
+    RUN_NAMESPACE_ROLE,
+    SYSTEM_NAMESPACE,
+    WORKER_ACCOUNT,
+    WORKER_BINDING,
+    WORKER_CLUSTER_ROLE,
+    WORKER_CREDENTIALS_RULES,
+    WORKER_RULES,
+    _account,
+    _cluster_object,
+    _namespaced,
+    _role_ref,
+    run_cluster_roles,
+    worker_subject,
+)
+
+ADMISSION = "admissionregistration.k8s.io"
+WORKER_POLICY = "society-run-worker"
+NAMESPACES_POLICY = "society-run-namespaces"
+RUN_ID_PATTERN = "^sr-[0-9a-f]{32}$"
+
+
+def worker_objects(
+    namespace: str = SYSTEM_NAMESPACE, credentials_namespace: str = "society-credentials"
+) -> list[Obj]:
+    """Everything that gives the run worker (ServiceAccount in ``namespace``) its rights."""
+    worker = _account(WORKER_ACCOUNT, namespace)
+    return [
+        _cluster_object("ClusterRole", WORKER_CLUSTER_ROLE, rules=WORKER_RULES),
+        _cluster_object(
+            "ClusterRoleBinding",
+            WORKER_CLUSTER_ROLE,
+            roleRef=_role_ref("ClusterRole", WORKER_CLUSTER_ROLE),
+            subjects=[worker],
+        ),
+        *run_cluster_roles(),
+        _namespaced("Role", WORKER_BINDING, credentials_namespace, rules=WORKER_CREDENTIALS_RULES),
+        _namespaced(
+            "RoleBinding",
+            WORKER_BINDING,
+            credentials_namespace,
+            roleRef=_role_ref("Role", WORKER_BINDING),
+            subjects=[worker],
+        ),
+        namespaces_policy(),
+        _policy_binding(NAMESPACES_POLICY),
+        worker_policy(worker_subject(namespace), credentials_namespace),
+        _policy_binding(WORKER_POLICY),
+    ]
+
+
+def _admission(kind: str, name: str, spec: Obj) -> Obj:
+    metadata = {"name": name, "labels": dict(MANAGED_BY)}
+    return {"apiVersion": f"{ADMISSION}/v1", "kind": kind, "metadata": metadata, "spec": spec}
+
+
+def _policy_binding(policy: str) -> Obj:
+    spec = {"policyName": policy, "validationActions": ["Deny"]}
+    return _admission("ValidatingAdmissionPolicyBinding", policy, spec)
+
+
+def _resources(group: str, resource: str, *operations: str) -> Obj:
+    return {
+        "apiGroups": [group],
+        "apiVersions": ["*"],
+        "operations": list(operations),
+        "resources": [resource],
+    }
+
+
+def _has(obj: str, field: str, key: str) -> str:
+    found = f"{obj}.metadata.{field}"
+    return f"has({found}) && '{key}' in {found}"
+
+
+def _equals(obj: str, field: str, key: str, value: str) -> str:
+    return f"{_has(obj, field, key)} && {obj}.metadata.{field}['{key}'] == {value}"
+
+
+def namespaces_policy() -> Obj:
+    """For every user: ``society.run/created-by`` names the namespace's creator, for good."""
+    created_by = f"object.metadata.annotations['{CREATED_BY}']"
+    return _admission(
+        "ValidatingAdmissionPolicy",
+        NAMESPACES_POLICY,
+        {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [_resources("", "namespaces", "CREATE", "UPDATE")]
+            },
+            "matchConditions": [
+                {
+                    "name": "annotated-now-or-before",
+                    "expression": f"({_has('object', 'annotations', CREATED_BY)}) || "
+                    f"(oldObject != null && {_has('oldObject', 'annotations', CREATED_BY)})",
+                }
+            ],
+            "validations": [
+                {
+                    "expression": "request.operation != 'CREATE' || "
+                    f"{created_by} == request.userInfo.username",
+                    "message": f"{CREATED_BY} must name the user who creates the namespace",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "request.operation != 'UPDATE' || ("
+                    f"{_has('oldObject', 'annotations', CREATED_BY)} && "
+                    f"{_has('object', 'annotations', CREATED_BY)} && {created_by} == "
+                    f"oldObject.metadata.annotations['{CREATED_BY}'])",
+                    "message": f"{CREATED_BY} is set when the namespace is created and never "
+                    f"changes",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    )
+
+
+def worker_policy(worker: str, credentials_namespace: str) -> Obj:
+    """For the worker (user name ``worker``): where its namespaces and RoleBindings may land."""
+    run_namespace = (
+        f"namespaceObject != null && namespaceObject.metadata.name.matches('{RUN_ID_PATTERN}') && "
+        + _equals("namespaceObject", "labels", RUN_LABEL, "namespaceObject.metadata.name")
+        + " && "
+        + _equals("namespaceObject", "annotations", CREATED_BY, "request.userInfo.username")
+    )
+    is_self = "'system:serviceaccount:' + s.namespace + ':' + s.name == request.userInfo.username"
+    account = "s.kind == 'ServiceAccount' && has(s.namespace)"
+    subjects = "has(variables.binding.subjects) && variables.binding.subjects.all(s, {})"
+    run_binding = (
+        f"variables.binding.roleRef.kind == 'ClusterRole' && ("
+        f"(variables.binding.roleRef.name == '{RUN_NAMESPACE_ROLE}' && "
+        + subjects.format(f"{account} && {is_self}")
+        + f") || (variables.binding.roleRef.name == '{CONTROLLER_ROLE}' && "
+        + subjects.format(
+            f"{account} && s.name == '{CONTROLLER_ACCOUNT}' && "
+            "s.namespace == namespaceObject.metadata.name"
+        )
+        + "))"
+    )
+    credentials_binding = (
+        f"variables.binding.roleRef.kind == 'Role' && "
+        f"variables.binding.roleRef.name == '{CREDENTIALS_READER}' && "
+        + subjects.format(
+            f"{account} && s.name == '{CONTROLLER_ACCOUNT}' && "
+            f"s.namespace.matches('{RUN_ID_PATTERN}') && "
+            f"variables.binding.metadata.name == '{CREDENTIALS_READER}-' + s.namespace"
+        )
+    )
+    validations = [
+        (
+            "request.resource.resource != 'namespaces' || "
+            f"(object.metadata.name.matches('{RUN_ID_PATTERN}') && "
+            + _equals("object", "labels", RUN_LABEL, "object.metadata.name")
+            + " && "
+            + _equals("object", "labels", "app.kubernetes.io/managed-by", "'society-runner'")
+            + ")",
+            "the run worker creates only run namespaces: sr-<32 hex>, labelled society.run/id "
+            "with their name and app.kubernetes.io/managed-by=society-runner",
+        ),
+        (
+            "request.resource.resource != 'rolebindings' || "
+            "(variables.runNamespace && request.operation != 'DELETE') || variables.credentials",
+            "the run worker binds roles only in the run namespaces it created and in the "
+            "credentials namespace",
+        ),
+        (
+            "request.resource.resource != 'rolebindings' || !variables.runNamespace || "
+            f"({run_binding})",
+            f"in a run namespace the run worker binds only itself to {RUN_NAMESPACE_ROLE} and the "
+            f"run's {CONTROLLER_ACCOUNT} ServiceAccount to {CONTROLLER_ROLE}",
+        ),
+        (
+            "request.resource.resource != 'rolebindings' || !variables.credentials || "
+            f"({credentials_binding})",
+            f"in the credentials namespace the run worker binds only a run's "
+            f"{CONTROLLER_ACCOUNT} ServiceAccount to {CREDENTIALS_READER}, "
+            f"as {CREDENTIALS_READER}-<run id>",
+        ),
+    ]
+    return _admission(
+        "ValidatingAdmissionPolicy",
+        WORKER_POLICY,
+        {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    _resources("", "namespaces", "CREATE"),
+                    _resources(RBAC, "rolebindings", "CREATE", "UPDATE", "DELETE"),
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "the-run-worker",
+                    "expression": f"request.userInfo.username == '{worker}'",
+                }
+            ],
+            "variables": [
+                {
+                    "name": "binding",
+                    "expression": "request.operation == 'DELETE' ? oldObject : object",
+                },
+                {"name": "runNamespace", "expression": run_namespace},
+                {
+                    "name": "credentials",
+                    "expression": "namespaceObject != null && "
+                    f"namespaceObject.metadata.name == '{credentials_namespace}'",
+                },
+            ],
+            "validations": [
+                {"expression": expression, "message": message, "reason": "Forbidden"}
+                for expression, message in validations
+            ],
+        },
+    )

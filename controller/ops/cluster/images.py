@@ -1,0 +1,134 @@
+"""The images a cluster profile runs: built by ``scripts/build-images.sh`` (OCI archives and an
+image map), then pushed to kind's local registry, or imported into existing nodes' containerd
+(what ``kind load`` does inside a kind node), and the map rewritten to what the cluster pulls."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.ops.cluster.steps import StepFailed
+from controller.ops.repository import ROOT as REPO
+from controller.platforms.kubernetes.images import pinned
+
+BUILD_SCRIPT = REPO / "scripts" / "build-images.sh"
+CONTAINERD_NAMESPACE = "k8s.io"
+"""The containerd namespace the kubelet's CRI uses."""
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltImages:
+    """``build-images.sh``'s map: name -> ``ref@digest``, and each ref's OCI archive."""
+
+    images: dict[str, str]
+    archives: dict[str, str]
+
+    @classmethod
+    def load(cls, path: Path) -> BuiltImages:
+        data = json.loads(path.read_text())
+        return cls(dict(data["images"]), dict(data.get("archives") or {}))
+
+
+def build_images(script: Path = BUILD_SCRIPT) -> BuiltImages:
+    """Run the build script (seconds when nothing changed), its progress lines indented."""
+    process = subprocess.Popen(
+        ["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stderr is not None and process.stdout is not None
+    for line in process.stderr:
+        print(f"      {line.rstrip()}", file=sys.stderr, flush=True)
+    output = process.stdout.read()
+    if process.wait() != 0:
+        raise StepFailed(
+            "image-build-failed",
+            f"{script.name} failed (exit {process.returncode}); its error is above, and "
+            "scripts/install-node.sh installs what it needs (podman, mmdebstrap)",
+        )
+    return BuiltImages.load(Path(output.strip().splitlines()[-1]))
+
+
+def _run(argv: list[str], what: str) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise StepFailed("image-transfer-failed", f"{what}: {done.stderr.strip()[-800:]}")
+    return done.stdout
+
+
+def import_into_containerd(ctr: Path, socket: str, built: BuiltImages) -> list[str]:
+    """Import each image the node lacks into its containerd under its digest (``kind load``'s
+    substitute for an existing cluster's nodes); returns the references it imported."""
+    base = [str(ctr), "--address", socket, "-n", CONTAINERD_NAMESPACE]
+    present = set(_run([*base, "images", "ls", "-q"], f"listing images at {socket}").split())
+    imported = []
+    for ref, archive in sorted(built.archives.items()):
+        if ref in present:
+            continue
+        name = ref.split("@", 1)[0]
+        _run([*base, "images", "import", "--base-name", name, archive], f"importing {archive}")
+        # The archive names its manifest name:build; pods name it name@sha256:<manifest>.
+        _run([*base, "images", "tag", "--force", f"{name}:build", ref], f"tagging {ref}")
+        imported.append(ref)
+    return imported
+
+
+def remove_from_containerd(ctr: Path, socket: str, refs: list[str]) -> int:
+    """Remove what ``import_into_containerd`` added (``cluster down``); returns how many."""
+    base = [str(ctr), "--address", socket, "-n", CONTAINERD_NAMESPACE]
+    present = set(_run([*base, "images", "ls", "-q"], f"listing images at {socket}").split())
+    gone = [ref for ref in refs if ref in present]
+    gone += [f"{ref.split('@', 1)[0]}:build" for ref in gone]
+    for ref in gone:
+        subprocess.run([*base, "images", "rm", ref], capture_output=True, check=False)
+    return len(refs)
+
+
+def push_to_registry(engine: Path, registry: str, built: BuiltImages) -> dict[str, str]:
+    """Load each archive into the container engine, push it to ``registry`` (``host:port``) and
+    return the image map with the references the nodes pull (``registry/...@sha256:...``)."""
+    pushed: dict[str, str] = {}
+    for name, ref in sorted(built.images.items()):
+        archive = built.archives.get(ref)
+        if archive is None:
+            raise StepFailed("image-archive-missing", f"the image map has no archive for {ref}")
+        _run([str(engine), "load", "-i", archive], f"loading {archive}")
+        local = f"{ref.split('@', 1)[0]}:build"
+        target = f"{registry}/{name.split('/', 1)[-1]}"
+        _run([str(engine), "tag", local, target], f"tagging {target}")
+        _run([str(engine), "push", target], f"pushing {target}")
+        digests = json.loads(
+            _run(
+                [str(engine), "image", "inspect", "--format", "{{json .RepoDigests}}", target],
+                f"reading {target}'s digest",
+            )
+        )
+        repository = target.rsplit(":", 1)[0]
+        matching = [d for d in digests or [] if d.startswith(f"{repository}@") and pinned(d)]
+        if not matching:
+            raise StepFailed(
+                "image-digest-missing", f"{engine.name} reports no registry digest for {target}"
+            )
+        pushed[name] = matching[0]
+    return pushed
+
+
+WORKER_IMAGE = "society/worker:dev"
+"""The run worker's image name in the map (the chart's ``worker.image``)."""
+
+
+def chart_image_values(pushed: dict[str, str]) -> dict[str, object]:
+    """Helm values for pushed images: the worker's image by digest, and the image map the
+    worker resolves the controller's and the agents' images through (``imageMap``)."""
+    worker = pushed.get(WORKER_IMAGE)
+    if worker is None or not pinned(worker):
+        raise StepFailed("image-missing", f"the pushed images have no pinned {WORKER_IMAGE}")
+    unpinned = sorted(name for name, ref in pushed.items() if not pinned(ref))
+    if unpinned:
+        raise StepFailed("image-digest-missing", f"{unpinned[0]} was pushed without a digest")
+    repository, digest = worker.split("@", 1)
+    return {
+        "worker": {"image": {"repository": repository, "digest": digest}},
+        "imageMap": dict(sorted(pushed.items())),
+    }

@@ -1,0 +1,129 @@
+"""The programs ``society cluster up`` drives, found before any step runs; each one missing is
+named with the command that installs it, all at once (not one per attempt)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.ops.checks import tools
+
+KIND_VERSION = "v0.32.0"
+"""The kind release ``kind/cluster.yaml``'s node image belongs to."""
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """One program that is not there, and the next step that installs it."""
+
+    tool: str
+    next_step: str
+    problem: str = "not found"
+
+    def line(self) -> str:
+        return f"{self.tool}: {self.problem}; {self.next_step}"
+
+
+class PrerequisitesMissing(Exception):
+    """``cluster up`` cannot start; ``missing`` lists every absent program with its next step."""
+
+    reason = "prerequisite-missing"
+
+    def __init__(self, missing: Sequence[Missing]) -> None:
+        self.missing = list(missing)
+        names = ", ".join(item.tool for item in self.missing)
+        lines = "\n".join(f"  - {item.line()}" for item in self.missing)
+        super().__init__(f"missing {names}; nothing was changed. Install them and retry:\n{lines}")
+
+
+NEXT_STEPS = {
+    "container engine": "install Docker (https://docs.docker.com/engine/install/) or Podman "
+    "(`sudo apt-get install podman`); kind runs its nodes as containers",
+    "kind": f"`go install sigs.k8s.io/kind@{KIND_VERSION}` (or the release binary from "
+    f"https://github.com/kubernetes-sigs/kind/releases/tag/{KIND_VERSION}), then put it on PATH",
+    "kubectl": "install kubectl 1.36 (https://kubernetes.io/docs/tasks/tools/) and put it on PATH",
+    "helm": f"`{tools.BUILD_COMMAND}` (builds the pinned helm into {{tools}}/bin), or put a "
+    "helm v4 on PATH",
+    "ctr": "put containerd's `ctr` on PATH (it imports the images into each node's containerd)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Programs:
+    """Where each program is (``None`` when not needed in this mode)."""
+
+    helm: Path
+    kubectl: Path | None = None
+    kind: Path | None = None
+    engine: Path | None = None
+    """``docker`` or ``podman`` (kind's node provider)."""
+    ctr: Path | None = None
+
+
+Finder = Callable[[str], str | None]
+VersionOf = Callable[[Path], str]
+
+
+def kind_version(kind: Path) -> str:
+    """What ``kind version`` says (``kind v0.32.0 go1.24 linux/amd64``), or why it said nothing."""
+    try:
+        done = subprocess.run([str(kind), "version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unusable ({exc})"
+    return (done.stdout or done.stderr).strip() or f"unusable (exit {done.returncode})"
+
+
+def find_programs(
+    *,
+    existing_cluster: bool,
+    import_images: bool,
+    which: Finder = shutil.which,
+    version_of: VersionOf = kind_version,
+) -> Programs:
+    """The programs this mode needs; ``PrerequisitesMissing`` names each absent one.
+
+    Creating a kind cluster needs a container engine, kind, kubectl (the upstream Kueue and
+    Agent Sandbox manifests) and helm; installing into an existing cluster needs helm, and
+    ``ctr`` when images are imported into nodes' containerd.
+    """
+    missing: list[Missing] = []
+
+    def need(name: str, *candidates: str) -> Path | None:
+        for candidate in candidates:
+            found = _helm(which) if candidate == "helm" else which(candidate)
+            if found:
+                return Path(found)
+        missing.append(Missing(name, NEXT_STEPS[name].replace("{tools}", str(tools.tools_dir()))))
+        return None
+
+    helm = need("helm", "helm")
+    kind = None if existing_cluster else need("kind", "kind")
+    if kind is not None:
+        said = version_of(kind)
+        if KIND_VERSION not in said.split():
+            problem = (f"{kind} is `{said}`, not {KIND_VERSION} (the release whose node image "
+                       "kind/cluster.yaml pins)")  # fmt: skip
+            missing.append(Missing("kind", NEXT_STEPS["kind"], problem))
+    programs = Programs(
+        helm=helm or Path("helm"),
+        kubectl=None if existing_cluster else need("kubectl", "kubectl"),
+        kind=kind,
+        engine=None if existing_cluster else need("container engine", "docker", "podman"),
+        ctr=need("ctr", "ctr") if import_images else None,
+    )
+    if missing:
+        raise PrerequisitesMissing(missing)
+    return programs
+
+
+def _helm(which: Finder) -> str | None:
+    """helm on PATH, else the pinned build of ``scripts/build-tools.sh``."""
+    found = which("helm")
+    if found:
+        return found
+    built = tools.tools_dir() / "bin" / "helm"
+    return str(built) if os.access(built, os.X_OK) else None

@@ -1,0 +1,126 @@
+"""How the local profile isolates a run's agents, and how one agent's processes are signalled."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from anyio.abc import Process
+
+from controller.agents.runtime import SandboxAccess
+from controller.agents.termination import Observation, ProcessExit
+from controller.events.run import AgentIsolation
+from controller.platforms.local.cgroup import (
+    DEFAULT_PIDS_MAX,
+    AgentCgroup,
+    CgroupLayout,
+    layout_or_none,
+)
+from controller.platforms.local.sandbox import SANDBOX_UID, Bubblewrap
+from controller.run.platform import Sandbox
+
+
+@dataclass(frozen=True, slots=True)
+class LocalIsolation:
+    """How this run's agents are isolated: a sandbox (or ``None``: unsandboxed) and cgroups."""
+
+    sandbox: Bubblewrap | None
+    cgroups: CgroupLayout | None
+    pids_max: int = DEFAULT_PIDS_MAX
+
+    @classmethod
+    def detect(cls, *, sandboxed: bool) -> LocalIsolation:
+        """Sandboxed: bwrap and cgroups, or raise (with the next step). Else cgroups if any."""
+        if not sandboxed:
+            return cls(None, layout_or_none())
+        return cls(Bubblewrap.probe(), CgroupLayout.detect())
+
+    def as_event(self) -> AgentIsolation:
+        return AgentIsolation(
+            profile="local",
+            sandbox="bubblewrap" if self.sandbox is not None else "none",
+            tool=self.sandbox.version if self.sandbox is not None else None,
+            uid=SANDBOX_UID if self.sandbox is not None else os.getuid(),
+            cgroups=self.cgroups.version if self.cgroups is not None else "none",
+            pids_max=self.pids_max if self.cgroups is not None else None,
+        )
+
+
+class LocalSandbox(Sandbox):
+    def __init__(
+        self,
+        name: str,
+        access: SandboxAccess,
+        process: Process,
+        home: Path,
+        cgroup: AgentCgroup | None,
+        sandboxed: bool,
+    ) -> None:
+        self.name = name
+        self.access = access
+        self.process = process
+        self.home = home
+        self.cgroup = cgroup
+        self.sandboxed = sandboxed
+
+    @property
+    def workdir(self) -> Path:
+        return self.home / "work"
+
+    @property
+    def log(self) -> Path:
+        return self.home / "output.log"
+
+    def signal(self, signum: int) -> None:
+        """Signal the agent: in a sandbox, every process but bwrap's own (it would answer any
+        signal by killing the rest at once); unsandboxed, its process group and its cgroup."""
+        if self.process.returncode is not None:
+            return  # a reaped pid may belong to someone else by now
+        if self.cgroup is not None and (self.sandboxed or signum == signal.SIGKILL):
+            for pid in self.cgroup.members():
+                if not (self.sandboxed and signum != signal.SIGKILL and _is_bwrap(pid)):
+                    _kill(pid, signum)
+        if not self.sandboxed:
+            signal_group(self.process, signum)
+
+
+async def reap_child(process: Process, exited: Observation[ProcessExit], sandboxed: bool) -> None:
+    try:
+        returncode = await process.wait()
+        if sandboxed and 128 < returncode <= 128 + 64:
+            returncode = 128 - returncode  # bwrap reports its command's signal as 128 + signal
+        exited.set(ProcessExit.from_returncode(returncode))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+
+
+def _is_bwrap(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "bwrap"
+    except OSError:
+        return False
+
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def signal_group(process: Process, signum: int) -> None:
+    """Signal the agent's process group (it leads its own session), unless it was reaped already:
+    a reaped pid may belong to someone else by now."""
+    if process.returncode is not None:
+        return
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,0 +1,406 @@
+"""The local profile: one sandboxed child process per roster agent, admitted against a local budget.
+
+Each agent runs in its own bubblewrap sandbox (``local_sandbox``) inside its own cgroups
+(``local_cgroup``); ``--unsandboxed`` (``SOCIETY_UNSANDBOXED=1``) runs it as a plain child process
+instead, and the ledger records which (``AgentIsolation``).
+
+Layout under ``<artifact_root>/<run_id>/``: ``ledger/<ref>/`` (the kernel's), ``sandboxes/<agent>/``
+(``work/`` is the agent's working directory, ``output.log`` its stdout and stderr, ``bridge.sock``
+its bridge; deleted at teardown), ``sockets/`` (the router's and model gateway's Unix sockets),
+``artifacts/<agent>/`` (what harvest copied), ``pids/`` (pid records for the reaper).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+from urllib.parse import urlsplit
+
+import anyio
+from anyio.abc import TaskGroup
+
+from agent_images import boot
+from agent_images.llm.config import GATEWAY_SOCKET_VARIABLE, GATEWAY_URL_VARIABLE
+from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
+from controller.agents.termination import Observation, ProcessExit
+from controller.events.run import AgentRequest, Capacity
+from controller.platforms.local.capacity import LocalCapacity
+from controller.platforms.local.harvest import copy_declared
+from controller.platforms.local.isolation import LocalIsolation, LocalSandbox, reap_child
+from controller.platforms.local.launch import (
+    MIB,
+    Spawn,
+    agent_python_path,
+    in_cgroups,
+    launcher_command,
+    prepare_workdir,
+    resolve_credentials,
+    scrubbed_environment,
+)
+from controller.platforms.local.reap import (
+    PIDS_DIR,
+    SANDBOXES_DIR,
+    ProcessRecord,
+    ReapReport,
+    agent_record,
+    reap_run,
+    reap_stale_runs,
+    write_controller_record,
+    write_record,
+)
+from controller.platforms.local.sandbox import (
+    HOME,
+    MODEL_GATEWAY_SOCKET,
+    ROUTER_SOCKET,
+    SANDBOX_UID,
+    Bubblewrap,
+    python_executable,
+    unsandboxed_requested,
+)
+from controller.platforms.local.sockets import (
+    SOCKETS_DIR,
+    DirectoryHandle,
+    bind_unix,
+    relay_to_tcp,
+)
+from controller.run.platform import (
+    Admission,
+    AdmissionRefused,
+    AgentLaunch,
+    HarvestedItem,
+    Platform,
+    PlatformSession,
+    RunPlacement,
+    Sandbox,
+    SandboxStartError,
+)
+from controller.services import LocalModelStarter
+from ledger import Event
+
+__all__ = [
+    "LocalCapacity",
+    "LocalIsolation",
+    "LocalPlatform",
+    "ReapReport",
+    "reap_run",
+    "reap_stale_runs",
+]
+
+_TERM_GRACE_S = 2.0
+
+
+class LocalPlatform(Platform):
+    """Child processes on this machine; see the module docstring for the directory layout.
+
+    ``sandboxed=None`` reads the choice from ``SOCIETY_UNSANDBOXED`` (default: sandboxed).
+    """
+
+    profile: ClassVar[str] = "local"
+    router_host = "127.0.0.1"
+
+    def __init__(
+        self, capacity: LocalCapacity | None = None, *, sandboxed: bool | None = None
+    ) -> None:
+        self.capacity = capacity or LocalCapacity.detect()
+        self.sandboxed = not unsandboxed_requested() if sandboxed is None else sandboxed
+        self._isolation: LocalIsolation | None = None
+
+    @property
+    def isolation(self) -> LocalIsolation:
+        """Checked once; raises ``SandboxUnavailable`` or ``CgroupUnavailable`` (the next step)."""
+        if self._isolation is None:
+            self._isolation = LocalIsolation.detect(sandboxed=self.sandboxed)
+        return self._isolation
+
+    def run_evidence(self) -> Sequence[Event]:
+        return (self.isolation.as_event(),)
+
+    async def reap(self, run_id: str, artifact_root: Path) -> None:
+        """Kill what the run left on this machine (agents and their process groups)."""
+        await anyio.to_thread.run_sync(reap_run, run_id, artifact_root)
+
+    def local_model(self) -> LocalModelStarter:
+        from controller.platforms.local_model import start_local_model
+
+        return start_local_model
+
+    def router_socket(self, run_dir: Path) -> socket.socket | None:
+        if self.isolation.sandbox is None:
+            return None
+        directory = run_dir / SOCKETS_DIR
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return bind_unix(directory, "router.sock", mode=0o666)  # reachable only through a bind
+
+    def admit(self, roster: Mapping[str, RuntimeDescriptor]) -> Admission:
+        requests = tuple(
+            AgentRequest(
+                agent=name,
+                runtime=type(d).runtime,
+                cpu=d.resources.cpu,
+                memory_mib=d.resources.memory_mib,
+            )
+            for name, d in roster.items()
+        )
+        requested = Capacity(
+            cpu=round(sum(r.cpu for r in requests), 6),
+            memory_mib=sum(r.memory_mib for r in requests),
+            agents=len(requests),
+        )
+        admission = Admission(requests, requested, self.capacity.as_event())
+        budget = self.capacity
+        short = []
+        if requested.agents > budget.agents:
+            short.append(("too-many-agents", f"{requested.agents} agents > {budget.agents}"))
+        if requested.cpu > budget.cpu:
+            short.append(("insufficient-cpu", f"{requested.cpu:g} cores > {budget.cpu:g}"))
+        if requested.memory_mib > budget.memory_mib:
+            short.append(
+                ("insufficient-memory", f"{requested.memory_mib} MiB > {budget.memory_mib} MiB")
+            )
+        if short:
+            raise AdmissionRefused(
+                f"the roster does not fit the local budget: {'; '.join(d for _, d in short)}; "
+                f"shrink the roster or its resource requests",
+                reason=short[0][0],
+                admission=admission,
+            )
+        return admission
+
+    @asynccontextmanager
+    async def session(self, placement: RunPlacement) -> AsyncIterator[PlatformSession]:
+        reap_stale_runs(placement.run_dir.parent)  # what dead runs left on this machine
+        record = ProcessRecord.of(os.getpid(), "controller")
+        if record is not None:
+            await anyio.to_thread.run_sync(write_controller_record, placement.run_dir, record)
+        watch_read, watch_write = os.pipe()  # the controller holds the only write end
+        try:
+            async with anyio.create_task_group() as tasks:
+                session = LocalSession(placement, tasks, watch_read, self.isolation)
+                try:
+                    yield session
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await session.teardown()
+                    tasks.cancel_scope.cancel()
+        finally:
+            os.close(watch_write)
+            os.close(watch_read)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(reap_run, placement.run_id, placement.run_dir.parent)
+
+
+@dataclass
+class _RunSockets:
+    """The run's socket directory and the gateway relay, made when the first agent needs it."""
+
+    directory: Path
+    gateway: Path | None = None
+    handles: list[DirectoryHandle] = field(default_factory=list)
+
+
+class LocalSession(PlatformSession):
+    def __init__(
+        self,
+        placement: RunPlacement,
+        tasks: TaskGroup,
+        watch_fd: int,
+        isolation: LocalIsolation,
+    ) -> None:
+        self.placement = placement
+        self._tasks = tasks
+        self._watch_fd = watch_fd
+        self._isolation = isolation
+        self._sockets = _RunSockets(placement.run_dir / SOCKETS_DIR)
+        self._sandboxes: list[LocalSandbox] = []
+
+    async def start(self, launch: AgentLaunch) -> Sandbox:
+        placement = self.placement
+        isolation = self._isolation
+        bwrap = isolation.sandbox
+        home = placement.run_dir / SANDBOXES_DIR / launch.name
+        workdir = home / "work"
+        descriptor = launch.descriptor
+        credentials = resolve_credentials(launch)
+        owner = SANDBOX_UID if bwrap is not None and os.geteuid() == 0 else None
+        try:
+            await anyio.to_thread.run_sync(
+                prepare_workdir, workdir, descriptor, launch, credentials, owner
+            )
+            cgroup = (
+                isolation.cgroups.create(
+                    placement.run_id,
+                    launch.name,
+                    pids_max=isolation.pids_max,
+                    memory_bytes=descriptor.resources.memory_limit_mib * MIB,
+                )
+                if isolation.cgroups is not None
+                else None
+            )
+        except OSError as exc:
+            raise SandboxStartError(
+                f"cannot prepare the working directory or cgroup of {launch.name}: {exc}",
+                reason="workdir-failed",
+            ) from exc
+        procs = cgroup.procs_files if cgroup is not None else ()
+        spawn = (
+            self._sandboxed(bwrap, launch, home, procs)
+            if bwrap is not None
+            else self._unsandboxed(launch, home, procs)
+        )
+        listener = spawn.listener
+        log = await anyio.to_thread.run_sync(open, home / "output.log", "ab")
+        try:
+            env = scrubbed_environment(
+                descriptor,
+                agent=launch.name,
+                workdir=spawn.home,
+                router_url=placement.router_url,
+                bridge_port=spawn.bridge_port,
+                bridge_fd=listener.fileno(),
+                seed=placement.seed,
+                router_ca_file=placement.router_ca_file,
+                run_id=placement.run_id,
+                python_path=spawn.python_path,
+                python=spawn.python,
+                sockets=spawn.variables,
+            )
+            process = await anyio.open_process(
+                spawn.command,
+                cwd=spawn.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=spawn.pass_fds,
+            )
+        except OSError as exc:
+            raise SandboxStartError(
+                f"cannot start {launch.name} ({' '.join(descriptor.command)}): {exc}",
+                reason="spawn-failed",
+            ) from exc
+        finally:
+            listener.close()  # the child holds its own copy
+            log.close()
+        record = ProcessRecord.of(process.pid, "agent", launch.name)
+        if record is not None:
+            write_record(placement.run_dir / PIDS_DIR, record)
+        exited: Observation[ProcessExit] = Observation()
+        access = SandboxAccess(
+            launch.name,
+            spawn.bridge_host,
+            spawn.bridge_port,
+            launch.bridge_token,
+            exited,
+            bridge_path=spawn.bridge_path,
+        )
+        sandbox = LocalSandbox(launch.name, access, process, home, cgroup, bwrap is not None)
+        self._sandboxes.append(sandbox)
+        self._tasks.start_soon(reap_child, process, exited, bwrap is not None)
+        return sandbox
+
+    def _sandboxed(
+        self, bwrap: Bubblewrap, launch: AgentLaunch, home: Path, procs: Sequence[str]
+    ) -> Spawn:
+        """bwrap around the launcher; the bridge on a Unix socket, the run's sockets bound in."""
+        descriptor = launch.descriptor
+        listener = bind_unix(home, "bridge.sock")
+        handle = DirectoryHandle(home)
+        self._sockets.handles.append(handle)
+        binds = [(self._sockets.directory / "router.sock", ROUTER_SOCKET)]
+        variables = {boot.ROUTER_SOCKET: ROUTER_SOCKET}
+        if GATEWAY_URL_VARIABLE in descriptor.environment:
+            gateway = self._gateway(descriptor.environment[GATEWAY_URL_VARIABLE])
+            binds.append((gateway, MODEL_GATEWAY_SOCKET))
+            variables[GATEWAY_SOCKET_VARIABLE] = MODEL_GATEWAY_SOCKET
+        python = python_executable()
+        inner = launcher_command(
+            self.placement.run_id, launch.name, descriptor, watch_fd=None, python=python
+        )
+        return Spawn(
+            command=in_cgroups(procs, bwrap.command(inner, workdir=home / "work", sockets=binds)),
+            cwd=home,
+            listener=listener,
+            pass_fds=(listener.fileno(),),
+            bridge_path=handle.path("bridge.sock"),
+            home=Path(HOME),
+            python=python,
+            python_path=bwrap.python_path,
+            variables=variables,
+        )
+
+    def _unsandboxed(self, launch: AgentLaunch, home: Path, procs: Sequence[str]) -> Spawn:
+        """The launcher as a plain child process; the bridge on a loopback port."""
+        listener = socket.create_server(("127.0.0.1", 0))
+        inner = launcher_command(
+            self.placement.run_id, launch.name, launch.descriptor, watch_fd=self._watch_fd
+        )
+        return Spawn(
+            command=in_cgroups(procs, inner),
+            cwd=home / "work",
+            listener=listener,
+            pass_fds=(self._watch_fd, listener.fileno()),
+            bridge_host="127.0.0.1",
+            bridge_port=listener.getsockname()[1],
+            home=home / "work",
+            python=sys.executable,
+            python_path=agent_python_path(),
+        )
+
+    def _gateway(self, url: str) -> Path:
+        """The run's model-gateway socket, relayed to the gateway's loopback port."""
+        if self._sockets.gateway is None:
+            parts = urlsplit(url)
+            sock = bind_unix(self._sockets.directory, "model-gateway.sock", mode=0o666)
+            self._tasks.start_soon(
+                relay_to_tcp, sock, parts.hostname or "127.0.0.1", parts.port or 80
+            )
+            self._sockets.gateway = self._sockets.directory / "model-gateway.sock"
+        return self._sockets.gateway
+
+    async def stop(self, sandbox: Sandbox, *, grace_s: float) -> ProcessExit:
+        assert isinstance(sandbox, LocalSandbox)
+        exited = sandbox.access.exit
+        with anyio.move_on_after(grace_s):
+            return await exited
+        sandbox.signal(signal.SIGTERM)
+        with anyio.move_on_after(_TERM_GRACE_S):
+            return await exited
+        sandbox.signal(signal.SIGKILL)
+        return await exited
+
+    async def harvest(self, sandbox: Sandbox, declared: Harvest) -> list[HarvestedItem]:
+        assert isinstance(sandbox, LocalSandbox)
+        target = self.placement.run_dir / "artifacts" / sandbox.name
+        return await anyio.to_thread.run_sync(
+            copy_declared, sandbox.workdir, sandbox.log, declared, target, self.placement.run_dir
+        )
+
+    async def teardown(self) -> None:
+        """Kill whatever still runs (every member of each agent's cgroup), wait for it, delete
+        the cgroups and the sandboxes (they hold secrets)."""
+        for sandbox in self._sandboxes:
+            sandbox.signal(signal.SIGKILL)
+        with anyio.move_on_after(10):
+            for sandbox in self._sandboxes:
+                await sandbox.access.exit
+        if self._isolation.cgroups is not None:
+            await anyio.to_thread.run_sync(self._isolation.cgroups.destroy, self.placement.run_id)
+        for handle in self._sockets.handles:
+            handle.close()
+        run_dir = self.placement.run_dir
+        for directory in (run_dir / SANDBOXES_DIR, self._sockets.directory):
+            await anyio.to_thread.run_sync(shutil.rmtree, directory, True)
+        pids = run_dir / PIDS_DIR
+        for sandbox in self._sandboxes:
+            if sandbox.access.exit.done:
+                (pids / agent_record(sandbox.name)).unlink(missing_ok=True)

@@ -1,0 +1,176 @@
+"""A profile's name to what runs it: the one place that knows what each profile means.
+
+``local`` runs agents as child processes of ``society run``; ``kind``, ``gke`` and
+``kubernetes`` run them as Agent Sandbox pods of a cluster reached through a kubeconfig (or
+in-cluster), one namespace per run. The lifecycle and the CLI ask a ``Profile`` what to do and
+never compare a profile's name; each platform module loads only when a run asks for it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from controller.run import Progress, RunRequest, RunResult, RunSpec
+    from controller.run.platform import Platform
+    from controller.stores.gcs import ExportReceipt
+
+CLUSTER_TASK_QUEUE = "society-runs"
+"""The task queue a cluster's run worker polls (the chart's ``worker.taskQueue``)."""
+IN_CLUSTER_ENV = "SOCIETY_KUBE_IN_CLUSTER"
+"""Set to ``1`` in a pod of the cluster (the run worker, the controller Job)."""
+
+
+class UnknownProfile(Exception):
+    """No profile has this name, or this build lacks its platform; ``reason`` says which."""
+
+    def __init__(self, detail: str, *, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a profile means to a run, as data."""
+
+    name: str
+    cluster: bool
+    """Agents run in a cluster: a namespace per run, prepared before and deleted after."""
+    task_queue: str | None
+    """Where ``society run`` submits by default; ``None``: it runs its own worker."""
+    ships_source: bool
+    """The module travels as its content (the run's worker may be on another machine)."""
+    exports: bool
+    """The run's ledger must come back exported to a bucket (the result names its URL)."""
+    _platform: Callable[[], Platform]
+
+    def platform(self) -> Platform:
+        """A fresh platform for one run, configured from this process's environment."""
+        return self._platform()
+
+    async def prepare(self, run_id: str) -> None:
+        """What the run needs before its controller starts (a cluster: its namespace)."""
+        await self.platform().prepare(run_id)
+
+    async def execute(
+        self, request: RunRequest, progress: Progress, spec: RunSpec | None
+    ) -> RunResult:
+        """Run the controller once: in this process, or in-cluster as the run's controller Job.
+
+        A run worker's pod is in ``society-system``, where the run's Service and network
+        policies cannot reach it; there the controller runs as a Job in the run's namespace.
+        """
+        from controller.run import execute_run
+
+        if self.cluster:
+            from controller.incluster.controller_job import run_controller_job
+            from controller.platforms.kubernetes import KubernetesSettings
+
+            settings = KubernetesSettings.from_environment()
+            if settings.runs_controller_job:
+                return await run_controller_job(request, settings, progress=progress)
+        return await execute_run(request, self.platform(), progress=progress, spec=spec)
+
+    async def export(
+        self, run_dir: Path, run_id: str, phase: Callable[[str], None]
+    ) -> ExportReceipt | None:
+        """The run to the ledger bucket, where this process is configured to export
+        (``SOCIETY_LEDGER_EXPORT``): from the run's ledger claim by an export Job when its
+        controller Job wrote there, else from ``run_dir``; ``None`` when not configured."""
+        import anyio
+
+        from controller.stores.gcs import EXPORT_ENV, export_if_configured
+
+        destination = os.environ.get(EXPORT_ENV)
+        if self.cluster and destination:
+            from controller.incluster.controller_job import controller_image
+            from controller.incluster.export_job import export_from_claim
+            from controller.platforms.kubernetes import KubernetesSettings
+
+            settings = KubernetesSettings.from_environment()
+            if settings.runs_controller_job and settings.ledger_claim:
+                receipt = await export_from_claim(
+                    settings, run_id, destination, image=controller_image(settings), phase=phase
+                )
+                if receipt is not None:
+                    return receipt
+        return await anyio.to_thread.run_sync(lambda: export_if_configured(run_dir, run_id))
+
+    async def reap(self, run_id: str, artifact_root: Path) -> None:
+        """Remove what the run left: its processes on this machine (every profile's controller
+        may have started some), then the platform's own (a cluster: the run's namespace)."""
+        await reap_here(run_id, artifact_root)
+        if self.cluster:
+            await self.platform().reap(run_id, artifact_root)
+
+
+async def reap_here(run_id: str, artifact_root: Path) -> None:
+    """Kill what the run left on this machine (agents and their process groups); idempotent."""
+    import anyio
+
+    from controller.platforms.local import reap_run
+
+    await anyio.to_thread.run_sync(reap_run, run_id, artifact_root)
+
+
+def check_worker_request(request: RunRequest) -> None:
+    """In a cluster's pod, refuse (``WorkerRefused``, a ``PlatformError``) what a run worker
+    must not run, before it creates or imports anything; elsewhere everything passes."""
+    if os.environ.get(IN_CLUSTER_ENV) != "1":
+        return
+    from controller.incluster.worker_requests import check_worker_request as check
+    from controller.platforms.kubernetes import KubernetesSettings
+
+    check(request, KubernetesSettings.from_environment())
+
+
+def _local() -> Platform:
+    from controller.platforms.local import LocalPlatform
+
+    return LocalPlatform()
+
+
+def _kubernetes(name: str) -> Callable[[], Platform]:
+    def build() -> Platform:
+        try:
+            from controller.platforms.kubernetes import KubernetesPlatform
+        except ImportError as exc:
+            raise UnknownProfile(
+                f"profile {name!r} needs the Kubernetes platform, which this build lacks "
+                f"({exc}); use --profile local",
+                reason="profile-unavailable",
+            ) from None
+        return KubernetesPlatform.for_profile(name)
+
+    return build
+
+
+PROFILES: dict[str, Profile] = {
+    "local": Profile("local", False, None, False, False, _local),
+    "kind": Profile("kind", True, None, True, False, _kubernetes("kind")),
+    "gke": Profile("gke", True, CLUSTER_TASK_QUEUE, True, True, _kubernetes("gke")),
+    "kubernetes": Profile("kubernetes", True, None, True, False, _kubernetes("kubernetes")),
+}
+"""Every profile, by name; ``local`` is the default."""
+DEFAULT = "local"
+
+
+def profile_named(name: str) -> Profile:
+    """The profile called ``name``; raises ``UnknownProfile`` naming the choices."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise UnknownProfile(
+            f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}",
+            reason="unknown-profile",
+        ) from None
+
+
+def platform_for(name: str) -> Platform:
+    """The platform that runs profile ``name``; raises ``UnknownProfile`` for an unknown or
+    absent one."""
+    return profile_named(name).platform()
