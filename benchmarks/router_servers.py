@@ -33,6 +33,7 @@ from websockets.exceptions import ConnectionClosed
 from controller.events.network import RouterMessageCommitted, network_events
 from controller.network.protocol import MAX_FRAME_BYTES
 from controller.network.router import Router
+from controller.network.tuning import tune_for_router
 from ledger import DurableFiles, LedgerWriter, Provenance, open_ledger_writer
 
 VARIANTS = ("durable", "nowhere", "bare")
@@ -95,6 +96,7 @@ def serve_variant(variant: str, sessions: int) -> AsyncIterator[Served]:
 
 @asynccontextmanager
 async def router_server(sessions: int, *, nowhere: bool = False) -> AsyncIterator[Served]:
+    tune_for_router()  # as the controller's entry points do
     with tempfile.TemporaryDirectory(prefix="router-bench-") as directory:
         async with (
             open_ledger_writer(

@@ -7,7 +7,9 @@
 #   wheels      the Python dependencies as wheels, built on the host (pip wheel; PyPI or pip's
 #               cache), so that the image builds need no network
 #   pause       kind/pause: the test node's pod sandbox, one static binary FROM scratch
-#   scripted, llm, controller, worker, peer, openclaw, temporal   agent_images/*/Dockerfile
+#   python, controller, worker, openclaw, temporal   agent_images/*/Dockerfile; the python image
+#               serves the scripted, llm and peer runtimes (each descriptor carries its command),
+#               so the map names it three times: society/{scripted,llm,peer}:dev
 #   openclaw    also takes Node 24 and OpenClaw from the host's install of
 #               scripts/install-openclaw.sh (run here, idempotent; npm's registry and cache),
 #               hard-linked into the context, so npm never runs in a build
@@ -16,8 +18,8 @@
 #   ${SOCIETY_IMAGE_DIR:-$HOME/.cache/society-runner/images}/
 # make a second run take seconds; podman keeps its own storage there (not the host's).
 # Output: archives/<name>.tar (OCI archives) and images.json, whose path is printed last:
-#   {"images": {"society/scripted:dev": "localhost/society/scripted@sha256:...", ...},
-#    "archives": {"localhost/society/scripted@sha256:...": "/.../archives/scripted.tar", ...}}
+#   {"images": {"society/scripted:dev": "localhost/society/python@sha256:...", ...},
+#    "archives": {"localhost/society/python@sha256:...": "/.../archives/python.tar", ...}}
 # Prints one line per component with its time; the tools' output goes to build.log there.
 set -euo pipefail
 
@@ -26,7 +28,8 @@ OUT_DIR="${SOCIETY_IMAGE_DIR:-${HOME}/.cache/society-runner/images}"
 PYTHON="${PYTHON:-${REPO_ROOT}/.venv/bin/python}"
 SUITE=bookworm
 REGISTRY=localhost/society
-IMAGES=(scripted llm controller worker peer openclaw temporal)
+IMAGES=(python controller worker openclaw temporal)
+PYTHON_RUNTIMES=(scripted llm peer)  # the runtimes the python image serves
 
 die() {
     echo "build-images: ERROR: $*" >&2
@@ -118,7 +121,7 @@ stage_context
 
 # --- openclaw: the pinned Node and OpenClaw install, hard-linked (no copy of its ~840 MB) --------
 stage_openclaw() {
-    "${REPO_ROOT}/scripts/install-openclaw.sh"
+    env -u SOCIETY_OPENCLAW_DIR "${REPO_ROOT}/scripts/install-openclaw.sh"
     local dir
     dir="$(cd "${REPO_ROOT}" && env -u SOCIETY_OPENCLAW_DIR PYTHONPATH="${REPO_ROOT}" "${PYTHON}" -c \
         'from agent_images.openclaw.config import install_dir; print(install_dir())')"
@@ -159,7 +162,9 @@ for name in pause "${IMAGES[@]}"; do
     size="$(pm image inspect --format '{{.Size}}' "${tag}")"
     log "$(printf '%-28s %4ds  %s, %d MB' "${name}" $((SECONDS - t0)) "${what}" $((size / 1000000)))"
     ref="${REGISTRY}/${name}@${digest}"
-    MAP_IMAGES+="\"society/${name}:dev\": \"${ref}\", "
+    names=("${name}")
+    [[ "${name}" == python ]] && names=("${PYTHON_RUNTIMES[@]}")
+    for runtime in "${names[@]}"; do MAP_IMAGES+="\"society/${runtime}:dev\": \"${ref}\", "; done
     MAP_ARCHIVES+="\"${ref}\": \"${archive}\", "
 done
 

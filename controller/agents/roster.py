@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from controller.agents.termination import Observation, Termination
+
+if TYPE_CHECKING:
+    from controller.network.protocol import Participant
 
 G = TypeVar("G")
 
@@ -30,7 +33,7 @@ class AgentHandle(Generic[G]):
 
     name: str
     runtime: str
-    agent: Any
+    agent: Participant
     gateway: G
     termination: Observation[Termination]
 

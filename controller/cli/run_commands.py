@@ -163,6 +163,9 @@ def _run(args: argparse.Namespace) -> int:
         from controller.platforms.local.sandbox import UNSANDBOXED_ENV
 
         os.environ[UNSANDBOXED_ENV] = "1"
+    from controller.network.tuning import tune_for_router
+
+    tune_for_router()  # this process hosts the run's router
     try:
         return asyncio.run(_run_async(args))
     except SetupError as error:

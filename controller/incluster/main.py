@@ -25,6 +25,7 @@ from pathlib import Path
 import anyio
 
 from controller.incluster.controller_job import MODULE_DIGEST_ENV
+from controller.network.tuning import tune_for_router
 from controller.platforms.kubernetes import KubernetesPlatform
 from controller.run import RunRequest, RunResult, execute_run
 from controller.run.module_source import ModuleSourceError, digest
@@ -96,6 +97,7 @@ async def run_controller(env: Mapping[str, str] | None = None) -> RunResult:
 
 
 def main() -> int:
+    tune_for_router()  # this process hosts the run's router
     try:
         result = anyio.run(run_controller)
     except ModuleSourceError as error:

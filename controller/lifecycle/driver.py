@@ -37,7 +37,7 @@ from controller.lifecycle.server import TemporalEndpoint
 from controller.lifecycle.submission import ResultUnproven, RunAuthority
 from controller.lifecycle.workflow import EXECUTE, PREPARE, SocietyRun
 from controller.profiles import reap_here
-from controller.run import RunRequest, RunResult, RunSpec
+from controller.run import Progress, RunRequest, RunResult, RunSpec
 from ledger.format import RECORDS
 
 Outcome = Literal["ProgramFinished", "ClusterLost", "Interrupted"]
@@ -170,7 +170,7 @@ class RunDriver:
         request: RunRequest,
         *,
         spec: RunSpec,
-        progress: Any,
+        progress: Progress,
         interrupts: Interrupts,
     ) -> None:
         self._client = client
@@ -271,7 +271,7 @@ class RunDriver:
 
 
 async def wait_for_ending(
-    handle: WorkflowHandle[Any, dict[str, Any]], interrupts: Interrupts, progress: Any
+    handle: WorkflowHandle[Any, dict[str, Any]], interrupts: Interrupts, progress: Progress
 ) -> dict[str, Any] | WorkflowFailureError | RPCError | None:
     """The workflow's ending (a ``RunResult`` as JSON); None after a second interrupt.
 
@@ -292,7 +292,7 @@ async def wait_for_ending(
 
 
 async def _cancel_on_interrupt(
-    handle: WorkflowHandle[Any, Any], interrupts: Interrupts, progress: Any
+    handle: WorkflowHandle[Any, Any], interrupts: Interrupts, progress: Progress
 ) -> None:
     await interrupts.first.wait()
     name = signal.Signals(interrupts.signum or signal.SIGINT).name

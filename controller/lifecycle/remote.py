@@ -49,10 +49,11 @@ from controller.lifecycle.server import (
     API_KEY_ENV,
     TLS_DIR_ENV,
     TemporalEndpoint,
+    TemporalUnavailable,
     connection_credentials,
 )
 from controller.lifecycle.workflow import CLEANUP, EXECUTE, PREPARE
-from controller.run import RunRequest, RunResult
+from controller.run import Progress, RunRequest, RunResult
 
 FOLLOW_EVERY_S = 1.0
 """How often the submitter asks Temporal for the worker's current step and phase."""
@@ -88,7 +89,7 @@ class SubmittedRun:
         request: RunRequest,
         *,
         task_queue: str,
-        progress: Any,
+        progress: Progress,
         interrupts: Interrupts,
         require_export: bool,
     ) -> None:
@@ -166,7 +167,7 @@ class SubmittedRun:
         shown: tuple[Any, Any] | None = None
         waiting_said = False
         while True:
-            with contextlib.suppress(RPCError):
+            with contextlib.suppress(RPCError, TemporalUnavailable):
                 live = await control.live_status(self._client, self._endpoint, self._request.run_id)
                 if live is not None:
                     now = (live.get("step"), live.get("phase"))
@@ -238,7 +239,7 @@ def result_report(
     *,
     task_queue: str,
     require_export: bool,
-    progress: Any,
+    progress: Progress,
 ) -> RunReport:
     """The report for the workflow's result: its ledger where the worker exported it; a result
     that is malformed, names another run, or (``require_export``) was not exported, is a

@@ -43,6 +43,7 @@ from controller.lifecycle.server import (
     connect,
 )
 from controller.lifecycle.workflow import SocietyRun
+from controller.network.tuning import tune_for_router
 from controller.profiles import CLUSTER_TASK_QUEUE
 
 DEFAULT_TASK_QUEUE = CLUSTER_TASK_QUEUE
@@ -129,6 +130,7 @@ async def serve(
 def main(argv: list[str] | None = None) -> int:
     arguments = _arguments(argv)
     os.environ["SOCIETY_KUBE_WORKER_NAMESPACES"] = "1"  # prepare and cleanup own namespaces
+    tune_for_router()  # a run's controller may host its router in this process
     return asyncio.run(
         serve(
             arguments.task_queue,

@@ -11,10 +11,8 @@ each agent's connection is ``connection``'s.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import socket
-import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -68,37 +66,6 @@ __all__ = ["STOP_TIMEOUT_SECONDS", "Consumer", "ParticipantKind", "Router", "Rou
 
 STOP_TIMEOUT_SECONDS = 5.0
 _log = logging.getLogger("controller.network.router")
-_startup_heap_frozen = False
-YOUNG_COLLECTION_THRESHOLD = 10_000
-"""Allocations between young-generation collections (CPython's default is 700). A message's
-objects live for one group commit; collected every 700 allocations, many of them were still in
-flight, survived into older generations and brought on full collections, which at 1,000 sessions
-stopped the event loop for 100-250 ms."""
-
-GIL_SWITCH_INTERVAL_S = 0.0005
-"""How long a thread waiting for the GIL waits before the running one must hand it over
-(CPython's default is 5 ms). Commits no longer involve a thread (the ledger's sync process
-writes and fsyncs), but a follower's file reads and a writer given its own ``DurableFiles`` still
-run on threads, and each waited for the forced switch while the event loop was busy; with no
-thread waiting the interval costs nothing."""
-
-
-def _freeze_startup_heap() -> None:
-    """Move what the process holds when its first router starts out of the collector's sight.
-
-    Modules, classes and functions (≈ 48,000 objects here) are never garbage, yet every full
-    collection walks them: on the benchmark machine that was 30-50 ms of stopped event loop,
-    which set the router's p99 latency. Done once per process; whatever is garbage now is
-    collected first, so nothing dead is kept.
-    """
-    global _startup_heap_frozen
-    if not _startup_heap_frozen:
-        _startup_heap_frozen = True
-        gc.collect()
-        gc.freeze()
-        young, *older = gc.get_threshold()
-        gc.set_threshold(max(young, YOUNG_COLLECTION_THRESHOLD), *older)
-        sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +132,6 @@ class Router:
         """
         from controller.network.connection import serve_connection
 
-        _freeze_startup_heap()
         raise_open_files_limit()  # one socket per session
         async with owned_task_group() as tasks:
             router = cls(

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from controller.agents.roster import Roster
 from ledger.errors import CatalogError
 from ledger.events import Event, EventCatalog
 from ledger.records import LedgerReceipt, Record
 from ledger.writer import LedgerWriter
+
+if TYPE_CHECKING:
+    from controller.network.endpoint import Network
 
 E = TypeVar("E", bound=Event)
 
@@ -91,7 +94,7 @@ class RunContext:
     """The four capabilities of a run's program."""
 
     agents: Roster
-    network: Any
-    """``controller.network.Network``: endpoints, conversations and ``links``."""
+    network: Network
+    """Endpoints, conversations and ``links``."""
     events: CustomerEvents
     ledger: LedgerView

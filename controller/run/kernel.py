@@ -14,7 +14,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -59,6 +59,11 @@ from ledger.format import Provenance, ledger_directory
 from ledger.records import LedgerReceipt
 from ledger.signing import SigningKey
 from ledger.writer import LedgerWriter, open_ledger_writer
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from controller.network.router import Router
 
 DEFAULT_LEDGER_REF = "main"
 ARTIFACT_ROOT_VARIABLE = "SOCIETY_ARTIFACTS"
@@ -220,7 +225,7 @@ class _Kernel:
                 await self._interrupted(_interruption(exc))
             raise
 
-    async def _admit(self, router: Any) -> Result:
+    async def _admit(self, router: Router) -> Result:
         self.progress.phase("admitting roster")
         try:
             admission = self.platform.admit(self.spec.agents)
@@ -301,7 +306,11 @@ class _Kernel:
         return ClusterCause(error.reason, str(error), error)
 
     async def _society(
-        self, router: Any, session: PlatformSession, tasks: Any, credentials: dict[str, Any]
+        self,
+        router: Router,
+        session: PlatformSession,
+        tasks: TaskGroup,
+        credentials: dict[str, Any],
     ) -> Result:
         society = self.society
         self.progress.phase("starting agents")

@@ -27,7 +27,7 @@ from controller.platforms.kubernetes.kube import Informer, is_true
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 PINNED = "registry.invalid/society/scripted@sha256:" + "0" * 63 + "1"
 """A digest-pinned reference for the scripted runtime: KWOK pulls nothing, the digest is a
-stand-in for an image built from agent_images/scripted/Dockerfile."""
+stand-in for an image built from agent_images/python/Dockerfile."""
 SCRIPTED = "society/scripted:dev"
 """The scripted runtime's name in the image map (scripts/build-images.sh): what the real node runs,
 pinned by digest through the map at submit time."""

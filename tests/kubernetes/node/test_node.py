@@ -61,7 +61,7 @@ def test_a_pod_runs_from_a_locally_built_image_pinned_by_digest(
 
     core = client.CoreV1Api(node_plane.api_client())
     image = node_images.ref("scripted")
-    assert "@sha256:" in image and image.startswith("localhost/society/scripted@")
+    assert "@sha256:" in image and image.startswith("localhost/society/python@")
     started = time.monotonic()
     core.create_namespaced_pod(node_namespace, _pod("probe", image, ["python3", "-c", PROBE]))
     pod = wait_until(
