@@ -6,7 +6,9 @@ Wire: one JSON object per line, over TCP. The first line must be
 ``{"id": n, "ok": true, "result": ...}`` or
 ``{"id": n, "ok": false, "error": "...", "reason": <code>}``.
 ``instruct`` carries ``text`` and may name ``peers``; ``stop`` may give a ``reason``. A
-read-only agent (an evaluation peer) offers neither: both are refused with ``not-offered``.
+read-only agent (an evaluation peer) offers neither: both are refused with ``not-offered``. A
+program that cannot start serves the API only to refuse ``state`` with why (``OwnerRefusal``):
+its readiness check then reports the program's own reason.
 A connection that sent ``watch`` is told ``{"event": "terminating", "outcome": "completed" |
 "failed", "detail": ..., ...}`` just before the agent exits.
 
@@ -89,6 +91,15 @@ def _nests_within(line: bytes, max_depth: int) -> bool:
     return not brackets
 
 
+class OwnerRefusal(Exception):
+    """Raised by a handler to refuse the request: the answer is ``{"ok": false, "error": <the
+    message>, "reason": reason}``."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 @dataclass(frozen=True, slots=True)
 class OwnerHandlers:
     """What the agent does for each owner request; ``None``: the request is not offered."""
@@ -106,6 +117,8 @@ class OwnerGateway:
         self._token = token.encode()
         self._handlers = handlers
         self._watchers: list[SocketStream] = []
+        self.refused = anyio.Event()
+        """Set once a handler's refusal (``OwnerRefusal``) was sent."""
 
     async def serve(self) -> None:
         async with self._listener:
@@ -132,7 +145,13 @@ class OwnerGateway:
                     except MalformedLine as exc:
                         await stream.send(_refusal(None, str(exc), exc.reason))
                         continue
-                    await stream.send(_line(await self._answer(stream, request)))
+                    try:
+                        answer = await self._answer(stream, request)
+                    except OwnerRefusal as exc:
+                        await stream.send(_refusal(request.get("id"), str(exc), exc.reason))
+                        self.refused.set()
+                        continue
+                    await stream.send(_line(answer))
         except anyio.DelimiterNotFound:
             await _try_send(stream, _refusal(None, f"a line holds at most {MAX_LINE} bytes"))
         except (anyio.EndOfStream, anyio.IncompleteRead, TimeoutError):

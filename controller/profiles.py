@@ -12,7 +12,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from controller.errors import SetupError
 
 if TYPE_CHECKING:
     from controller.run import Progress, RunRequest, RunResult, RunSpec
@@ -25,12 +27,10 @@ IN_CLUSTER_ENV = "SOCIETY_KUBE_IN_CLUSTER"
 """Set to ``1`` in a pod of the cluster (the run worker, the controller Job)."""
 
 
-class UnknownProfile(Exception):
+class UnknownProfile(SetupError):
     """No profile has this name, or this build lacks its platform; ``reason`` says which."""
 
-    def __init__(self, detail: str, *, reason: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+    reason = "unknown-profile"
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,15 @@ class Profile:
                     return receipt
         return await anyio.to_thread.run_sync(lambda: export_if_configured(run_dir, run_id))
 
+    async def check_reachable(self) -> None:
+        """Raise ``ClusterUnavailable`` unless this profile's cluster answers and holds its
+        queue; nothing to check on this machine."""
+        if self.cluster:
+            from controller.platforms.kubernetes.preflight import check_cluster
+            from controller.platforms.kubernetes.settings import KubernetesSettings
+
+            await check_cluster(KubernetesSettings.from_environment())
+
     async def reap(self, run_id: str, artifact_root: Path) -> None:
         """Remove what the run left: its processes on this machine (every profile's controller
         may have started some), then the platform's own (a cluster: the run's namespace)."""
@@ -115,6 +124,14 @@ async def reap_here(run_id: str, artifact_root: Path) -> None:
     from controller.platforms.local import reap_run
 
     await anyio.to_thread.run_sync(reap_run, run_id, artifact_root)
+
+
+def reap_stale_here(artifact_root: Path) -> list[Any]:
+    """Reap what runs whose controller died left on this machine under ``artifact_root``; one
+    report per run directory looked at (``.skipped`` says why one was left)."""
+    from controller.platforms.local import reap_stale_runs
+
+    return list(reap_stale_runs(artifact_root))
 
 
 def check_worker_request(request: RunRequest) -> None:

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.scripted.policy import Delay, ScriptedPolicy
+from agent_images.scripted.policy import ReplyDelay, ScriptedPolicy
 from controller import Event, EventCatalog, RunSpec
 from controller.agents import scripted
 from controller.run import RunContext
@@ -35,12 +35,12 @@ negotiation_events = EventCatalog.make(ConsensusReached)
 alice = ScriptedPolicy.negotiator(
     offers=("split 70/30", "split 60/40", "split 55/45"),
     accepts=("split 50/50",),
-    delay=Delay(min_ms=10, max_ms=50),
+    delay=ReplyDelay(min_ms=10, max_ms=50),
 )
 bob = ScriptedPolicy.negotiator(
     offers=("split 30/70", "split 45/55"),
     accepts=("split 55/45", "split 50/50"),
-    delay=Delay(min_ms=10, max_ms=50),
+    delay=ReplyDelay(min_ms=10, max_ms=50),
 )
 
 

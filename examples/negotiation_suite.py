@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.scripted.policy import Delay, ScriptedPolicy
+from agent_images.scripted.policy import ReplyDelay, ScriptedPolicy
 from controller import Event, EventCatalog, RunSpec
 from controller.agents import scripted
 from controller.run import RunContext
@@ -62,7 +62,7 @@ def policy(me: Negotiator, *, opener: str, responder: str, opens: bool) -> Scrip
     return ScriptedPolicy.negotiator(
         offers=tuple(mine(share) for share in me.demands),
         accepts=tuple(mine(share) for share in range(me.minimum, 101)),
-        delay=Delay(min_ms=0, max_ms=20),
+        delay=ReplyDelay(min_ms=0, max_ms=20),
     )
 
 

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.scripted.policy import Delay, Rule, ScriptedPolicy
+from agent_images.scripted.policy import ReplyDelay, Rule, ScriptedPolicy
 from controller import Event, EventCatalog, RunSpec
 from controller.agents import scripted
 from controller.run import RunContext
@@ -39,7 +39,7 @@ partition_events = EventCatalog.make(PartitionWindow)
 
 chatter = ScriptedPolicy(
     rules=(Rule(match=r"^tick \d+$", senders=("workload",), texts=("{me} saw {text}",)),),
-    delay=Delay(min_ms=0, max_ms=20),
+    delay=ReplyDelay(min_ms=0, max_ms=20),
 )
 
 

@@ -92,7 +92,9 @@ def require_run_artifacts(
 def locate_ledger(directory: Path | str) -> tuple[Path, Path | None]:
     """``(ledger_dir, run_dir)`` for a ledger directory (run_dir None) or a run directory.
 
-    A run directory holds ``ledger/<ref>/manifest.json``: ``main`` if present, else the only ref.
+    Every command that takes a ledger resolves its argument here. A run directory holds
+    ``ledger/<ref>/manifest.json``: ``main`` if present, else the only ref. Anything else is
+    taken as a ledger directory, whose reader then says what is missing.
     """
     path = Path(directory)
     if (path / MANIFEST).exists() or not (path / RUN_LEDGERS).is_dir():
@@ -103,6 +105,12 @@ def locate_ledger(directory: Path | str) -> tuple[Path, Path | None]:
     refs = ledger_refs(path)
     if len(refs) == 1:
         return ledgers / refs[0], path
+    if not refs:
+        raise LedgerError(
+            f"{path} is a run directory whose {RUN_LEDGERS}/ holds no ledger (no "
+            f"{RUN_LEDGERS}/<ref>/{MANIFEST}): the run has not created it yet, or it was removed",
+            reason="manifest-missing",
+        )
     raise LedgerError(
         f"{path} is a run directory with {len(refs)} ledgers under {RUN_LEDGERS}/ "
         f"({', '.join(refs) or 'none'}); pass the ledger directory {ledgers}/<ref> itself",

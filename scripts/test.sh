@@ -6,7 +6,7 @@ start=$(date +%s)
 # Everything the suite needs is installed below, so no test may skip for a missing part:
 # fixtures that would skip on a developer's partial machine fail instead when CI is set.
 export CI="${CI:-1}"
-scripts/bootstrap.sh
+scripts/bootstrap.sh --all  # the dev tools, the local model and OpenClaw too
 scripts/install-browser.sh
 if [ -x scripts/build-control-plane.sh ]; then
   # The real node's Debian packages, every Go program of the harness, then the images.

@@ -3,9 +3,10 @@
 ``LAYERS`` mirrors the numbered list "Layers" in ARCHITECTURE.md exactly, bottom first; every
 module of ``ledger``, ``controller`` and ``agent_images`` belongs to one, and every import (also
 under ``TYPE_CHECKING`` and inside functions) points to its own layer or one below. There is no
-exception list. Two positions frame the list: ``controller._lazy`` (the lazy-export helper, which
-imports no project code) sits below layer 1, and the package facade ``controller`` (whose public
-names load lazily) sits above layer 11, so nothing in a layer may import the facade.
+exception list. Two positions frame the list: the package plumbing, which imports no project code
+(``controller._lazy``, the lazy-export helper, and ``controller.errors``, the error tree every layer
+raises from), sits below layer 1, and the package facade ``controller`` (whose public names load
+lazily) sits above layer 11, so nothing in a layer may import the facade.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("ledger", "controller", "agent_images")
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("package plumbing", ("controller._lazy",)),
+    ("package plumbing", ("controller._lazy", "controller.errors")),
     ("1. ledger", ("ledger",)),
     ("2. controller.events", ("controller.events",)),
     ("3. controller.network", ("controller.network",)),

@@ -1,8 +1,11 @@
 """``scripts/setup.sh`` prints exactly one JSON line on stdout; every install line goes to stderr.
+By default it installs only the core; ``--all`` installs the local model and OpenClaw too.
 
-The real scripts run in a scratch copy of the repository whose ``.venv`` holds stand-ins for pip
-(``FAKE_python``: prints install chatter on stdout, as pip and the llama.cpp build do) and for
-``society`` (``FAKE_society``: prints the one result line), so nothing is installed.
+The real setup and bootstrap scripts run in a scratch copy of the repository whose ``.venv`` holds
+stand-ins for pip (``FAKE_PYTHON``: prints install chatter on stdout, as pip and the llama.cpp
+build do) and for ``society`` (``FAKE_SOCIETY``: prints the one result line), and whose
+``scripts/`` holds stand-ins for the part installers (``FAKE_INSTALLER``), so nothing is
+installed. Each stand-in appends the command it was given to ``calls.log``.
 """
 
 from __future__ import annotations
@@ -15,12 +18,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FAKE_PYTHON = """#!/bin/sh
+echo "python $*" >> "$(dirname "$0")/../../calls.log"
 echo "Collecting llama-cpp-python (stand-in for pip's chatter on stdout)"
 echo "  Building wheel for llama-cpp-python (pyproject.toml): started"
 """
 FAKE_SOCIETY = """#!/bin/sh
 echo '{"outcome": "ProgramFinished", "exit": "success"}'
 """
+FAKE_INSTALLER = """#!/bin/sh
+echo "$(basename "$0") PYTHON=${PYTHON:-}" >> "$(dirname "$0")/../calls.log"
+echo "$(basename "$0"): installing (stand-in chatter on stdout)"
+"""
+INSTALLERS = ("install-sandbox.sh", "install-llm.sh", "install-openclaw.sh")
 
 
 def _scratch_repo(tmp_path: Path) -> Path:
@@ -28,6 +37,9 @@ def _scratch_repo(tmp_path: Path) -> Path:
     (repo / "scripts").mkdir(parents=True)
     for name in ("setup.sh", "bootstrap.sh"):
         shutil.copy2(ROOT / "scripts" / name, repo / "scripts" / name)
+    for name in INSTALLERS:
+        (repo / "scripts" / name).write_text(FAKE_INSTALLER)
+        (repo / "scripts" / name).chmod(0o755)
     shutil.copy2(ROOT / "pyproject.toml", repo / "pyproject.toml")
     bin_dir = repo / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
@@ -55,6 +67,58 @@ def test_setup_prints_exactly_one_json_line(tmp_path: Path) -> None:
     assert len(lines) == 1, done.stdout
     assert json.loads(lines[0])["exit"] == "success"
     assert "Building wheel" in done.stderr
+
+
+def _calls(repo: Path, *args: str) -> list[str]:
+    """Run the real ``scripts/setup.sh ARGS`` in ``repo``; the commands its installs ran."""
+    (repo / "calls.log").unlink(missing_ok=True)
+    done = subprocess.run(
+        [str(repo / "scripts" / "setup.sh"), *args], capture_output=True, text=True, check=True
+    )
+    assert len(done.stdout.splitlines()) == 1, done.stdout  # only the result line
+    log = repo / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_setup_installs_only_the_core_and_the_sandbox_by_default(tmp_path: Path) -> None:
+    calls = _calls(_scratch_repo(tmp_path))
+    assert "python -m pip install --quiet -e ." in calls, calls
+    programs = [call.split()[0] for call in calls]
+    assert "install-sandbox.sh" in programs
+    assert "install-llm.sh" not in programs and "install-openclaw.sh" not in programs
+    assert not [call for call in calls if "[dev]" in call]
+
+
+def test_setup_all_installs_the_dev_tools_the_local_model_and_openclaw(tmp_path: Path) -> None:
+    calls = _calls(_scratch_repo(tmp_path), "--all")
+    assert "python -m pip install --quiet -e .[dev]" in calls, calls
+    assert "install-llm.sh PYTHON=.venv/bin/python" in calls  # into the project's environment
+    programs = [call.split()[0] for call in calls]
+    assert "install-sandbox.sh" in programs and "install-openclaw.sh" in programs
+
+
+def test_bootstrap_installs_the_package_once_and_the_dev_tools_once_asked(tmp_path: Path) -> None:
+    repo = _scratch_repo(tmp_path)
+    assert [c for c in _calls(repo) if "pip install" in c] == [
+        "python -m pip install --quiet --upgrade pip",
+        "python -m pip install --quiet -e .",
+    ]
+    assert not [c for c in _calls(repo) if "pip" in c]  # installed: the core's stamp holds
+    assert "python -m pip install --quiet -e .[dev]" in _calls(repo, "--all")
+    assert not [c for c in _calls(repo, "--all") if "pip" in c]
+    assert not [c for c in _calls(repo) if "pip" in c]  # the dev install includes the core
+    (repo / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + "\n# changed\n")
+    assert "python -m pip install --quiet -e ." in _calls(repo)  # a changed pyproject.toml
+
+
+def test_bootstrap_refuses_an_unknown_option(tmp_path: Path) -> None:
+    repo = _scratch_repo(tmp_path)
+    done = subprocess.run(
+        [str(repo / "scripts" / "bootstrap.sh"), "--everything"], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "usage: scripts/bootstrap.sh [--all]" in done.stderr
+    assert not (repo / "calls.log").exists()  # nothing was installed
 
 
 FAKE_GO = """#!/bin/sh

@@ -49,9 +49,8 @@ from agent_images.llm.context import (
 )
 from agent_images.llm.model import ModelCallError, ModelClient
 from agent_images.owner_api import OwnerGateway, OwnerHandlers
-from controller.network.client import connect_agent
+from agent_images.router_session import leaf, live_session
 
-ROUTER_LOST_AFTER_S = 10.0
 """How long the agent stays up without its router before it gives up and exits."""
 MAX_CONSECUTIVE_FAILURES = 3
 """Failed model calls in a row (after the gateway's own retries) before the agent gives up."""
@@ -173,24 +172,16 @@ class LLMAgent:
     # ---- life --------------------------------------------------------------------------------
 
     async def live(self) -> Stop:
-        config = self.config
         try:
-            async with connect_agent(
-                config.router_url,
-                self.secrets.router_token,
-                ca_file=config.router_ca_file,
-                unix_path=config.router_socket,
-            ) as session:
-                self.participant_id = session.identity.id
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(self._receive, session)
-                    tasks.start_soon(self._act, session)
-                    tasks.start_soon(self._watch_router, session)
-                    tasks.start_soon(self._wall_clock)
-                    await self._stop.wait()
-                    tasks.cancel_scope.cancel()
+            await live_session(
+                self.config,
+                self.secrets,
+                self._stop,
+                (self._receive, self._act, self._wall_clock),
+                on_connect=self._connected,
+            )
         except Exception as exc:
-            cause = _leaf(exc)
+            cause = leaf(exc)
             reason = "router-lost" if isinstance(cause, ConnectionError) else "error"
             self.stop(reason, f"{type(cause).__name__}: {cause}", failed=True)
         assert self.stopped is not None
@@ -211,18 +202,10 @@ class LLMAgent:
             )
         self.stop("router-closed", "the router stopped delivering: the run is over")
 
-    async def _watch_router(self, session: Any) -> None:
-        lost_at: float | None = None
-        while True:
-            await anyio.sleep(0.25)
-            if session.connected:
-                lost_at = None
-            elif lost_at is None:
-                lost_at = anyio.current_time()
-            elif anyio.current_time() - lost_at > ROUTER_LOST_AFTER_S:
-                raise ConnectionError(f"no router for {ROUTER_LOST_AFTER_S:g} s")
+    def _connected(self, session: Any) -> None:
+        self.participant_id = session.identity.id
 
-    async def _wall_clock(self) -> None:
+    async def _wall_clock(self, _session: Any) -> None:
         limit = self.settings.budget.max_wall_s
         await self._active.wait()
         await anyio.sleep(limit)
@@ -380,12 +363,6 @@ class LLMAgent:
         if self.transcript is not None:
             self.transcript.write(json.dumps(entry, ensure_ascii=False) + "\n")
             self.transcript.flush()
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def read_persona(name: str, workdir: Path) -> tuple[LLMConfig, Persona]:

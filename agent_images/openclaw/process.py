@@ -48,7 +48,7 @@ async def openclaw_gateway(workdir: Path, config: dict[str, Any]) -> AsyncIterat
     if not executable.is_file():
         raise OpenClawStartError(
             f"OpenClaw is not installed at {executable}; run scripts/install-openclaw.sh "
-            f"(scripts/bootstrap.sh calls it)",
+            f"(`society run` does when a roster needs it; so does scripts/bootstrap.sh --all)",
             reason="openclaw-missing",
         )
     config_path = _write_config(workdir, config)

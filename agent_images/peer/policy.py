@@ -37,6 +37,8 @@ class PeerSettings(BaseModel):
     function: str
     max_sends: int = Field(default=100, ge=0)
     """The peer goes quiet after this many sends (two peers answering each other end)."""
+    packages: tuple[str, ...] = ()
+    """Python distributions the policy needs (PEP 508); the peer checks them before it loads it."""
 
 
 class PolicyError(Exception):

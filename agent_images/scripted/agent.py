@@ -7,7 +7,6 @@ router went away or the agent failed; 2 when the sandbox was not set up as the b
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from agent_images.boot import BootConfig, BootError, Secrets
 from agent_images.owner_api import OwnerGateway, OwnerHandlers
+from agent_images.router_session import leaf, live_session
 from agent_images.scripted.policy import (
     OWNER,
     POLICY_FILE,
@@ -27,9 +27,7 @@ from agent_images.scripted.policy import (
     PolicyEngine,
     ScriptedPolicy,
 )
-from controller.network.client import connect_agent
 
-ROUTER_LOST_AFTER = "SCRIPTED_ROUTER_LOST_AFTER_S"
 """How long (seconds, default 10) the agent stays up without its router before it exits 1."""
 
 
@@ -79,25 +77,18 @@ class ScriptedAgent:
 
     async def live(self) -> Exit:
         """Run until stopped (exit 0) or until the router session ends (exit 1)."""
-        config = self.config
         try:
-            async with connect_agent(
-                config.router_url,
-                self.secrets.router_token,
-                ca_file=config.router_ca_file,
-                unix_path=config.router_socket,
-            ) as session:
-                self.participant_id = session.identity.id
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(self._receive, session)
-                    tasks.start_soon(self._act, session)
-                    tasks.start_soon(self._watch_router, session)
-                    await self._stop.wait()
-                    tasks.cancel_scope.cancel()
+            await live_session(
+                self.config,
+                self.secrets,
+                self._stop,
+                (self._receive, self._act),
+                on_connect=self._connected,
+            )
         except Exception as exc:  # the session is gone for good: the router disappeared
             if self._stop.is_set():
                 return Exit(0, "completed")
-            cause = _leaf(exc)
+            cause = leaf(exc)
             return Exit(1, "failed", f"router session ended: {type(cause).__name__}: {cause}")
         return Exit(0, "completed")
 
@@ -112,17 +103,8 @@ class ScriptedAgent:
             )
         self.stop()  # the router stopped: the run is over
 
-    async def _watch_router(self, session: Any) -> None:
-        patience = float(os.environ.get(ROUTER_LOST_AFTER, "10"))
-        lost_at: float | None = None
-        while True:
-            await anyio.sleep(0.1)
-            if session.connected:
-                lost_at = None
-            elif lost_at is None:
-                lost_at = anyio.current_time()
-            elif anyio.current_time() - lost_at > patience:
-                raise ConnectionError(f"no router for {patience:g} s")
+    def _connected(self, session: Any) -> None:
+        self.participant_id = session.identity.id
 
     async def _act(self, session: Any) -> None:
         for outgoing in self.engine.openings():
@@ -145,12 +127,6 @@ class ScriptedAgent:
                 ref = await session.open(*outgoing.peers)
                 conversation = self.conversations[key] = ref.conversation_id
         await session.send(conversation, outgoing.text)
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _name(sender: Any) -> str:

@@ -42,14 +42,14 @@ class _Data(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Delay(_Data):
+class ReplyDelay(_Data):
     """Wait a seeded uniform time in ``[min_ms, max_ms]`` before sending."""
 
     min_ms: int = Field(default=0, ge=0)
     max_ms: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
-    def _ordered(self) -> Delay:
+    def _ordered(self) -> ReplyDelay:
         if self.max_ms < self.min_ms:
             raise ValueError(f"delay max_ms {self.max_ms} is below min_ms {self.min_ms}")
         return self
@@ -74,7 +74,7 @@ class Rule(_Data):
     action: Action = "say"
     texts: tuple[str, ...] = ()
     peers: tuple[str, ...] = ()
-    delay: Delay | None = None
+    delay: ReplyDelay | None = None
     limit: int | None = Field(default=None, ge=1)
     """Fire at most this many times; after that the rule no longer matches."""
 
@@ -96,7 +96,7 @@ class Opening(_Data):
 
     peers: tuple[str, ...] = Field(min_length=1)
     text: str
-    delay: Delay | None = None
+    delay: ReplyDelay | None = None
 
 
 class ScriptedPolicy(_Data):
@@ -112,7 +112,7 @@ class ScriptedPolicy(_Data):
     """``consider`` accepts any offer once it has turned down this many."""
     silence: float = Field(default=0.0, ge=0.0, le=1.0)
     """Seeded probability of leaving a matched message unanswered."""
-    delay: Delay = Delay()
+    delay: ReplyDelay = ReplyDelay()
     """Default wait before every send."""
     max_sends: int | None = Field(default=None, ge=0)
     """Go quiet after this many sends."""
@@ -124,7 +124,7 @@ class ScriptedPolicy(_Data):
         offers: tuple[str, ...] = (),
         accepts: tuple[str, ...] = (),
         concede_after: int | None = None,
-        delay: Delay | None = None,
+        delay: ReplyDelay | None = None,
         silence: float = 0.0,
     ) -> ScriptedPolicy:
         """Propose when addressed as ``@name`` with the word 'propos', consider every proposal."""
@@ -137,7 +137,7 @@ class ScriptedPolicy(_Data):
             offers=offers,
             accepts=accepts,
             concede_after=concede_after,
-            delay=delay or Delay(),
+            delay=delay or ReplyDelay(),
             silence=silence,
         )
 
@@ -162,7 +162,7 @@ class Outgoing:
 
 
 @dataclass(slots=True)
-class Decision:
+class Reaction:
     sends: list[Outgoing] = field(default_factory=list)
     stop: bool = False
 
@@ -192,10 +192,10 @@ class PolicyEngine:
         ]
         return self._budget(sends)
 
-    def decide(self, message: Incoming) -> Decision:
+    def decide(self, message: Incoming) -> Reaction:
         """What to do about one message; call in delivery order."""
         if message.sender == self.name:
-            return Decision()
+            return Reaction()
         self.received += 1
         for index, rule in enumerate(self.policy.rules):
             if rule.senders and message.sender not in rule.senders:
@@ -206,7 +206,7 @@ class PolicyEngine:
                 continue
             self._fired[index] = self._fired.get(index, 0) + 1
             return self._act(rule, message)
-        return Decision()
+        return Reaction()
 
     def state(self) -> dict[str, object]:
         return {
@@ -217,21 +217,21 @@ class PolicyEngine:
             "rejected": self.rejected,
         }
 
-    def _act(self, rule: Rule, message: Incoming) -> Decision:
+    def _act(self, rule: Rule, message: Incoming) -> Reaction:
         if rule.action == "ignore":
-            return Decision()
+            return Reaction()
         if rule.action == "stop":
-            return Decision(stop=True)
+            return Reaction(stop=True)
         if self.policy.silence and self.rng.random() < self.policy.silence:
-            return Decision()
+            return Reaction()
         text = self._text(rule, message)
         if text is None:
-            return Decision()
+            return Reaction()
         peers = rule.peers
         conversation = None if peers else message.conversation_id
         if conversation is None and not peers:
-            return Decision()  # an instruction with nowhere to answer
-        return Decision(
+            return Reaction()  # an instruction with nowhere to answer
+        return Reaction(
             self._budget([Outgoing(text, self._delay(rule.delay), conversation, peers)])
         )
 
@@ -263,7 +263,7 @@ class PolicyEngine:
     def _vars(self, message: Incoming) -> dict[str, object]:
         return {"me": self.name, "sender": message.sender, "text": message.text, "count": self.sent}
 
-    def _delay(self, delay: Delay | None) -> float:
+    def _delay(self, delay: ReplyDelay | None) -> float:
         window = delay or self.policy.delay
         if window.max_ms == 0:
             return 0.0

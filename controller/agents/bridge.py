@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -27,20 +28,36 @@ from controller.agents.termination import (
     ProcessExit,
     Termination,
 )
+from controller.errors import SocietyError
 
 MAX_LINE = 1024 * 1024
 REPORT_GRACE_S = 1.0
 """How long to wait for the program's own report once its process ended."""
+PROGRAM_REASON = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
+"""The shape of the reason a program gives for refusing ``state`` before it is ready (it cannot
+start: ``program-cannot-start``, with its reason and words); any other refusal is
+``bridge-failed``."""
+MAX_PROGRAM_DETAIL = 4000
 
 GatewayT = TypeVar("GatewayT", bound="BridgeGateway")
 
 
-class GatewayError(Exception):
-    """A runtime's gateway refused a request or went away; ``reason`` is machine-readable."""
+class GatewayError(SocietyError):
+    """A runtime's gateway refused a request or went away; ``reason`` is machine-readable, and
+    ``refusal`` is the program's own reason for a refusal (``gateway-refused``)."""
 
-    def __init__(self, detail: str, *, reason: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+    reason = "gateway-failed"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        reason: str | None = None,
+        next_step: str | None = None,
+        refusal: str | None = None,
+    ) -> None:
+        super().__init__(detail, reason=reason, next_step=next_step)
+        self.refusal = refusal
 
 
 class BridgeGateway:
@@ -81,7 +98,12 @@ class BridgeGateway:
         if reply is None:
             raise GatewayError(f"the gateway of {self.agent} closed", reason="gateway-closed")
         if not reply.get("ok"):
-            raise GatewayError(str(reply.get("error")), reason="gateway-refused")
+            refusal = reply.get("reason") if reply.get("ok") is False else None
+            raise GatewayError(
+                str(reply.get("error")),
+                reason="gateway-refused",
+                refusal=refusal if isinstance(refusal, str) else None,
+            )
         return reply.get("result")
 
     async def _read(self) -> None:
@@ -137,6 +159,13 @@ async def attach_bridge(
             finally:
                 tasks.cancel_scope.cancel()
     if failure is not None:  # raised here, outside the task group, as one typed error
+        if failure.refusal is not None and PROGRAM_REASON.match(failure.refusal):
+            # the program itself says why it cannot start (e.g. a peer whose policy cannot load)
+            raise RuntimeDescriptorError(
+                f"the {runtime} program of {access.agent} cannot start ({failure.refusal}): "
+                f"{str(failure)[:MAX_PROGRAM_DETAIL]}",
+                reason="program-cannot-start",
+            )
         raise RuntimeDescriptorError(
             f"the {runtime} gateway of {access.agent} failed before it was ready ({failure}); "
             f"its output.log may say why",

@@ -6,15 +6,18 @@ Its policy is Python code: a module file handed to the sandbox through the descr
 router, so its messages are committed like any agent's. Its bridge (``PeerObservations``) reads
 what the peer publishes; it has no call that makes the peer send or stop, and the program behind
 the bridge refuses the owner API's ``instruct`` and ``stop`` (``not-offered``). Teardown ends it
-by signal. The controller never runs the policy: it parses it, to refuse a missing module or
-function when the RunSpec is defined.
+by signal (SIGTERM, then ``term_grace_s`` before SIGKILL). The controller never runs the policy:
+it parses it, to refuse a missing module or function when the RunSpec is defined. The Python
+packages it declares (``packages``) are checked before the run starts: by the local profile's
+admission against the environment its agents run in, and by the peer itself, in its sandbox,
+before it loads the policy (the readiness gate then says which is missing).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +33,7 @@ from controller.agents.runtime import (
     RuntimeDescriptor,
     RuntimeDescriptorError,
     SandboxAccess,
+    check_packages,
 )
 from ledger.events import Event, EventCatalog
 
@@ -37,6 +41,8 @@ PEER_IMAGE = "society/peer:dev"
 """The locally built image; cluster profiles need it pinned by digest (``image=...@sha256:...``)."""
 PEER_COMMAND = ("python", "-m", "agent_images.peer")
 PEER_RESOURCES = Resources(cpu=0.02, memory_mib=64, memory_limit_mib=1536)
+PEER_TERM_GRACE_S = 10.0
+"""A policy may import heavy libraries, whose interpreter shutdown outlasts the 2 s default."""
 
 
 class PeerObservation(BaseModel):
@@ -107,6 +113,7 @@ class PeerRuntime(RuntimeDescriptor):
     command: tuple[str, ...] = PEER_COMMAND
     resources: Resources = PEER_RESOURCES
     events: EventCatalog = peer_events
+    term_grace_s: float = PEER_TERM_GRACE_S
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -117,6 +124,31 @@ class PeerRuntime(RuntimeDescriptor):
             )
 
     def attach(
+        self, access: SandboxAccess
+    ) -> AbstractAsyncContextManager[Attachment[PeerObservations]]:
+        return self._attached(access)
+
+    @asynccontextmanager
+    async def _attached(self, access: SandboxAccess) -> AsyncIterator[Attachment[PeerObservations]]:
+        """The bridge; a peer that died before it could say why (a C library aborting on a failed
+        allocation) gets the memory limit it ran under named in the error."""
+        attached = False
+        try:
+            async with self._bridge(access) as attachment:
+                attached = True
+                yield attachment
+        except RuntimeDescriptorError as exc:
+            if attached or exc.reason != "exited-before-ready":
+                raise
+            limit = self.resources.memory_limit_mib
+            raise RuntimeDescriptorError(
+                f"{exc}; its memory limit is {limit} MiB (resources.memory_limit_mib; on the local "
+                f"profile, its address-space limit): if its log shows a failed allocation or "
+                f"mapping, raise it with peer(..., resources=Resources(memory_limit_mib=...))",
+                reason=exc.reason,
+            ) from None
+
+    def _bridge(
         self, access: SandboxAccess
     ) -> AbstractAsyncContextManager[Attachment[PeerObservations]]:
         async def stopped(report: Mapping[str, Any]) -> None:
@@ -155,19 +187,26 @@ def peer(
     environment: Mapping[str, str] | None = None,
     harvest: Harvest | None = None,
     ready_timeout_s: float = 60.0,
+    term_grace_s: float = PEER_TERM_GRACE_S,
+    packages: tuple[str, ...] = (),
 ) -> PeerRuntime:
     """An evaluation peer whose policy is ``function`` in ``module``, a key of ``files``.
 
     ``files`` maps working-directory paths to text, bytes or a ``Path`` read now (the policy
-    module and any sibling modules it imports). The peer stops sending after ``max_sends``.
-    Its files and settings are harvested.
+    module and any sibling modules it imports). ``packages`` are the Python distributions the
+    policy imports (PEP 508, e.g. ``("numpy>=1.26",)``), checked before the run starts. The peer
+    stops sending after ``max_sends``; at teardown it has ``term_grace_s`` to exit after
+    SIGTERM. Its files and settings are harvested.
     """
     given = {path: _content(path, content) for path, content in files.items()}
     if PEER_CONFIG_FILE in given:
         raise RuntimeDescriptorError(
             f"{PEER_CONFIG_FILE} is written from peer()'s arguments", reason="bad-path"
         )
-    settings = PeerSettings(module=module, function=function, max_sends=max(max_sends, 0))
+    packages = check_packages(packages)
+    settings = PeerSettings(
+        module=module, function=function, max_sends=max(max_sends, 0), packages=packages
+    )
     written = {PEER_CONFIG_FILE: settings.model_dump_json(indent=2).encode()}
     return PeerRuntime(
         module=module,
@@ -179,6 +218,8 @@ def peer(
         files={**given, **written},
         harvest=harvest or Harvest(files=(*sorted(given), PEER_CONFIG_FILE)),
         ready_timeout_s=ready_timeout_s,
+        term_grace_s=term_grace_s,
+        packages=packages,
     )
 
 

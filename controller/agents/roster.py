@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from controller.agents.termination import Observation, Termination
+from controller.errors import SocietyError
 
 if TYPE_CHECKING:
     from controller.network.protocol import Participant
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 G = TypeVar("G")
 
 
-class GatewayTypeError(TypeError):
+class GatewayTypeError(SocietyError, TypeError):
     """A roster agent's gateway is not the class the program asked for; ``reason`` says so."""
 
     reason = "gateway-type"

@@ -16,7 +16,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
+from agent_images.packages import BadRequirement, check_requirement
 from controller.agents.termination import Observation, ProcessExit, Termination
+from controller.errors import SocietyError
 from controller.services import RunService
 from ledger.events import Event, EventCatalog
 
@@ -28,12 +30,10 @@ MAX_PATH_CHARS = 1024
 _DIGEST_PINNED = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
-class RuntimeDescriptorError(Exception):
+class RuntimeDescriptorError(SocietyError):
     """A runtime descriptor is malformed or its bridge failed; ``reason`` is machine-readable."""
 
-    def __init__(self, detail: str, *, reason: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+    reason = "runtime-failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +134,13 @@ class RuntimeDescriptor(ABC):
     """Event classes the runtime's bridge may record; merged into the run's catalog."""
     ready_timeout_s: float = 60.0
     """How long the application may take to become usable once its process started."""
+    term_grace_s: float = 2.0
+    """At teardown, how long the program may take to exit after SIGTERM before it is killed."""
     services: tuple[RunService, ...] = ()
     """What the agent needs once per run, shared (``controller.services``)."""
+    packages: tuple[str, ...] = ()
+    """Python distributions the program needs (PEP 508, e.g. ``"numpy>=1.26"``), checked against
+    the environment the agent runs in before the run starts."""
 
     runtime: ClassVar[str]
 
@@ -154,6 +159,12 @@ class RuntimeDescriptor(ABC):
             raise RuntimeDescriptorError(
                 f"bridge port {self.bridge_port} is out of range", reason="bad-port"
             )
+        if not self.term_grace_s > 0:
+            raise RuntimeDescriptorError(
+                f"term_grace_s is {self.term_grace_s}; give a number of seconds above 0",
+                reason="bad-option",
+            )
+        object.__setattr__(self, "packages", check_packages(self.packages))
         for service in self.services:
             if not isinstance(service, RunService) or not _hashable(service):
                 raise RuntimeDescriptorError(
@@ -180,6 +191,23 @@ class RuntimeDescriptor(ABC):
     async def stop(self, gateway: Any) -> None:
         """Ask the application to end by itself at teardown; the platform signals it after."""
         return None
+
+
+def check_packages(packages: object) -> tuple[str, ...]:
+    """``packages`` as a tuple of PEP 508 requirements; raises ``RuntimeDescriptorError``."""
+    if isinstance(packages, str) or not isinstance(packages, tuple | list):
+        raise RuntimeDescriptorError(
+            f"packages is {packages!r}; give a tuple of requirements, e.g. ('numpy>=1.26',)",
+            reason="bad-requirement",
+        )
+    for requirement in packages:
+        try:
+            check_requirement(requirement)
+        except BadRequirement as exc:
+            raise RuntimeDescriptorError(
+                f"{exc}; give one such as 'numpy>=1.26'", reason="bad-requirement"
+            ) from None
+    return tuple(packages)
 
 
 def _hashable(value: object) -> bool:

@@ -7,6 +7,13 @@ import os
 import sys
 from collections.abc import Sequence
 
+from controller.errors import SocietyError
+from ledger.errors import LedgerError
+
+EXIT_ERROR = 1
+"""A typed error escaped a command; a command may name its own (``society run``: 2, it could not
+start) with ``set_defaults(error_exit=...)``."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     from controller.cli import (
@@ -44,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `society ledger show DIR | head`: the reader left; that is not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (SocietyError, LedgerError) as error:
+        # A typed error is the user's to act on: what happened and the next step, no traceback.
+        print(f"society {_command(args)}: error: {error}", file=sys.stderr, flush=True)
+        code = getattr(args, "error_exit", EXIT_ERROR)
     if argv is None and "temporalio" in sys.modules:  # as the `society` program only
         # The command's work is done and reported. The Temporal SDK's native runtime has been
         # seen to crash (SIGSEGV) while the interpreter tears its threads down, which would turn
@@ -52,6 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command as typed: ``run``, or ``cluster up`` (a group's ``dest`` is
+    ``<group>_command``)."""
+    action = getattr(args, f"{args.command}_command", None)
+    return args.command if action is None else f"{args.command} {action}"
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ wants the exact set: then only the catalogs of the runtimes the ledger's roster 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -30,17 +29,9 @@ def core_catalog() -> EventCatalog:
 
 def shipped_runtime_catalogs() -> Mapping[str, EventCatalog]:
     """Each shipped runtime's name and the events it contributes to a run's catalog."""
-    from controller.agents.llm import LLMRuntime
-    from controller.agents.scripted import ScriptedRuntime
+    from controller.agents.shipped import shipped_runtime_catalogs as catalogs
 
-    catalogs: dict[str, EventCatalog] = {}
-    for descriptor in (ScriptedRuntime, LLMRuntime):
-        field = {f.name: f for f in dataclasses.fields(descriptor)}["events"]
-        factory = field.default_factory
-        default = factory() if factory is not dataclasses.MISSING else field.default
-        assert isinstance(default, EventCatalog)
-        catalogs[descriptor.runtime] = default
-    return catalogs
+    return catalogs()
 
 
 def ledger_runtimes(ledger_dir: Path) -> list[str] | None:

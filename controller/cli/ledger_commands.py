@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from ledger.tail import follow_ledger, wait_for_ledger
 from ledger.terminal import escape_json_text, terminal_json
 from ledger.timeline import (
     TimelineStyle,
+    artifact_lines,
     header_lines,
     record_line,
     record_lines,
@@ -52,7 +54,7 @@ def add_commands(subparsers: Any) -> None:
         ),
     )
     verify.add_argument(
-        "directory", type=_location, metavar="DIR", help="a directory, or gs://BUCKET/RUN_ID"
+        "directory", type=_location, metavar="DIR", help=LEDGER_OR_RUN + ", or gs://BUCKET/RUN_ID"
     )
     _catalog_option(verify)
     _trusted_key_option(verify)
@@ -72,9 +74,14 @@ def add_commands(subparsers: Any) -> None:
     show = commands.add_parser(
         "show",
         help="print a ledger as a readable timeline",
-        description="One line per record: time offset, sequence, producer, tag and fields.",
+        description=(
+            "One line per record: time offset, sequence, producer, tag and fields. DIR is a "
+            "ledger directory or a run directory: then its harvested files are re-hashed against "
+            "the ledger too. Exit 0 when it verifies (a live ledger's prefix included), 1 "
+            "otherwise."
+        ),
     )
-    show.add_argument("directory", type=Path, metavar="DIR")
+    show.add_argument("directory", type=Path, metavar="DIR", help=LEDGER_OR_RUN)
     _catalog_option(show)
     _trusted_key_option(show)
     _color_option(show)
@@ -109,7 +116,7 @@ def add_commands(subparsers: Any) -> None:
             "exist yet); stops when completion.json appears and then verifies the whole ledger."
         ),
     )
-    follow.add_argument("directory", type=Path, metavar="DIR")
+    follow.add_argument("directory", type=Path, metavar="DIR", help=LEDGER_OR_RUN)
     follow.add_argument("--json", action="store_true", help="print each record as a JSON line")
     follow.add_argument(
         "--poll", type=float, default=0.1, metavar="SECONDS", help="poll interval (0.1)"
@@ -130,12 +137,13 @@ def add_commands(subparsers: Any) -> None:
         help="verify a ledger, then grade it with a grader module; print its JSON result",
         description=(
             "GRADER.py defines `catalog` (or `run_spec`) and `def grade(ledger) -> dict`. The "
-            "ledger is opened and verified with that catalog first."
+            "ledger is opened and verified with that catalog first (and, for a run directory, "
+            "every harvested file re-hashed against it)."
         ),
     )
     grade.add_argument("grader", type=Path, metavar="GRADER.py")
     grade.add_argument(
-        "directory", type=_location, metavar="LEDGER_DIR", help="a directory, or gs://BUCKET/RUN_ID"
+        "directory", type=_location, metavar="DIR", help=LEDGER_OR_RUN + ", or gs://BUCKET/RUN_ID"
     )
     _trusted_key_option(grade)
     grade.set_defaults(handler=grade_command)
@@ -144,14 +152,15 @@ def add_commands(subparsers: Any) -> None:
         "export",
         help="export a run directory to gs://BUCKET/<run id>/, completion.json last",
         description=(
-            "Uploads RUN_DIR (the ledger and the harvested artifacts) to gs://BUCKET/<run id>/ "
-            "with the ledger's completion.json last. A ledger without completion.json exports its "
-            "signed prefix (records up to the last checkpoint) and export-incomplete.json last. "
-            "Running it again resumes an export that failed. Credentials: Application Default "
+            "Uploads DIR (a run directory: the ledger and the harvested artifacts; or a ledger "
+            "directory alone) to gs://BUCKET/<run id>/ with the ledger's completion.json last. A "
+            "ledger without completion.json exports its signed prefix (records up to the last "
+            "checkpoint) and export-incomplete.json last. Running it again resumes an export that "
+            "failed. Credentials: Application Default "
             "Credentials (Workload Identity on GKE); STORAGE_EMULATOR_HOST for an emulator."
         ),
     )
-    export.add_argument("directory", type=Path, metavar="RUN_DIR")
+    export.add_argument("directory", type=Path, metavar="DIR", help=LEDGER_OR_RUN)
     export.add_argument("bucket", metavar="gs://BUCKET[/PREFIX]")
     export.add_argument(
         "--deadline",
@@ -161,6 +170,10 @@ def add_commands(subparsers: Any) -> None:
         help=f"how long to retry an upload that keeps failing ({DEFAULT_DEADLINE_S:g})",
     )
     export.set_defaults(handler=export_command)
+
+
+LEDGER_OR_RUN = "a run directory (artifacts/sr-...) or a ledger directory"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def _catalog_option(parser: argparse.ArgumentParser) -> None:
@@ -212,8 +225,8 @@ def _local(handler: Any) -> Any:
 def export_command(args: argparse.Namespace) -> int:
     from controller.stores.gcs import LedgerExportError, export_run
 
-    url = args.bucket.rstrip("/") + "/" + args.directory.name
     try:
+        url = args.bucket.rstrip("/") + "/" + _run_id_of(args.directory)
         receipt = export_run(args.directory, url, deadline_s=args.deadline)
     except (LedgerExportError, LedgerError) as exc:
         print(f"society ledger export: error ({exc.reason}): {exc}", file=sys.stderr)
@@ -223,6 +236,19 @@ def export_command(args: argparse.Namespace) -> int:
          "complete": receipt.complete, "signedRecords": receipt.signed_records}
     )  # fmt: skip
     return 0
+
+
+def _run_id_of(directory: Path) -> str:
+    """The run id an export is named by: a run directory's name, a ledger directory's run id
+    (from its manifest; the folder's name where it names none, and the export then refuses it)."""
+    ledger_dir, run_dir = locate_ledger(directory)
+    if run_dir is not None:
+        return run_dir.name
+    try:
+        run_id = (_json_object((ledger_dir / MANIFEST).read_bytes()) or {}).get("runId")
+    except OSError:
+        run_id = None
+    return run_id if isinstance(run_id, str) and _PLAIN_NAME.fullmatch(run_id) else directory.name
 
 
 @_local
@@ -293,6 +319,7 @@ def verification_summary(verified: Verification, *, decoded_all: bool) -> dict[s
 def show_command(args: argparse.Namespace) -> int:
     style = _style(args.color)
     try:
+        ledger_dir, run_dir = locate_ledger(args.directory)
         catalog = reader_catalog(args.catalog)
         trusted = load_trusted_key(args.trusted_key) if args.trusted_key else None
     except LedgerError as exc:
@@ -300,16 +327,19 @@ def show_command(args: argparse.Namespace) -> int:
     try:
         verified = verify_ledger(
             catalog,
-            args.directory,
+            ledger_dir,
             trusted_key=trusted,
             require_catalog=False,
             allow_incomplete=True,
         )
     except LedgerVerificationError as exc:
-        return _show_unverified(args.directory, exc, style)
+        return _show_unverified(ledger_dir, exc, style)
     rows = [envelope.to_wire() for envelope in verified.envelopes]
     manifest = verified.manifest.to_wire()
     _print_lines(header_lines(manifest, records=len(rows), style=style, verification=verified))
+    check = None if run_dir is None else check_run_artifacts(run_dir, verified.envelopes)
+    if check is not None:
+        _print_lines(artifact_lines(check, style))
     print()
     _print_lines(record_lines(rows, style))
     print()
@@ -317,7 +347,7 @@ def show_command(args: argparse.Namespace) -> int:
     for row in rows:
         counts[row["event"]["tag"]] = counts.get(row["event"]["tag"], 0) + 1
     print(tag_counts_line(counts))
-    return 0
+    return 0 if check is None or check.valid else 1
 
 
 def _show_unverified(
@@ -388,12 +418,18 @@ def follow_command(args: argparse.Namespace) -> int:
                 row = envelope.to_wire()
                 print(record_line(row, style, sequence_width=sequence_width), flush=True)
         verified = verify_ledger(catalog, ledger_dir, require_catalog=False)
+        _, run_dir = locate_ledger(args.directory)
     except LedgerError as exc:
         return _print_invalid(exc)
     except KeyboardInterrupt:
         return 130
-    _print_json(verification_summary(verified, decoded_all=False), stream=sys.stderr)
-    return 0
+    summary = verification_summary(verified, decoded_all=False)
+    if run_dir is None:
+        _print_json(summary, stream=sys.stderr)
+        return 0
+    check = check_run_artifacts(run_dir, verified.envelopes)
+    _print_json(run_summary(summary, check), stream=sys.stderr)
+    return 0 if check.valid else 1
 
 
 @_local

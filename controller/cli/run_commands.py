@@ -18,6 +18,8 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from controller.errors import SetupError, SocietyError
+
 if TYPE_CHECKING:
     from temporalio.client import Client
 
@@ -47,14 +49,6 @@ Run one experiment once; progress on stderr, one JSON result line on stdout.
   4. society grade GRADER.py DIR   verify, then grade it with your grader (examples/graders/)
 Exit: 0 success, 1 program failed or cluster lost, 2 could not start, 130/143/129 stopped (SIGINT
 or `society cancel`/SIGTERM/SIGHUP; ledger finalized first; 2nd Ctrl-C: at once; 3rd: exit now)."""
-
-
-class SetupError(Exception):
-    """The run could not start; ``reason`` is machine-readable, the message says what to do."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 def add_commands(subparsers: Any) -> None:
@@ -97,7 +91,7 @@ def add_commands(subparsers: Any) -> None:
         action="store_true",
         help="local: agents run without the bubblewrap sandbox (the ledger records it)",
     )
-    run.set_defaults(handler=_run)
+    run.set_defaults(handler=_run, error_exit=EXIT_SETUP)  # a typed error: it could not start
 
     status = subparsers.add_parser(
         "status",
@@ -146,10 +140,6 @@ def artifact_root(args: argparse.Namespace) -> Path:
     return Path(chosen).resolve()
 
 
-def _error(command: str, message: str) -> None:
-    print(f"society {command}: error: {message}", file=sys.stderr, flush=True)
-
-
 def _print_line(document: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(document) + "\n")
     sys.stdout.flush()
@@ -168,9 +158,6 @@ def _run(args: argparse.Namespace) -> int:
     tune_for_router()  # this process hosts the run's router
     try:
         return asyncio.run(_run_async(args))
-    except SetupError as error:
-        _error("run", str(error))
-        return EXIT_SETUP
     except KeyboardInterrupt:  # before the run's own handlers were installed: nothing started
         from controller.lifecycle.driver import RunReport
 
@@ -235,69 +222,37 @@ def _say(line: str) -> None:
 
 async def _run_with(args: argparse.Namespace, interrupts: Interrupts) -> int:
     from controller.cli.progress import TerminalProgress
-    from controller.lifecycle import server
-    from controller.lifecycle.driver import RunDriver, RunRefused, RunReport
+    from controller.lifecycle.submit import Where, submit
     from controller.profiles import profile_named
     from controller.run import RunRequest, new_run_id
-    from controller.run.request import RunRequestError
 
     root = artifact_root(args)
     progress = TerminalProgress()
     spec, module = _load_module(args.module)  # before Temporal, a run id or a run directory
     profile = profile_named(args.profile)
+    where = Where(args.task_queue or profile.task_queue, args.insecure_temporal)
+    if where.task_queue is not None and args.unsandboxed:
+        raise SetupError(
+            f"--unsandboxed applies to a worker in this process; the worker polling "
+            f"{where.task_queue} decides for itself",
+            reason="unsandboxed-remote",
+            next_step="drop --unsandboxed (or --task-queue)",
+        )
     if profile.cluster:
         _apply_cluster_profile(root, args.profile, progress)
-    queue = args.task_queue or profile.task_queue
-    if queue is not None:
-        report = await _submit(args, queue, module, root, progress, interrupts)
-        return _finish(root, report, progress, interrupts)
-    await reap_stale(root, await _live_temporal(root))
-    if profile.cluster:
-        await _check_cluster()
-    run_id = args.run_id or new_run_id()
-    if (root / run_id).exists():
-        raise SetupError("run-id-taken", f"{root / run_id} exists; omit --run-id for a fresh id")
-    try:
-        request = RunRequest.build(
-            run_id=run_id,
-            module_path=str(module),
-            profile=args.profile,
-            artifact_root=str(root),
-            seed=args.seed,
-            # a cluster's run worker is not on this machine: it gets the module's content, no path
-            module_source=_module_source(module) if profile.ships_source else None,
-        )
-    except RunRequestError as error:
-        raise SetupError(error.reason, str(error)) from None
-
-    dev_server: server.DevServer | None = None
-    try:
-        with interrupts.cancelling() as setup:
-            try:
-                endpoint = server.configured_endpoint()
-                if endpoint is None:
-                    dev_server = server.DevServer(root)
-                    progress.phase("temporal: starting or joining the local dev server")
-                    endpoint = await dev_server.acquire(run_id)
-                client = await server.connect(endpoint)
-            except server.TemporalUnavailable as error:
-                raise SetupError(error.reason, str(error)) from None
-        if setup.cancelled_caught:
-            report = RunReport.from_artifacts(root, run_id, "Interrupted")
-        else:
-            ui = server.workflow_url(endpoint, run_id)
-            progress.phase(f"run {run_id}: Temporal at {endpoint.address}")
-            progress.phase(f"temporal ui: {ui or f'not known (set {server.UI_ENV})'}")
-            driver = RunDriver(
-                client, endpoint, request, spec=spec, progress=progress, interrupts=interrupts
-            )
-            try:
-                report = await driver.drive()
-            except RunRefused as error:
-                raise SetupError(error.reason, str(error)) from None
-    finally:
-        if dev_server is not None:
-            await dev_server.release(run_id)
+    if where.task_queue is None and not profile.cluster:  # this process serves the agents
+        await _install_parts(spec, progress)
+    # a worker not on this machine gets the module's content, no path (and nothing beside it)
+    ships = where.task_queue is not None or profile.ships_source
+    request = RunRequest.build(
+        run_id=args.run_id or new_run_id(),
+        module_path=str(module),
+        profile=args.profile,
+        artifact_root=str(root),  # a worker elsewhere places the run under its own root
+        seed=args.seed,
+        module_source=_module_source(module) if ships else None,
+    )
+    report = await submit(request, where=where, spec=spec, progress=progress, interrupts=interrupts)
     return _finish(root, report, progress, interrupts)
 
 
@@ -313,82 +268,6 @@ def _finish(root: Path, report: RunReport, progress: Any, interrupts: Interrupts
     return exit_code(report.outcome, report.exit, interrupts.signum)
 
 
-async def _submit(
-    args: argparse.Namespace,
-    queue: str,
-    module: Path,
-    root: Path,
-    progress: Any,
-    interrupts: Interrupts,
-) -> RunReport:
-    """``--task-queue``: submit to the worker polling ``queue`` on the configured Temporal and
-    wait for it; no worker runs here (``controller.lifecycle.remote``, which says why
-    its result is trusted only from a Temporal that authenticates its clients)."""
-    from controller.lifecycle import server
-    from controller.lifecycle.driver import RunRefused, RunReport
-    from controller.lifecycle.remote import SubmittedRun, check_authenticated
-    from controller.profiles import profile_named
-    from controller.run import RunRequest, new_run_id
-    from controller.run.request import RunRequestError
-
-    if args.unsandboxed:
-        raise SetupError(
-            "unsandboxed-remote",
-            f"--unsandboxed applies to a worker in this process; the worker polling {queue} "
-            "decides for itself\n  next step: drop --unsandboxed (or --task-queue)",
-        )
-    endpoint = server.configured_endpoint()
-    if endpoint is None:
-        raise SetupError(
-            "temporal-address-missing",
-            f"task queue {queue} is polled by a run worker on your Temporal, and "
-            f"{server.ADDRESS_ENV} is not set\n  next step: set {server.ADDRESS_ENV} (host:port) "
-            f"and {server.NAMESPACE_ENV} of the Temporal that worker polls, with "
-            f"{server.TLS_DIR_ENV} or {server.API_KEY_ENV} (GKE: what the chart's Temporal Secret "
-            "holds)",
-        )
-    try:
-        check_authenticated(endpoint, allow_unauthenticated=args.insecure_temporal)
-    except (RunRefused, server.TemporalUnavailable) as error:
-        raise SetupError(error.reason, str(error)) from None
-    await reap_stale(root, await _live_temporal(root))
-    run_id = args.run_id or new_run_id()
-    try:
-        request = RunRequest.build(
-            run_id=run_id,
-            module_path=str(module),  # names it only: the worker runs module_source
-            profile=args.profile,
-            artifact_root=str(root),  # the worker's own artifact root replaces it
-            seed=args.seed,
-            module_source=_module_source(module),
-        )
-    except RunRequestError as error:
-        raise SetupError(error.reason, str(error)) from None
-    with interrupts.cancelling() as setup:
-        try:
-            client = await server.connect(endpoint)
-        except server.TemporalUnavailable as error:
-            raise SetupError(error.reason, str(error)) from None
-    if setup.cancelled_caught:
-        return RunReport("Interrupted", "interrupted", run_id, None, False, 0, None)
-    ui = server.workflow_url(endpoint, run_id)
-    progress.phase(f"run {run_id}: Temporal at {endpoint.address}, namespace {endpoint.namespace}")
-    progress.phase(f"temporal ui: {ui or f'not known (set {server.UI_ENV})'}")
-    submitted = SubmittedRun(
-        client,
-        endpoint,
-        request,
-        task_queue=queue,
-        progress=progress,
-        interrupts=interrupts,
-        require_export=profile_named(args.profile).exports,
-    )
-    try:
-        return await submitted.drive()
-    except RunRefused as error:
-        raise SetupError(error.reason, str(error)) from None
-
-
 def _load_module(path: Path) -> tuple[RunSpec, Path]:
     """The module's ``run_spec``, loaded before anything starts, and the module's resolved path."""
     from controller.run import RunSpecError, load_run_spec
@@ -396,26 +275,42 @@ def _load_module(path: Path) -> tuple[RunSpec, Path]:
     module = path.resolve()
     if not module.is_file():
         raise SetupError(
-            "module-missing",
-            f"{path} is not a file\n  next step: pass the path of a MODULE.py defining run_spec",
+            f"{path} is not a file",
+            reason="module-missing",
+            next_step="pass the path of a MODULE.py defining run_spec",
         )
     try:
         return load_run_spec(module), module
     except RunSpecError as error:
-        raise SetupError(
-            error.reason,
-            f"{error}\n  next step: fix {path} (check it with `python {path}`) and run again; "
-            "nothing was started",
+        if error.reason == "module-import-failed":
+            # society's own interpreter, which is what failed: a bare `python` may be another one
+            check = f" (`{sys.executable} {path}` reproduces the failure)"
+        else:
+            check = ""  # the module imports; running it would show nothing
+        raise RunSpecError(
+            error.detail,
+            reason=error.reason,
+            next_step=f"fix {path}{check} and run again; nothing was started",
         ) from None
 
 
-def _module_source(module: Path) -> ModuleSource:
-    from controller.run.module_source import ModuleSource, ModuleSourceError
+async def _install_parts(spec: RunSpec, progress: Any) -> None:
+    """Install the local model or OpenClaw where the roster needs one that is missing, before
+    anything starts; with ``SOCIETY_NO_INSTALL`` set, fail naming the install command instead."""
+    import anyio.to_thread
 
-    try:
-        return ModuleSource.read(module)
-    except ModuleSourceError as error:
-        raise SetupError(error.reason, str(error)) from None
+    from controller.ops.parts import ensure_parts, installs_allowed
+
+    install = installs_allowed()
+    await anyio.to_thread.run_sync(
+        lambda: ensure_parts(spec.agents, install=install, say=progress.phase)
+    )
+
+
+def _module_source(module: Path) -> ModuleSource:
+    from controller.run.module_source import ModuleSource
+
+    return ModuleSource.read(module)
 
 
 def exit_code(outcome: str, exit: str, signum: int | None) -> int:
@@ -424,60 +319,48 @@ def exit_code(outcome: str, exit: str, signum: int | None) -> int:
     return EXIT_SUCCESS if outcome == "ProgramFinished" and exit == "success" else EXIT_FAILURE
 
 
-async def _live_temporal(root: Path) -> tuple[Client, TemporalEndpoint] | None:
-    """A client for the Temporal this root's runs use, if one answers."""
-    from controller.lifecycle import server
-
-    endpoint = server.configured_endpoint() or server.DevServer(root).live_endpoint()
-    if endpoint is None:
-        return None
-    try:
-        return await server.connect(endpoint), endpoint
-    except server.TemporalUnavailable:
-        return None
-
-
-async def reap_stale(root: Path, temporal: tuple[Client, TemporalEndpoint] | None) -> None:
-    """What every ``society`` start does: reap what dead runs left, end their workflows, and
-    stop a dev server no live run holds."""
-    import anyio.to_thread
-
+async def _reap_stale_asking(
+    root: Path, run_id: str
+) -> tuple[tuple[Client, TemporalEndpoint] | None, dict[str, Any] | None]:
+    """``reap_stale``, asking for ``run_id``'s workflow between ending orphaned workflows and
+    stopping a dev server no live run holds: a killed controller's run was often that server's
+    last holder, and its answer (``terminated``) would go with it. A Temporal that stops
+    answering gives ``(None, None)``, as one that never answered does."""
     from controller.lifecycle import control, server
-    from controller.platforms.local import reap_stale_runs
+    from controller.lifecycle.submit import live_temporal, reap_orphans
 
-    reports = await anyio.to_thread.run_sync(reap_stale_runs, root)
-    orphans = [report.run_id for report in reports if report.skipped is None]
-    if orphans and temporal is not None:
-        await control.terminate_orphans(temporal[0], orphans)
+    temporal = await live_temporal(root)
+    await reap_orphans(root, temporal)
+    live = None
+    if temporal is not None:
+        try:
+            live = await control.live_status(*temporal, run_id)
+        except server.TemporalUnavailable:
+            temporal = None
     await server.DevServer(root).reap()
+    return temporal, live
 
 
 # --- society status / cancel -----------------------------------------------------------------
 
 
 def _status(args: argparse.Namespace) -> int:
-    return _report("status", _status_async(args))
+    return _report(_status_async(args))
 
 
-def _report(command: str, work: Coroutine[Any, Any, dict[str, Any]]) -> int:
-    """Run ``work`` and print its one JSON line, or the error with its next step."""
-    try:
-        document = asyncio.run(work)
-    except SetupError as error:
-        _error(command, str(error))
-        return EXIT_FAILURE
-    _print_line(document)
+def _report(work: Coroutine[Any, Any, dict[str, Any]]) -> int:
+    """Run ``work`` and print its one JSON line; a typed error goes to ``society``'s one catch,
+    which prints it with its next step and exits 1."""
+    _print_line(asyncio.run(work))
     return EXIT_SUCCESS
 
 
 async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
-    from controller.lifecycle import control, run_files, server
+    from controller.lifecycle import run_files, server
 
     root = artifact_root(args)
     run_id: str = args.run_id
-    temporal = await _live_temporal(root)
-    await reap_stale(root, temporal)
-    live = None if temporal is None else await control.live_status(*temporal, run_id)
+    _, live = await _reap_stale_asking(root, run_id)
     record = run_files.run_record(root, run_id)
     result = run_files.finished_result(root, run_id)
     ledger = run_files.read_ledger_state(root / run_id)
@@ -485,7 +368,11 @@ async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
     if result:
         return {"state": "finished", **result}
     if not (root / run_id).is_dir():
-        raise SetupError("run-unknown", f"no run {run_id} under {root} (pass --artifacts DIR?)")
+        raise SocietyError(
+            f"no run {run_id} under {root}",
+            reason="run-unknown",
+            next_step="pass the --artifacts DIR it ran under",
+        )
     on_disk = {
         "module": record.get("module"),
         "ledger": ledger.directory,
@@ -508,33 +395,16 @@ async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
 def _apply_cluster_profile(root: Path, profile: str, progress: Any) -> None:
     """The settings ``society cluster up`` wrote for this profile, where the environment has
     none (a variable that is set always wins)."""
-    from controller.ops.cluster.profile_file import (
-        ProfileFileError,
-        apply_profile,
-        profile_path,
-    )
+    from controller.ops.cluster.profile_file import apply_profile, profile_path
 
-    try:
-        filled = apply_profile(root, profile)
-    except ProfileFileError as error:
-        raise SetupError(error.reason, str(error)) from None
+    filled = apply_profile(root, profile)
     if filled:
         names = ", ".join(sorted(filled))
         progress.phase(f"profile {profile}: {names} from {profile_path(root, profile)}")
 
 
-async def _check_cluster() -> None:
-    from controller.platforms.kubernetes.preflight import ClusterUnavailable, check_cluster
-    from controller.platforms.kubernetes.settings import KubernetesSettings
-
-    try:
-        await check_cluster(KubernetesSettings.from_environment())
-    except ClusterUnavailable as error:
-        raise SetupError(error.reason, str(error)) from None
-
-
 def _cancel(args: argparse.Namespace) -> int:
-    return _report("cancel", _cancel_async(args))
+    return _report(_cancel_async(args))
 
 
 async def _cancel_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -542,13 +412,12 @@ async def _cancel_async(args: argparse.Namespace) -> dict[str, Any]:
 
     root = artifact_root(args)
     run_id: str = args.run_id
-    temporal = await _live_temporal(root)
-    await reap_stale(root, temporal)
-    live = None if temporal is None else await control.live_status(*temporal, run_id)
+    temporal, live = await _reap_stale_asking(root, run_id)
     if temporal is None or live is None or live["workflow"] != "running":
-        raise SetupError(
-            "run-not-live",
-            f"run {run_id} is not live under {root} (`society status {run_id}` shows how it ended)",
+        raise SocietyError(
+            f"run {run_id} is not live under {root}",
+            reason="run-not-live",
+            next_step=f"`society status {run_id}` shows how it ended",
         )
     workflow = await control.cancel(temporal[0], run_id, wait=not args.no_wait)
     return {

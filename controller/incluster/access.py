@@ -15,9 +15,11 @@ from controller.platforms.kubernetes.objects import (
     CONTROLLER_ACCOUNT,
     MANAGED_BY,
     ROLE_LABEL,
-    _meta,
-    _object,
-    _secret,
+    manifest,
+    restricted_container,
+    restricted_pod,
+    run_metadata,
+    run_secret,
 )
 from controller.platforms.kubernetes.rbac import RUNSPEC_CONFIGMAP, SYSTEM_NAMESPACE, WORKER_ACCOUNT
 
@@ -35,9 +37,9 @@ termination message (at most 4096 bytes), which the run worker reads."""
 
 def runspec_configmap(run_id: str, module_name: str, source: bytes) -> Obj:
     """The RunSpec module the in-cluster controller loads, immutable."""
-    return _object(
+    return manifest(
         "ConfigMap",
-        _meta(run_id, RUNSPEC_CONFIGMAP, **{ROLE_LABEL: "controller"}),
+        run_metadata(run_id, RUNSPEC_CONFIGMAP, **{ROLE_LABEL: "controller"}),
         immutable=True,
         data={module_name: source.decode("utf-8")},
     )
@@ -94,9 +96,9 @@ def controller_job(
     artifacts: dict[str, Any] = (
         {"persistentVolumeClaim": {"claimName": ledger_claim}} if ledger_claim else {"emptyDir": {}}
     )
-    return _object(
+    return manifest(
         "Job",
-        _meta(run_id, CONTROLLER_JOB, **{ROLE_LABEL: "controller"}),
+        run_metadata(run_id, CONTROLLER_JOB, **{ROLE_LABEL: "controller"}),
         spec={
             "backoffLimit": 0,
             "activeDeadlineSeconds": active_deadline_s,
@@ -108,12 +110,8 @@ def controller_job(
                     "restartPolicy": "Never",
                     "enableServiceLinks": False,
                     **({"nodeSelector": dict(node_selector)} if node_selector else {}),
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65532,
-                        "fsGroup": 65532,  # the ledger volume is writable by the controller
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    # the ledger volume is writable by the controller
+                    "securityContext": restricted_pod(group=False),
                     "containers": [
                         {
                             "name": "controller",
@@ -122,10 +120,7 @@ def controller_job(
                             "env": env,
                             "terminationMessagePath": RESULT_PATH,
                             "terminationMessagePolicy": "File",
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
+                            "securityContext": restricted_container(read_only_root=False),
                             "volumeMounts": [
                                 {"name": "runspec", "mountPath": RUNSPEC_DIR, "readOnly": True},
                                 {"name": "artifacts", "mountPath": ARTIFACT_ROOT},
@@ -153,8 +148,8 @@ def ledger_claim(run_id: str, name: str, *, storage_class: str | None, size: str
     }
     if storage_class:
         spec["storageClassName"] = storage_class
-    metadata = _meta(run_id, name, **{ROLE_LABEL: "ledger"})
-    return _object("PersistentVolumeClaim", metadata, spec=spec)
+    metadata = run_metadata(run_id, name, **{ROLE_LABEL: "ledger"})
+    return manifest("PersistentVolumeClaim", metadata, spec=spec)
 
 
 # ---- the run worker (system namespace) ------------------------------------------------------
@@ -181,11 +176,7 @@ def worker_deployment(
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": WORKER_ACCOUNT,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65532,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": restricted_pod(group=False, fs_group=False),
                     "containers": [
                         {
                             "name": "worker",
@@ -205,10 +196,7 @@ def worker_deployment(
                                     "value": credentials_namespace,
                                 },
                             ],
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
+                            "securityContext": restricted_container(read_only_root=False),
                         }
                     ],
                 },
@@ -219,4 +207,4 @@ def worker_deployment(
 
 def signing_key_secret(run_id: str, pem: bytes) -> Obj:
     """The operator's key for this run's controller Job, immutable; it goes with the namespace."""
-    return _secret(run_id, SIGNING_SECRET, {SIGNING_KEY_FILE: pem}, **{ROLE_LABEL: "controller"})
+    return run_secret(run_id, SIGNING_SECRET, {SIGNING_KEY_FILE: pem}, **{ROLE_LABEL: "controller"})

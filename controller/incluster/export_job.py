@@ -43,13 +43,14 @@ from controller.platforms.kubernetes.api import KubeError
 from controller.platforms.kubernetes.kube import Kube, Obj, condition, is_true
 from controller.platforms.kubernetes.objects import (
     MANAGED_BY,
-    NON_ROOT_ID,
     OWNER,
     ROLE_LABEL,
-    _meta,
-    _object,
-    _secret,
+    manifest,
     owned,
+    restricted_container,
+    restricted_pod,
+    run_metadata,
+    run_secret,
 )
 from controller.platforms.kubernetes.settings import KubernetesSettings
 from controller.stores.gcs import (
@@ -79,7 +80,7 @@ Mint = Callable[[str, str], str]
 def token_secret(run_id: str, token: str) -> Obj:
     """The export Job's access token, immutable; only the worker writes it, nobody reads it
     through the API (the worker may create and delete Secrets, never get them)."""
-    return _secret(run_id, TOKEN_SECRET, {TOKEN_KEY: token.encode()}, **{ROLE_LABEL: ROLE})
+    return run_secret(run_id, TOKEN_SECRET, {TOKEN_KEY: token.encode()}, **{ROLE_LABEL: ROLE})
 
 
 def _emulator_peer(emulator: str) -> tuple[dict[str, Any], int]:
@@ -108,7 +109,7 @@ def export_policy(run_id: str, emulator: str | None) -> Obj:
         "policyTypes": ["Ingress", "Egress"],
         "egress": egress,
     }
-    return _object("NetworkPolicy", _meta(run_id, EXPORT_POLICY), spec=spec)
+    return manifest("NetworkPolicy", run_metadata(run_id, EXPORT_POLICY), spec=spec)
 
 
 def export_job(
@@ -150,11 +151,7 @@ def export_job(
         "terminationMessagePath": RESULT_PATH,
         "terminationMessagePolicy": "File",
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": restricted_container(),
         "volumeMounts": mounts,
     }
     pod = {
@@ -162,13 +159,7 @@ def export_job(
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         **({"nodeSelector": dict(node_selector)} if node_selector else {}),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": NON_ROOT_ID,
-            "runAsGroup": NON_ROOT_ID,
-            "fsGroup": NON_ROOT_ID,  # the token's Secret volume is 0440, group-readable
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_pod(),  # fsGroup: the 0440 token Secret
         "containers": [container],
         "volumes": volumes,
     }
@@ -177,7 +168,7 @@ def export_job(
         "activeDeadlineSeconds": deadline_s,
         "template": {"metadata": {"labels": labels}, "spec": pod},
     }
-    return _object("Job", _meta(run_id, EXPORT_JOB, **{ROLE_LABEL: ROLE}), spec=spec)
+    return manifest("Job", run_metadata(run_id, EXPORT_JOB, **{ROLE_LABEL: ROLE}), spec=spec)
 
 
 async def export_from_claim(

@@ -20,18 +20,17 @@ from pathlib import Path, PurePosixPath
 
 import anyio
 
+from controller.errors import SocietyError
 from controller.incluster import access
 from controller.platforms.kubernetes.kube import Kube, Obj
 from controller.platforms.kubernetes.settings import KubernetesSettings
 from controller.run import Progress, RunResult
 
 
-class LedgerHomeError(Exception):
+class LedgerHomeError(SocietyError):
     """The claim's volume is not where the mapping says; ``reason`` is machine-readable."""
 
-    def __init__(self, message: str, reason: str = "ledger-not-home") -> None:
-        super().__init__(message)
-        self.reason = reason
+    reason = "ledger-not-home"
 
 
 def volume_path(volume: Obj) -> str | None:

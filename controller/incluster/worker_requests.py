@@ -22,6 +22,8 @@ from controller.stores.gcs import EXPORT_ENV
 class WorkerRefused(PlatformError):
     """The run worker in a cluster refuses this request; nothing was created."""
 
+    reason = "worker-refused"
+
 
 def check_worker_request(request: RunRequest, settings: KubernetesSettings) -> None:
     """Raise ``WorkerRefused`` (or ``ModuleSourceError``) unless an in-cluster worker may run

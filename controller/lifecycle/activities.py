@@ -24,7 +24,7 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from controller.lifecycle.models import ExecuteHeartbeat, LedgerExported, Reservation
+from controller.lifecycle.models import ExecuteHeartbeat, LedgerExported, RunReservation
 from controller.lifecycle.run_files import (
     run_directory,
     run_record,
@@ -33,6 +33,7 @@ from controller.lifecycle.run_files import (
 from controller.lifecycle.submission import ProvenRequest, RunAuthority
 from controller.lifecycle.workflow import CLEANUP, EXECUTE, PREPARE
 from controller.profiles import (
+    DEFAULT,
     Profile,
     UnknownProfile,
     check_worker_request,
@@ -113,7 +114,7 @@ class LifecycleActivities:
             task.cancel()
 
     @activity.defn(name=PREPARE)
-    async def prepare(self, request: ProvenRequest) -> Reservation:
+    async def prepare(self, request: ProvenRequest) -> RunReservation:
         """Reserve the run id, namespace and artifact directory; nothing else, no secrets."""
         _check_in_cluster(request)
         if self._authority is not None:
@@ -147,7 +148,7 @@ class LifecycleActivities:
             self._phase(f"preparing namespace {request.run_id}")
         await profile.prepare(request.run_id)
         self._phase(f"prepared {directory}")
-        return Reservation(
+        return RunReservation(
             run_id=request.run_id, namespace=request.run_id, artifact_dir=str(directory)
         )
 
@@ -178,7 +179,7 @@ class LifecycleActivities:
         return result if self._authority is None else self._authority.prove(result)
 
     @activity.defn(name=CLEANUP)
-    async def cleanup(self, reservation: Reservation) -> LedgerExported | None:
+    async def cleanup(self, reservation: RunReservation) -> LedgerExported | None:
         """Reap everything the run left, export it where configured; safe to retry and to run
         after any ending. Returns where it exported, if it did."""
         if self._authority is not None:
@@ -186,7 +187,7 @@ class LifecycleActivities:
         self._phase("cleanup: reaping the run's processes")
         root = Path(reservation.artifact_dir).parent
         await reap_here(reservation.run_id, root)
-        profile = _profile(run_record(root, reservation.run_id).get("profile", "local"))
+        profile = _profile(run_record(root, reservation.run_id).get("profile", DEFAULT))
         exported = await self._export(reservation, profile)
         if profile.cluster:
             self._phase(f"cleanup: deleting namespace {reservation.namespace}")
@@ -194,7 +195,7 @@ class LifecycleActivities:
         self._phase("cleanup: done")
         return exported
 
-    async def _export(self, reservation: Reservation, profile: Profile) -> LedgerExported | None:
+    async def _export(self, reservation: RunReservation, profile: Profile) -> LedgerExported | None:
         """The run to the ledger bucket where configured (``SOCIETY_LEDGER_EXPORT``), before the
         namespace goes. A failure fails cleanup, which Temporal retries; the export resumes."""
         from controller.stores.gcs import LedgerExportError

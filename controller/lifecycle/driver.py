@@ -31,6 +31,7 @@ from temporalio.exceptions import (
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from controller.errors import LifecycleError
 from controller.lifecycle.activities import LifecycleActivities
 from controller.lifecycle.run_files import read_ledger_state, run_directory
 from controller.lifecycle.server import TemporalEndpoint
@@ -40,22 +41,20 @@ from controller.profiles import reap_here
 from controller.run import Progress, RunRequest, RunResult, RunSpec
 from ledger.format import RECORDS
 
-Outcome = Literal["ProgramFinished", "ClusterLost", "Interrupted"]
+OutcomeName = Literal["ProgramFinished", "ClusterLost", "Interrupted"]
 
 
-class RunRefused(Exception):
+class RunRefused(LifecycleError):
     """The run could not start (a taken id, a bad module, ...): nothing ran, there is no outcome."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+    reason = "run-refused"
 
 
 @dataclass(frozen=True, slots=True)
 class RunReport:
     """What ``society run`` prints as its one JSON line."""
 
-    outcome: Outcome
+    outcome: OutcomeName
     exit: Literal["success", "failure", "interrupted"]
     run_id: str | None
     ledger_dir: str | None
@@ -94,7 +93,7 @@ class RunReport:
 
     @classmethod
     def from_artifacts(
-        cls, artifact_root: Path, run_id: str, outcome: Outcome, cause: str | None = None
+        cls, artifact_root: Path, run_id: str, outcome: OutcomeName, cause: str | None = None
     ) -> RunReport:
         """A report for a run that returned no result: its ledger, read from disk."""
         ledger = read_ledger_state(run_directory(artifact_root, run_id))
@@ -208,7 +207,7 @@ class RunDriver:
                 )
             except WorkflowAlreadyStartedError:
                 raise RunRefused(
-                    "run-id-taken", f"Temporal already has a run {request.run_id}"
+                    f"Temporal already has a run {request.run_id}", reason="run-id-taken"
                 ) from None
             assert handle.first_execution_run_id is not None
             self._authority.started(handle.first_execution_run_id)
@@ -265,7 +264,7 @@ class RunDriver:
             if cause.activity_type in (PREPARE, EXECUTE):
                 # Whatever escapes the kernel escaped before the run started (a bad module, an
                 # unknown profile, a ledger that exists): nothing ran, so there is no outcome.
-                raise RunRefused(cause.cause.type or "refused", cause.cause.message)
+                raise RunRefused(cause.cause.message, reason=cause.cause.type or "refused")
             cause = cause.cause
         return RunReport.from_artifacts(root, run_id, "ClusterLost", f"the run failed: {cause}")
 

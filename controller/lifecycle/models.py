@@ -13,7 +13,7 @@ class _Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Reservation(_Payload):
+class RunReservation(_Payload):
     """What ``prepare`` reserved: the run id, its namespace and its artifact directory."""
 
     run_id: str

@@ -65,13 +65,13 @@ def check_authenticated(endpoint: TemporalEndpoint, *, allow_unauthenticated: bo
     if allow_unauthenticated or connection_credentials():
         return
     raise RunRefused(
-        "temporal-unauthenticated",
         f"the Temporal at {endpoint.address} is reached without client credentials, so any "
         f"process that reaches it could answer as the worker, and a cluster worker's result "
-        f"carries no proof of origin\n  next step: set {TLS_DIR_ENV} (a directory with tls.crt "
-        f"and tls.key) or {API_KEY_ENV} for your Temporal namespace; or, if only processes you "
-        f"trust reach this server (a dev server of your own), pass "
-        f"--insecure-temporal",
+        f"carries no proof of origin",
+        reason="temporal-unauthenticated",
+        next_step=f"set {TLS_DIR_ENV} (a directory with tls.crt and tls.key) or {API_KEY_ENV} "
+        "for your Temporal namespace; or, if only processes you trust reach this server (a dev "
+        "server of your own), pass --insecure-temporal",
     )
 
 
@@ -114,13 +114,13 @@ class SubmittedRun:
             )
         except WorkflowAlreadyStartedError:
             raise RunRefused(
-                "run-id-taken", f"Temporal already has a run {request.run_id}"
+                f"Temporal already has a run {request.run_id}", reason="run-id-taken"
             ) from None
         except RPCError as error:
             raise RunRefused(
-                "temporal-refused",
-                f"the Temporal at {self._endpoint.address} refused to start the run: {error}\n"
-                f"  next step: check that the credentials ({TLS_DIR_ENV} or {API_KEY_ENV}) may "
+                f"the Temporal at {self._endpoint.address} refused to start the run: {error}",
+                reason="temporal-refused",
+                next_step=f"check that the credentials ({TLS_DIR_ENV} or {API_KEY_ENV}) may "
                 f"start workflows in namespace {self._endpoint.namespace}",
             ) from None
         self._progress.phase(
@@ -225,7 +225,7 @@ class SubmittedRun:
         if isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError):
             if cause.activity_type in (PREPARE, EXECUTE):
                 # What escapes the kernel escaped before the run started: nothing ran.
-                raise RunRefused(cause.cause.type or "refused", cause.cause.message)
+                raise RunRefused(cause.cause.message, reason=cause.cause.type or "refused")
             cause = cause.cause
         return self._report("ClusterLost", f"the run failed on the worker: {cause}")
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger.errors import LedgerError
 from ledger.format import COMPLETION, MANIFEST, RECORDS
+from ledger.run_artifacts import locate_ledger
 
 RUN_FILE = "run.json"
 """Written by ``prepare``: the request (no secrets) and the controller's pid."""
@@ -48,10 +50,12 @@ class LedgerState:
 
 def read_ledger_state(run_dir: Path) -> LedgerState:
     """What the run's ledger on disk says about itself (not a verification)."""
-    manifests = sorted(run_dir.glob(f"ledger/*/{MANIFEST}"))
-    if not manifests:
+    try:
+        directory, located_run = locate_ledger(run_dir)
+    except LedgerError:  # several ledgers, none of them the default
         return LedgerState(None, False, 0, None)
-    directory = manifests[0].parent
+    if located_run is None or not (directory / MANIFEST).exists():  # none under ledger/ yet
+        return LedgerState(None, False, 0, None)
     public_key = _json_file(directory / MANIFEST).get("publicKey")
     completion = _json_file(directory / COMPLETION)
     if "recordCount" in completion:

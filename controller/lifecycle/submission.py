@@ -30,7 +30,8 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from controller.lifecycle.models import Reservation
+from controller.errors import LifecycleError
+from controller.lifecycle.models import RunReservation
 from controller.lifecycle.run_files import run_directory
 from controller.run import RunRequest, RunResult
 
@@ -55,12 +56,10 @@ class ProvenResult(RunResult):
     proof: str | None = None
 
 
-class ResultUnproven(Exception):
+class ResultUnproven(LifecycleError):
     """A workflow result this process's worker did not produce; ``reason`` is machine-readable."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+    reason = "result-unproven"
 
 
 @dataclass(eq=False)
@@ -106,7 +105,7 @@ class RunAuthority:
                 )
             self._executed = True
 
-    async def admit_reservation(self, reservation: Reservation) -> None:
+    async def admit_reservation(self, reservation: RunReservation) -> None:
         """Refuse a cleanup for anything but this run's own reservation."""
         expected = run_directory(self.request.artifact_root, self.request.run_id)
         if (reservation.run_id, reservation.namespace, reservation.artifact_dir) != (
@@ -131,18 +130,18 @@ class RunAuthority:
             result = ProvenResult.model_validate(document)
         except ValidationError as error:
             raise ResultUnproven(
-                "result-malformed", f"the run's result is malformed: {error}"
+                f"the run's result is malformed: {error}", reason="result-malformed"
             ) from None
         if result.proof is None or not hmac.compare_digest(
             result.proof, self._mac(RESULT_TAG, result)
         ):
             raise ResultUnproven(
-                "result-unproven",
                 f"refused the result of run {self.request.run_id}: it does not carry the MAC of "
                 "this process's worker (another worker answered on the run's task queue)",
+                reason="result-unproven",
             )
         if result.run_id != self.request.run_id:
-            raise ResultUnproven("result-unproven", f"the result names run {result.run_id}")
+            raise ResultUnproven(f"the result names run {result.run_id}", reason="result-unproven")
         return RunResult(**{name: value for name, value in result if name != "proof"})
 
     async def _admit_execution(self) -> None:

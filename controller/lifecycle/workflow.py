@@ -15,7 +15,7 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from controller.lifecycle.models import Reservation
+    from controller.lifecycle.models import RunReservation
 
 PREPARE = "society.prepare"
 EXECUTE = "society.execute"
@@ -37,7 +37,7 @@ class SocietyRun:
         reservation = await workflow.execute_activity(
             PREPARE,
             request,
-            result_type=Reservation,
+            result_type=RunReservation,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["RunIdTaken"]),
         )
@@ -61,7 +61,7 @@ class SocietyRun:
         return result if exported is None else {**result, "export": exported}
 
 
-def _cleanup(reservation: Reservation) -> workflow.ActivityHandle[Any]:
+def _cleanup(reservation: RunReservation) -> workflow.ActivityHandle[Any]:
     """Cleanup is retried, shielded from cancellation; its result says where it exported."""
     return workflow.start_activity(
         CLEANUP,

@@ -10,7 +10,7 @@ from controller._lazy import lazy_exports
 
 _EXPORTS = {
     "ModelGateway": "controller.modelgateway.gateway",
-    "ModelGatewayError": "controller.modelgateway.gateway",
+    "ModelGatewayError": "controller.errors",
     "LedgerAppender": "controller.modelgateway.gateway",
     "ProviderConfig": "controller.modelgateway.config",
     "named_provider": "controller.modelgateway.config",

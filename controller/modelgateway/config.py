@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from controller.errors import ModelGatewayError
+
 
 @dataclass(frozen=True, slots=True)
 class ProviderConfig:
@@ -48,7 +50,7 @@ NAMED_PROVIDERS: dict[str, ProviderConfig] = {
 environment under ``api_key_name`` when the run's gateway starts."""
 
 
-class UnknownProviderError(ValueError):
+class UnknownProviderError(ModelGatewayError, ValueError):
     """A provider name that ``NAMED_PROVIDERS`` does not hold; ``reason`` is machine-readable."""
 
     reason = "unknown-provider"

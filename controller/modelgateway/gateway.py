@@ -22,6 +22,7 @@ from typing import Any, Protocol, Self
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
+from controller.errors import ModelGatewayError as ModelGatewayError
 from controller.modelgateway._http import (
     REQUEST_TIMEOUT_S,
     HttpHead,
@@ -57,14 +58,6 @@ class LedgerAppender(Protocol):
     """Where the gateway's events go: a ``LedgerWriter`` or anything with its ``append``."""
 
     async def append(self, event: Event, *, producer: str) -> object: ...
-
-
-class ModelGatewayError(Exception):
-    """The gateway could not start; ``reason`` is machine-readable, the message says what to do."""
-
-    def __init__(self, detail: str, *, reason: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
 
 
 class ModelGateway:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from agent_images.llm.config import GATEWAY_TOKEN_CREDENTIAL, GATEWAY_URL_VARIABLE, MODEL_VARIABLE
+from controller.errors import ModelGatewayError
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import ModelGatewayStarted, ServedProvider
 from controller.services import RunService, ServiceGrant, ServiceScope
@@ -39,12 +40,10 @@ class ModelUser(Protocol):
         """Prompt + completion tokens the gateway allows it; ``None``: no limit."""
 
 
-class ModelServiceError(Exception):
+class ModelServiceError(ModelGatewayError):
     """The run's model service cannot start; ``reason`` is machine-readable."""
 
-    def __init__(self, detail: str, *, reason: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+    reason = "model-service-failed"
 
 
 LOCAL_MAX_CONCURRENCY = 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from controller.errors import SocietyError
+
 ErrorCode = Literal[
     "unsupported-version",
     "authentication-failed",
@@ -76,13 +78,16 @@ NEXT_STEP: dict[str, str] = {
 }
 
 
-class NetworkError(Exception):
-    """A network operation failed; ``reason`` is a stable code from ``ErrorCode``."""
+class NetworkError(SocietyError):
+    """A network operation failed; ``reason`` is a stable code from ``ErrorCode``, and its next
+    step (``NEXT_STEP``) is part of the one-line message, which travels in agents' logs."""
+
+    reason = "connection-lost"
 
     def __init__(self, detail: str, *, reason: str) -> None:
         next_step = NEXT_STEP.get(reason)
-        super().__init__(f"{detail} ({reason}: {next_step})" if next_step else detail)
-        self.reason = reason
+        message = f"{detail} ({reason}: {next_step})" if next_step else detail
+        super().__init__(message, reason=reason)
         self.detail = detail
 
     @property

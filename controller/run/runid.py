@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 import secrets
 
+from controller.errors import SetupError
+
 RUN_ID_PATTERN = re.compile(r"^sr-[0-9a-f]{32}$")
 
 
-class RunIdError(ValueError):
+class RunIdError(SetupError, ValueError):
     """A run id does not have the one format."""
 
     reason = "bad-run-id"

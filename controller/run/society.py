@@ -341,7 +341,8 @@ class Society:
         self.gate.close()
         self.progress.phase("stopping agents")
         started = [slot for slot in self.slots.values() if slot.sandbox is not None]
-        with anyio.move_on_after(STOP_GRACE_S + _ASK_TO_STOP_S + 10):
+        term_grace_s = max((slot.descriptor.term_grace_s for slot in started), default=0.0)
+        with anyio.move_on_after(STOP_GRACE_S + _ASK_TO_STOP_S + term_grace_s + 10):
             async with anyio.create_task_group() as tasks:
                 for slot in started:
                     tasks.start_soon(self._stop, session, slot)

@@ -6,6 +6,7 @@ module is loaded, before any ledger, router or agent exists.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import inspect
@@ -13,12 +14,13 @@ import re
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from controller.agents.runtime import RuntimeDescriptor
+from controller.errors import SetupError
 from controller.events import core_events
 from ledger.errors import CatalogError
 from ledger.events import TAG_PATTERN, Event, EventCatalog
@@ -32,17 +34,16 @@ RUN_SPEC_NAME = "run_spec"
 Execute = Callable[["RunContext"], Awaitable[Any]]
 
 
-class RunSpecError(Exception):
+class RunSpecError(SetupError):
     """A definition or its module is not valid; ``reason`` is machine-readable."""
 
-    def __init__(self, detail: str, *, reason: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+    reason = "run-spec-invalid"
 
 
 @dataclass(frozen=True, eq=False)
 class RunSpec:
-    """One experiment. Build it with ``RunSpec.define``; a module defines exactly one ``run_spec``.
+    """One experiment. Build it with ``RunSpec.define``; a module's ``run_spec`` is the one it runs
+    (other RunSpecs beside it, helpers it is built from, are allowed).
 
     ``events`` holds only the customer classes (what ``ctx.events`` may emit); ``catalog`` is the
     run's whole event universe: core + customer + what the runtimes contribute.
@@ -53,6 +54,8 @@ class RunSpec:
     agents: Mapping[str, RuntimeDescriptor]
     execute: Execute
     catalog: EventCatalog
+    defined_in: str | None = field(default=None, repr=False)
+    """The ``__name__`` of the module whose code called ``define``."""
 
     @classmethod
     def define(
@@ -86,7 +89,15 @@ class RunSpec:
             )
         runtime_catalogs = [descriptor.events for descriptor in roster.values()]
         catalog = EventCatalog.merge(core_events, customer, *runtime_catalogs)
-        return cls(id=id, events=customer, agents=roster, execute=execute, catalog=catalog)
+        caller = sys._getframe(1).f_globals.get("__name__")
+        return cls(
+            id=id,
+            events=customer,
+            agents=roster,
+            execute=execute,
+            catalog=catalog,
+            defined_in=caller if isinstance(caller, str) else None,
+        )
 
     def __repr__(self) -> str:
         return f"RunSpec(id={self.id!r}, agents={list(self.agents)})"
@@ -122,23 +133,30 @@ class NotAPythonModule(ImportError):
 
 
 def exec_module_file(module_path: Path, name: str) -> ModuleType:
-    """Import the file at ``module_path`` as ``sys.modules[name]``; on failure, forget it and
+    """Import the file at ``module_path`` as ``sys.modules[name]``, its folder importable while it
+    loads (its sibling modules import as under ``python MODULE.py``); on failure, forget it and
     re-raise (``NotAPythonModule`` when the file cannot be loaded at all)."""
     spec = importlib.util.spec_from_file_location(name, module_path)
     if spec is None or spec.loader is None:
         raise NotAPythonModule(f"{module_path} is not a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    folder = str(module_path.parent)
+    sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except BaseException:
         sys.modules.pop(name, None)
         raise
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
     return module
 
 
 def load_run_spec(path: str | Path) -> RunSpec:
-    """Import the module at ``path`` and return its one module-level ``run_spec``."""
+    """Import the module at ``path`` (its folder importable while it loads) and return its
+    module-level ``run_spec``."""
     module_path = Path(path).resolve()
     if not module_path.is_file():
         raise RunSpecError(f"no RunSpec module at {module_path}", reason="module-not-found")
@@ -151,13 +169,10 @@ def load_run_spec(path: str | Path) -> RunSpec:
     except RunSpecError:
         raise
     except (Exception, SystemExit) as exc:
-        summary = "".join(traceback.format_exception_only(exc)).strip()
         raise RunSpecError(
-            f"importing {module_path} failed before anything started: {summary}",
+            f"importing {module_path} failed before anything started: {_failure(exc, module_path)}",
             reason="module-import-failed",
         ) from exc
-    found = [value for value in vars(module).values() if isinstance(value, RunSpec)]
-    distinct = list({id(value): value for value in found}.values())
     run_spec = getattr(module, RUN_SPEC_NAME, None)
     if run_spec is None:
         raise RunSpecError(
@@ -170,11 +185,46 @@ def load_run_spec(path: str | Path) -> RunSpec:
             f"'{RUN_SPEC_NAME}' in {module_path} is {type(run_spec).__name__}, not a RunSpec",
             reason="no-run-spec",
         )
-    if len(distinct) > 1:
-        names = sorted(key for key, value in vars(module).items() if isinstance(value, RunSpec))
-        raise RunSpecError(
-            f"{module_path} defines {len(distinct)} RunSpecs ({', '.join(names)}); a module "
-            f"defines exactly one, named '{RUN_SPEC_NAME}'",
-            reason="multiple-run-specs",
-        )
+    _check_not_shadowed(module, module_path, run_spec)
     return run_spec
+
+
+def _check_not_shadowed(module: ModuleType, module_path: Path, run_spec: RunSpec) -> None:
+    """Refuse a ``run_spec`` imported from elsewhere while the module defines RunSpecs of its own:
+    the module's own experiment would silently not run. Any other RunSpec beside a ``run_spec``
+    the module defines itself (a helper it is built from, an imported baseline) is allowed."""
+    if run_spec.defined_in == module.__name__:
+        return
+    own = sorted(
+        key
+        for key, value in vars(module).items()
+        if isinstance(value, RunSpec) and value is not run_spec
+        if value.defined_in == module.__name__
+    )
+    if own:
+        origin = sys.modules.get(run_spec.defined_in or "")
+        where = getattr(origin, "__file__", None) or run_spec.defined_in or "another module"
+        raise RunSpecError(
+            f"'{RUN_SPEC_NAME}' in {module_path} is {run_spec.id!r}, defined in {where}, while "
+            f"the module defines its own RunSpec ({', '.join(own)}), which would not run; name the "
+            f"one to run '{RUN_SPEC_NAME}' (e.g. '{RUN_SPEC_NAME} = {own[0]}') and import the "
+            f"other under another name",
+            reason="run-spec-imported",
+        )
+
+
+def _failure(exc: BaseException, module_path: Path) -> str:
+    """The exception in one line, where in the module's folder it was raised, and, for a module
+    that cannot be found, which interpreter looked for it."""
+    summary = "".join(traceback.format_exception_only(exc)).strip()
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if Path(f.filename).parent == module_path.parent] or frames[-1:]
+    if ours and not isinstance(exc, SyntaxError):  # a SyntaxError names its line itself
+        summary += f" ({Path(ours[-1].filename).name}:{ours[-1].lineno})"
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        summary += (
+            f"; {exc.name!r} is not installed for {sys.executable}, the interpreter society runs "
+            f"(nor beside the module): install the package that provides it there "
+            f"({sys.executable} -m pip install ...)"
+        )
+    return summary

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.errors import SocietyError
 from ledger import LedgerError
 from ledger.format import COMPLETION, RECORDS
 from ledger.run_artifacts import locate_ledger
@@ -36,12 +37,10 @@ EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 DEFAULT_DEADLINE_S = 120.0
 
 
-class LedgerExportError(Exception):
+class LedgerExportError(SocietyError):
     """An export did not finish; ``reason`` is machine-readable, the message says what to do."""
 
-    def __init__(self, message: str, *, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+    reason = "export-failed"
 
 
 @dataclass(frozen=True, slots=True)

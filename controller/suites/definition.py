@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from controller.errors import SocietyError
 from controller.run.spec import ROSTER_NAME, NotAPythonModule, RunSpec, exec_module_file
 
 SUITE_NAME = "suite"
@@ -29,13 +30,10 @@ Matchups = Literal["single", "pairs"]
 Build = Callable[[Mapping[str, Any]], RunSpec]
 
 
-class SuiteError(Exception):
+class SuiteError(SocietyError):
     """A suite definition, its module or its artifacts are not valid; ``reason`` is stable."""
 
-    def __init__(self, detail: str, *, reason: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
+    reason = "suite-invalid"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from controller.events import core_events
 from controller.modelgateway.events import model_gateway_catalog
 from ledger import EventCatalog, LedgerError
 from ledger.format import MANIFEST, RECORDS
+from ledger.run_artifacts import locate_ledger
 from ledger.verification import verify_ledger
 
 LEDGER_GLOB = f"ledger/*/{MANIFEST}"
@@ -66,17 +67,16 @@ class RunLedger:
 
 
 def find_ledger(run_dir: Path) -> Path:
-    """The ledger directory of a run directory (or the ledger directory itself)."""
-    if (run_dir / MANIFEST).is_file():
-        return run_dir
-    found = sorted(run_dir.glob(LEDGER_GLOB))
-    if not found:
+    """The ledger directory of a run directory or a ledger directory (``locate_ledger``), which
+    must hold a manifest."""
+    ledger_dir, _ = locate_ledger(run_dir)
+    if not (ledger_dir / MANIFEST).is_file():
         raise LedgerError(
-            f"{run_dir} holds no ledger (no {LEDGER_GLOB}); pass a run directory such as "
-            f"artifacts/sr-...",
+            f"{run_dir} holds no ledger (neither {MANIFEST} nor {LEDGER_GLOB}); pass a run "
+            f"directory such as artifacts/sr-... or its ledger directory",
             reason="manifest-missing",
         )
-    return found[0].parent
+    return ledger_dir
 
 
 def read_run(run_dir: Path, *, trusted_key: str | None = None) -> RunLedger:

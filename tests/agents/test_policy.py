@@ -15,10 +15,10 @@ from pydantic import ValidationError
 from agent_images.scripted.policy import (
     ADDRESSED_PROPOSAL,
     OWNER,
-    Delay,
     Incoming,
     Opening,
     PolicyEngine,
+    ReplyDelay,
     Rule,
     ScriptedPolicy,
 )
@@ -54,7 +54,7 @@ def test_concede_after_accepts_any_offer_once_enough_were_turned_down() -> None:
 def test_the_same_seed_gives_the_same_choices_and_delays() -> None:
     policy = ScriptedPolicy(
         rules=(Rule(texts=tuple(f"reply {i}" for i in range(20))),),
-        delay=Delay(min_ms=1, max_ms=500),
+        delay=ReplyDelay(min_ms=1, max_ms=500),
     )
 
     def run(seed: int, name: str = "ann") -> list[tuple[str, float]]:

@@ -136,7 +136,7 @@ async def test_a_stopped_agent_exits_cleanly_and_its_bridge_reports_completed(
 
 async def test_an_agent_exits_when_its_router_disappears(tmp_path: Path) -> None:
     async with router_process(tmp_path) as (router, address):
-        async with scripted_agent(tmp_path, address, SCRIPTED_ROUTER_LOST_AFTER_S="1") as (
+        async with scripted_agent(tmp_path, address, SOCIETY_ROUTER_LOST_AFTER_S="1") as (
             process,
             access,
         ):

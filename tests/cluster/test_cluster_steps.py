@@ -44,7 +44,7 @@ def test_a_failed_step_stops_the_sequence_and_is_named() -> None:
     out, ran = io.StringIO(), []
 
     async def fails() -> str:
-        raise StepFailed("not-ready", "Deployment x was not ready after 300 s")
+        raise StepFailed("Deployment x was not ready after 300 s", reason="not-ready")
 
     async def later() -> str:
         ran.append("later")

@@ -46,8 +46,9 @@ KUBELET_SYSCTLS = (
 )
 """What the kubelet sets at start (setupKernelTunables); saved before and put back after."""
 POD_DELETE_TIMEOUT_S = 60.0
-NODE_IMAGES = ("pause", "scripted", "llm", "controller", "peer", "openclaw")
-"""The images the node imports (the run worker's image runs in no harness pod)."""
+NODE_IMAGES = ("pause", "python", "controller", "openclaw")
+"""The images the node imports (python serves the scripted, llm and peer runtimes; the run
+worker's image runs in no harness pod)."""
 HOST_DIRS = (Path("/var/lib/cni"), Path("/var/log/containers"))
 """Fixed paths the CNI library (its result cache) and the kubelet (log symlinks) write to; what
 the node put there goes at stop, and each directory too if the node made it."""

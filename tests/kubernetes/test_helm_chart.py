@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 from controlplane import read_versions
+from worker_rights import worker_objects
 
 from controller.incluster.access import worker_deployment
-from controller.incluster.worker_rights import worker_objects
 from controller.ops.checks.tools import tool
 from controller.platforms.kubernetes.rbac import credentials_reader_role
 

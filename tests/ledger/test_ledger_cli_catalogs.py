@@ -3,7 +3,9 @@ decode by default, ``--strict-catalog`` wants exactly the ledger's tags, ``follo
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import threading
 import time
 from pathlib import Path
@@ -13,9 +15,12 @@ import anyio
 import pytest
 from test_ledger_cli import society
 
+import controller.agents
 from controller import Event, RunSpec
-from controller.agents import scripted
+from controller.agents import RuntimeDescriptor, peer, scripted
 from controller.agents.llm import LLMRuntime
+from controller.agents.peer import PeerStopped
+from controller.agents.shipped import SHIPPED_RUNTIMES
 from controller.modelgateway.events import AgentModelUsage
 from ledger import Provenance, open_ledger_writer
 
@@ -30,8 +35,16 @@ async def _nothing(ctx: Any) -> None:
     return None
 
 
+def _agent(runtime: str) -> RuntimeDescriptor:
+    if runtime == "llm":
+        return LLMRuntime()
+    if runtime == "peer":
+        return peer("p.py", "respond", files={"p.py": "def respond(received):\n    return None\n"})
+    return scripted()
+
+
 def _spec(runtime: str) -> RunSpec:
-    agent = LLMRuntime() if runtime == "llm" else scripted()
+    agent = _agent(runtime)
     return RunSpec.define(
         id="acme.catalogs/v1", events=[Noted], agents={"a": agent}, execute=_nothing
     )
@@ -64,6 +77,12 @@ def _write(directory: Path, runtime: str, *, delay: float = 0.0) -> None:
                     completion_tokens=4, latency_ms=1.0, cost_usd=None, attempts=1,
                 )  # fmt: skip
                 await writer.append(usage, producer="gateway")
+            if runtime == "peer":
+                stopped = PeerStopped(
+                    agent="a", outcome="completed", received=1, sent=0, policy_calls=2,
+                    policy_errors=0, last_policy_error=None, published={"mood": "calm"},
+                )  # fmt: skip
+                await writer.append(stopped, producer="runtime:a")
             await writer.append(Noted(text="hello"), producer="program")
             await writer.complete()
 
@@ -93,13 +112,38 @@ def test_verify_decodes_the_shipped_runtimes_events_without_a_catalog(
     assert line["notDecoded"] == {"acme.noted/v1": 1}  # the usage record decoded
 
 
-def test_show_decodes_the_shipped_runtimes_events(tmp_path: Path, capsys: Any) -> None:
-    _write(tmp_path / "ledger", "llm")
+@pytest.mark.parametrize(
+    ("runtime", "shown"),
+    [
+        ("llm", ("society.agent-model-usage/v1", "promptTokens=3")),
+        ("peer", ("society.peer-stopped/v1", "policyCalls=2")),
+    ],
+)
+def test_show_decodes_the_shipped_runtimes_events(
+    tmp_path: Path, capsys: Any, runtime: str, shown: tuple[str, str]
+) -> None:
+    _write(tmp_path / "ledger", runtime)
     assert society("ledger", "show", str(tmp_path / "ledger"), "--color", "never") == 0
     out = capsys.readouterr().out
-    assert "society.agent-model-usage/v1" in out and "promptTokens=3" in out
+    assert all(text in out for text in shown), out
     (not_decoded,) = [line for line in out.splitlines() if "not decoded" in line]
     assert not_decoded.endswith(": acme.noted/v1")  # only the customer event
+
+
+def test_every_runtime_under_controller_agents_is_a_shipped_one() -> None:
+    """A runtime added beside the others decodes without ``--catalog`` only once it is listed."""
+    for info in pkgutil.iter_modules(controller.agents.__path__, "controller.agents."):
+        importlib.import_module(info.name)
+    defined = {
+        cls.runtime: f"{cls.__module__}:{cls.__qualname__}"
+        for cls in _subclasses(RuntimeDescriptor)
+        if cls.__module__.startswith("controller.agents.") and "runtime" in vars(cls)
+    }
+    assert defined == dict(SHIPPED_RUNTIMES)
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [sub for child in cls.__subclasses__() for sub in (child, *_subclasses(child))]
 
 
 def test_strict_catalog_merges_the_runtimes_the_ledger_ran(

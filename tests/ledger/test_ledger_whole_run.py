@@ -11,12 +11,15 @@ from typing import Any
 
 import anyio
 import pytest
+from ledger_testkit import write_ledger
 from test_ledger_cli import society
+from test_ledger_export_cli import BUCKET, gcs  # noqa: F401 (fixture)
 
 from controller import Run
 from controller.platforms.local import LocalPlatform
 from controller.run import load_run_spec
 from controller.run.outcomes import ProgramFinished
+from ledger import SigningKey
 from ledger.format import RecordEnvelope
 from ledger.run_artifacts import check_run_artifacts
 
@@ -95,7 +98,7 @@ def run_dir(finished_run: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def _verify(run_dir: Path, capsys: Any, *argv: str) -> tuple[int, dict[str, Any]]:
+def _verify(run_dir: Path | str, capsys: Any, *argv: str) -> tuple[int, dict[str, Any]]:
     code = society("ledger", "verify", str(run_dir), *argv)
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1, lines
@@ -203,3 +206,131 @@ def test_a_run_directory_with_several_ledgers_and_no_main_is_ambiguous(
     code, line = _verify(tmp_path, capsys)
     assert code == 1 and line["reason"] == "run-ledger-ambiguous"
     assert "first, second" in line["detail"]
+
+
+def _society_main(*argv: str | Path) -> int:
+    from controller.cli import main
+
+    return main([str(arg) for arg in argv])
+
+
+def _timeline(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.lstrip().startswith("+")]
+
+
+def _beside_another_ledger(run_dir: Path) -> Path:
+    """``run_dir`` with a second, unrelated ledger under ``ledger/aaa`` (sorted before ``main``);
+    returns the run's own ledger directory, ``ledger/main``."""
+    write_ledger(run_dir / "ledger" / "aaa", 4, key=SigningKey.generate())
+    return run_dir / "ledger" / "main"
+
+
+def test_show_reads_a_run_directory_as_its_main_ledger_and_re_hashes_its_artifacts(
+    run_dir: Path, capsys: Any
+) -> None:
+    ledger = _beside_another_ledger(run_dir)
+    assert society("ledger", "show", str(ledger), "--color", "never") == 0
+    from_ledger = capsys.readouterr().out
+    assert society("ledger", "show", str(run_dir), "--color", "never") == 0
+    from_run = capsys.readouterr().out
+    assert "DOES NOT VERIFY" not in from_run and "verified, complete" in from_run
+    assert "artifacts   2 harvested files re-hashed: each matches the ledger" in from_run
+    assert _timeline(from_run) == _timeline(from_ledger) and "acme.noted/v1" in from_run
+    assert "artifacts" not in from_ledger.split("\n\n")[0], "a ledger alone has no run files"
+
+
+def test_show_of_a_run_directory_whose_artifact_changed_exits_1_naming_the_file(
+    run_dir: Path, capsys: Any
+) -> None:
+    target = _harvested(run_dir)[0]
+    target.write_bytes(target.read_bytes() + b" ")
+    assert society("ledger", "show", str(run_dir), "--color", "never") == 1
+    out = capsys.readouterr().out
+    assert "DO NOT MATCH (artifact-changed)" in out
+    assert target.relative_to(run_dir).as_posix() in out
+    assert _timeline(out), "the ledger's records are still shown"
+
+
+def test_follow_of_a_finished_run_directory_prints_its_main_ledger_and_checks_its_artifacts(
+    run_dir: Path, capsys: Any
+) -> None:
+    ledger = _beside_another_ledger(run_dir)
+    assert society("ledger", "follow", str(ledger), "--json", "--timeout", "0") == 0
+    from_ledger = capsys.readouterr()
+    assert society("ledger", "follow", str(run_dir), "--json", "--timeout", "0") == 0
+    from_run = capsys.readouterr()
+    assert from_run.out == from_ledger.out and "acme.noted/v1" in from_run.out
+    summary = json.loads(from_run.err.strip().splitlines()[-1])
+    assert summary["valid"] is True
+    assert summary["artifacts"] == {"checked": 2, "missing": 0, "changed": 0, "extra": 0}
+
+    _harvested(run_dir)[0].unlink()
+    assert society("ledger", "follow", str(run_dir), "--json", "--timeout", "0") == 1
+    failed = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert (failed["valid"], failed["reason"]) == (False, "artifact-missing")
+
+
+def test_verify_and_grade_read_a_run_directory_as_its_main_ledger_beside_another(
+    run_dir: Path, capsys: Any
+) -> None:
+    ledger = _beside_another_ledger(run_dir)
+    _, from_ledger = _verify(ledger, capsys)
+    _, from_run = _verify(run_dir, capsys)
+    assert from_run["valid"] is True and from_run["runId"] == run_dir.name
+    assert {k: v for k, v in from_run.items() if k != "artifacts"} == from_ledger
+    grader = run_dir.parents[1] / "grader.py"
+    for directory in (run_dir, ledger):
+        assert society("grade", str(grader), str(directory)) == 0
+        assert json.loads(capsys.readouterr().out) == {"noted": ["hello"]}
+
+
+def test_compare_reads_a_run_directory_as_its_main_ledger_beside_another(
+    run_dir: Path, capsys: Any
+) -> None:
+    ledger = _beside_another_ledger(run_dir)
+    assert society("ledger", "compare", str(run_dir), str(ledger)) == 0, capsys.readouterr().out
+    assert json.loads(capsys.readouterr().out)["same"] is True
+    assert society("ledger", "compare", str(run_dir), str(run_dir / "ledger" / "aaa")) == 1
+    assert json.loads(capsys.readouterr().out)["same"] is False
+
+
+def test_view_reads_a_run_directory_as_its_main_ledger_beside_another(
+    run_dir: Path, tmp_path: Path, capsys: Any
+) -> None:
+    ledger = _beside_another_ledger(run_dir)
+    pages = {}
+    for name, directory in (("run", run_dir), ("ledger", ledger)):
+        page = tmp_path / f"{name}.html"
+        assert _society_main("view", directory, "-o", page) == 0
+        pages[name] = json.loads(capsys.readouterr().out)
+        assert pages[name]["verification"] == "self"
+    records = sum(1 for _ in (ledger / "records.ndjson").open("rb"))
+    assert pages["run"]["records"] == pages["ledger"]["records"] == records
+
+
+def test_a_run_directory_whose_ledger_folder_is_empty_says_no_ledger_is_there_yet(
+    tmp_path: Path, capsys: Any
+) -> None:
+    (tmp_path / "ledger").mkdir()
+    code, line = _verify(tmp_path, capsys)
+    assert code == 1 and line["reason"] == "manifest-missing"
+    assert "not created it yet" in line["detail"]
+    assert society("ledger", "show", str(tmp_path)) == 1
+    assert json.loads(capsys.readouterr().out)["reason"] == "manifest-missing"
+
+
+@pytest.mark.usefixtures("gcs")
+def test_export_names_the_run_by_its_id_from_a_run_directory_or_its_ledger_directory(
+    run_dir: Path, capsys: Any
+) -> None:
+    run_id = run_dir.name
+    assert society("ledger", "export", str(run_dir), f"gs://{BUCKET}/runs") == 0
+    assert json.loads(capsys.readouterr().out)["exported"] == f"gs://{BUCKET}/runs/{run_id}/"
+    code, whole = _verify(f"gs://{BUCKET}/runs/{run_id}", capsys)
+    assert code == 0 and whole["artifacts"]["checked"] == 2, whole
+
+    ledger = run_dir / "ledger" / "main"
+    assert society("ledger", "export", str(ledger), f"gs://{BUCKET}/ledgers") == 0
+    assert json.loads(capsys.readouterr().out)["exported"] == f"gs://{BUCKET}/ledgers/{run_id}/"
+    code, alone = _verify(f"gs://{BUCKET}/ledgers/{run_id}", capsys)
+    assert code == 0 and alone["runId"] == run_id and "artifacts" not in alone, alone

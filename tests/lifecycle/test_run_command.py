@@ -116,6 +116,40 @@ def test_a_sigkilled_controller_leaves_no_agent_and_an_incomplete_ledger_the_nex
     assert not (run_dir / "pids").exists() and not (run_dir / "sandboxes").exists()
 
 
+@pytest.mark.parametrize("first", ["status", "cancel"])
+def test_the_first_command_after_a_sigkilled_controller_answers_although_it_stops_the_dev_server(
+    society: SocietyCommand, first: str
+) -> None:
+    """The killed run held the root's dev server alone: the first command's reaping ends the
+    orphaned workflow and stops that server, and it still answers from what it saw."""
+    del society.env["TEMPORAL_ADDRESS"]  # the run starts the root's own dev server
+    run, run_id = _start_endless(society)
+    state_file = society.artifacts / ".temporal" / "server.json"
+    server_pid = json.loads(state_file.read_text())["pid"]
+    run.process.kill()
+    run.finish()
+    assert wait_until(lambda: processes_naming(run_id) == [], 10), "agents die with the controller"
+
+    if first == "status":
+        status = society("status", run_id, "--artifacts", society.artifacts)
+        assert status.process.returncode == 0, status.stderr
+        assert "Traceback" not in status.stderr, status.stderr
+        abandoned = status.result()
+        assert (abandoned["state"], abandoned["receipt"]) == ("abandoned", "incomplete")
+        assert abandoned["workflow"] == "terminated", "this start ended the orphaned workflow"
+    else:
+        cancel = society("cancel", run_id, "--artifacts", society.artifacts)
+        assert cancel.process.returncode == 1, cancel.stdout_text + cancel.stderr
+        assert cancel.stdout_text == "" and "Traceback" not in cancel.stderr, cancel.stderr
+        assert f"society cancel: error: run {run_id} is not live" in cancel.stderr
+    assert not state_file.exists(), "no live run holds the dev server: the first command stops it"
+    assert wait_until(lambda: not Path(f"/proc/{server_pid}").exists(), 10)
+
+    again = society("status", run_id, "--artifacts", society.artifacts)
+    assert again.process.returncode == 0 and "Traceback" not in again.stderr, again.stderr
+    assert again.result()["state"] == "abandoned"
+
+
 def test_no_reachable_temporal_is_a_clear_error_with_the_next_step(
     society: SocietyCommand,
 ) -> None:

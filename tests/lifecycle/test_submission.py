@@ -34,7 +34,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from controller.lifecycle.activities import LifecycleActivities
-from controller.lifecycle.models import Reservation
+from controller.lifecycle.models import RunReservation
 from controller.lifecycle.submission import ProvenRequest, ResultUnproven, RunAuthority
 from controller.run import RunRequest, RunResult
 from controller.run.request import RunRequestError
@@ -297,7 +297,7 @@ def test_a_well_formed_request_is_accepted_as_is() -> None:
         "/srv/runs/experiment.py",
         "/srv/artifacts",
     )
-    assert isinstance(RunRequestError("x", "y"), ValueError)
+    assert isinstance(RunRequestError("y", reason="x"), ValueError)
 
 
 def test_only_the_runs_own_mac_makes_a_result_acceptable() -> None:
@@ -380,7 +380,7 @@ def test_the_runs_worker_refuses_replays_foreign_executions_and_foreign_cleanups
         with pytest.raises(ApplicationError) as cleanup:
             await environment.run(
                 activities.cleanup,
-                Reservation(run_id=decoy.name, namespace=decoy.name, artifact_dir=str(decoy)),
+                RunReservation(run_id=decoy.name, namespace=decoy.name, artifact_dir=str(decoy)),
             )
         refusals["foreign cleanup"] = str(cleanup.value.details[0])
         await environment.run(authority.admit, genuine, execute=True)

@@ -20,7 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
-from controller.lifecycle.models import LedgerExported, Reservation
+from controller.lifecycle.models import LedgerExported, RunReservation
 from controller.lifecycle.workflow import CLEANUP, EXECUTE, PREPARE, SocietyRun
 
 
@@ -55,9 +55,9 @@ class StandIns:
         self._exported = exported
 
     @activity.defn(name=PREPARE)
-    async def prepare(self, request: dict[str, Any]) -> Reservation:
+    async def prepare(self, request: dict[str, Any]) -> RunReservation:
         self.calls.append("prepare")
-        return Reservation(run_id="r", namespace="r", artifact_dir="/nonexistent/r")
+        return RunReservation(run_id="r", namespace="r", artifact_dir="/nonexistent/r")
 
     @activity.defn(name=EXECUTE)
     async def execute(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +67,7 @@ class StandIns:
         return {"outcome": "ProgramFinished"}
 
     @activity.defn(name=CLEANUP)
-    async def cleanup(self, reservation: Reservation) -> LedgerExported | None:
+    async def cleanup(self, reservation: RunReservation) -> LedgerExported | None:
         self.calls.append("cleanup")
         self.cleanup_started.set()
         for _ in range(int(self._cleanup_s * 20)):

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from agent_images.peer.policy import Decision, PolicyError, Say, as_decision
+from agent_images.peer.policy import (
+    PEER_CONFIG_FILE,
+    Decision,
+    PeerSettings,
+    PolicyError,
+    Say,
+    as_decision,
+)
 from controller.agents import RuntimeDescriptorError, peer
 from controller.run.spec import RunSpecError, load_run_spec
 
@@ -61,3 +68,37 @@ def test_a_policy_may_return_a_reply_a_say_a_list_or_a_decision_and_nothing_else
     for bad in (42, [Say("a"), "b"], Say("  "), Decision(publish={"f": object()})):
         with pytest.raises(PolicyError):
             as_decision(bad)
+
+
+@pytest.mark.parametrize(
+    ("packages", "says"),
+    [
+        ("numpy", "give a tuple of requirements"),
+        (("numpy>=>1",), "is not a PEP 508 requirement"),
+        (("pkg @ https://example.org/pkg.whl",), "names a URL"),
+        (("",), "is not a requirement"),
+    ],
+)
+def test_a_peer_declares_its_packages_as_requirements_or_is_refused(
+    packages: object, says: str
+) -> None:
+    with pytest.raises(RuntimeDescriptorError) as refused:
+        peer("p.py", "respond", files={"p.py": POLICY}, packages=packages)  # type: ignore[arg-type]
+    assert refused.value.reason == "bad-requirement" and says in str(refused.value)
+
+
+def test_the_declared_packages_travel_in_the_descriptor_and_in_peer_json() -> None:
+    """What an image build (or the peer itself, in its sandbox) reads to honour them."""
+    eve = peer("p.py", "respond", files={"p.py": POLICY}, packages=("numpy>=1.26", "scipy"))
+    assert eve.packages == ("numpy>=1.26", "scipy")
+    settings = PeerSettings.model_validate_json(eve.files[PEER_CONFIG_FILE])
+    assert settings.packages == ("numpy>=1.26", "scipy")
+    assert peer("p.py", "respond", files={"p.py": POLICY}).packages == ()
+
+
+def test_a_peer_has_a_longer_stop_grace_than_the_default_and_may_set_its_own() -> None:
+    assert peer("p.py", "respond", files={"p.py": POLICY}).term_grace_s == 10.0
+    assert peer("p.py", "respond", files={"p.py": POLICY}, term_grace_s=30).term_grace_s == 30
+    with pytest.raises(RuntimeDescriptorError) as refused:
+        peer("p.py", "respond", files={"p.py": POLICY}, term_grace_s=0)
+    assert refused.value.reason == "bad-option"

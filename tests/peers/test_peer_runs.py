@@ -14,6 +14,7 @@ from controller.agents import (
     GatewayError,
     GatewayTypeError,
     PeerObservations,
+    Resources,
     ScriptedGateway,
     peer,
     scripted,
@@ -21,10 +22,13 @@ from controller.agents import (
 from controller.agents.peer import PeerStopped
 from controller.events.network import RouterMessageCommitted
 from controller.events.run import (
+    AgentProcessExited,
+    AgentProcessSignaled,
     AgentRuntimeArtifact,
     AgentRuntimeCompleted,
     AgentRuntimeStartFailed,
     AgentWorkspaceFileHarvested,
+    RosterRefused,
 )
 from controller.platforms.local import LocalPlatform
 from controller.run import ClusterLost, ProgramFinished, RunContext, Success
@@ -192,3 +196,151 @@ async def test_a_policy_that_cannot_be_imported_in_its_sandbox_fails_the_gate(
     text = (artifact_root / outcome.receipt.run_id / str(log[0].artifact)).read_text()
     assert "peer: cannot load its policy: ModuleNotFoundError" in text
     assert "no_such_module_anywhere" in text
+
+
+SLOW_IMPORT = "import time\n\ntime.sleep(60)  # an honest stand-in for a heavy import\n"
+IMPORTS_ON_ITS_FIRST_CALL = """
+def respond(received):
+    import slow_import
+    return None
+"""
+SLOW_TO_SHUT_DOWN = """
+import atexit
+import time
+
+atexit.register(time.sleep, 4)  # a stand-in for a heavy library's interpreter shutdown
+
+
+def respond(received):
+    return None
+"""
+
+
+async def test_a_peer_stopped_during_a_slow_import_or_a_slow_shutdown_exits_cleanly(
+    artifact_root: Path,
+) -> None:
+    """eve's first policy call is still importing when teardown's SIGTERM comes, and ada's
+    interpreter takes 4 s to shut down: both stop and exit 0 within their stop grace (before, the
+    2 s after SIGTERM ran out and both were recorded as SIGKILLed after ``completed``)."""
+
+    async def execute(ctx: RunContext) -> None:
+        eve = ctx.agents.gateway("eve", PeerObservations)
+        with anyio.fail_after(20):
+            while (await eve.observe()).policy_calls < 1:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+
+    spec = RunSpec.define(
+        id="acme.peer-slow-stop/v1",
+        agents={
+            "eve": peer(
+                "lazy.py",
+                "respond",
+                files={"lazy.py": IMPORTS_ON_ITS_FIRST_CALL, "slow_import.py": SLOW_IMPORT},
+                packages=("anyio>=4",),  # the environment has it: nothing is refused
+            ),
+            "ada": peer("slow.py", "respond", files={"slow.py": SLOW_TO_SHUT_DOWN}),
+        },
+        execute=execute,
+    )
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    ledger = ledger_of(spec, outcome)
+    assert sorted((e.agent, e.outcome) for e in ledger.events(PeerStopped)) == [
+        ("ada", "completed"),
+        ("eve", "completed"),
+    ]
+    assert [(e.agent, e.signal_name) for e in ledger.events(AgentProcessSignaled)] == []
+    assert sorted(e.agent for e in ledger.events(AgentRuntimeCompleted)) == ["ada", "eve"]
+
+
+async def test_a_peer_stopped_while_its_policy_module_imports_exits_at_once_and_cleanly(
+    artifact_root: Path,
+) -> None:
+    """SIGTERM while the policy module itself still imports: the peer handles it from its first
+    line, so the import is interrupted and the peer exits 0 (before: killed by the signal)."""
+
+    async def execute(ctx: RunContext) -> None:
+        raise AssertionError("the program must not run")
+
+    heavy = SLOW_IMPORT + "\n\ndef respond(received):\n    return None\n"
+    spec = RunSpec.define(
+        id="acme.peer-slow-import/v1",
+        agents={"eve": peer("heavy.py", "respond", files={"heavy.py": heavy}, ready_timeout_s=2)},
+        execute=execute,
+    )
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ClusterLost)
+    ledger = ledger_of(spec, outcome)
+    assert [e.reason for e in ledger.events(AgentRuntimeStartFailed)] == ["ready-timeout"]
+    assert [e.exit_code for e in ledger.events(AgentProcessExited)] == [0]
+    assert [e.signal_name for e in ledger.events(AgentProcessSignaled)] == []
+    log = [e for e in ledger.events(AgentRuntimeArtifact) if e.kind == "log"]
+    text = (artifact_root / outcome.receipt.run_id / str(log[0].artifact)).read_text()
+    assert "peer: stopped while its policy was loading" in text
+
+
+async def test_a_policy_short_of_address_space_fails_the_gate_naming_the_limit_and_its_option(
+    artifact_root: Path,
+) -> None:
+    big = "ballast = bytearray(1024 * 1024 * 1024)  # more than its limit\n\n" + SILENT
+
+    async def execute(ctx: RunContext) -> None:
+        raise AssertionError("the program must not run")
+
+    tight = Resources(cpu=0.02, memory_mib=64, memory_limit_mib=256)
+    spec = RunSpec.define(
+        id="acme.peer-address-space/v1",
+        agents={"eve": peer("big.py", "respond", files={"big.py": big}, resources=tight)},
+        execute=execute,
+    )
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ClusterLost)
+    (failed,) = ledger_of(spec, outcome).events(AgentRuntimeStartFailed)
+    assert failed.reason == "program-cannot-start"
+    assert "(address-space-exhausted): peer: cannot load its policy: MemoryError" in failed.detail
+    assert "address space is limited to 256 MiB (RLIMIT_AS" in failed.detail
+    assert "raise it with peer(..., resources=Resources(memory_limit_mib=1536))" in failed.detail
+    assert failed.detail in str(outcome.cause.detail)  # the run's result says it too
+
+
+MISSING = "no-such-distribution-for-society>=1.0"
+
+
+async def test_a_declared_package_the_agents_environment_lacks_refuses_the_run_before_it_starts(
+    artifact_root: Path,
+) -> None:
+    async def execute(ctx: RunContext) -> None:
+        raise AssertionError("the program must not run")
+
+    eve = peer("silent.py", "respond", files={"silent.py": SILENT}, packages=("anyio", MISSING))
+    spec = RunSpec.define(id="acme.peer-packages/v1", agents={"eve": eve}, execute=execute)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ClusterLost) and outcome.cause.reason == "package-missing"
+    assert f"eve needs {MISSING} (not installed)" in outcome.cause.detail
+    assert f"-m pip install '{MISSING}'" in outcome.cause.detail
+    ledger = ledger_of(spec, outcome)
+    assert [e.reason for e in ledger.events(RosterRefused)] == ["package-missing"]
+    assert [e for e in ledger.events(AgentRuntimeStartFailed)] == []  # no sandbox was started
+
+
+class UncheckedPackages(LocalPlatform):
+    """A platform that cannot see the agents' environment (a cluster's image, say)."""
+
+    def _check_packages(self, roster: Any, admission: Any) -> None:
+        return None
+
+
+async def test_where_the_platform_cannot_check_the_peer_refuses_to_start_naming_the_package(
+    artifact_root: Path,
+) -> None:
+    async def execute(ctx: RunContext) -> None:
+        raise AssertionError("the program must not run")
+
+    eve = peer("silent.py", "respond", files={"silent.py": SILENT}, packages=(MISSING,))
+    spec = RunSpec.define(id="acme.peer-packages/v1", agents={"eve": eve}, execute=execute)
+    outcome = await Run.execute(spec, platform=UncheckedPackages(), artifact_root=artifact_root)
+    assert isinstance(outcome, ClusterLost)
+    (failed,) = ledger_of(spec, outcome).events(AgentRuntimeStartFailed)
+    assert failed.reason == "program-cannot-start"
+    assert f"(package-missing): peer: its policy needs {MISSING} (not installed)" in failed.detail
+    assert "on a cluster profile, into the peer's image" in failed.detail

@@ -22,7 +22,7 @@ from run_support import (
     with_command,
 )
 
-from agent_images.scripted.policy import OWNER, Delay, Opening, Rule, ScriptedPolicy
+from agent_images.scripted.policy import OWNER, Opening, ReplyDelay, Rule, ScriptedPolicy
 from controller import Event, EventCatalog, Run, RunSpec
 from controller.agents import Completed, Harvest, SecretRef, Signaled, scripted
 from controller.events.network import RouterMessageCommitted
@@ -392,12 +392,12 @@ def turn_taking() -> dict[str, Any]:
     ann = ScriptedPolicy(
         openings=(Opening(peers=("ben",), text="serve"),),
         rules=(Rule(senders=("ben",), texts=tuple(f"ann {w} {{count}}" for w in words)),),
-        delay=Delay(min_ms=0, max_ms=15),
+        delay=ReplyDelay(min_ms=0, max_ms=15),
         max_sends=8,
     )
     ben = ScriptedPolicy(
         rules=(Rule(senders=("ann",), texts=tuple(f"ben {w}" for w in words)),),
-        delay=Delay(min_ms=0, max_ms=15),
+        delay=ReplyDelay(min_ms=0, max_ms=15),
         max_sends=8,
     )
     return {"ann": scripted(ann), "ben": scripted(ben)}

@@ -20,13 +20,17 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
+from controller.errors import OpsError
 from controller.ops.checks import kube_schemas, pins, terraform_checks
 from controller.ops.checks.sample_objects import sample_run_objects
 from controller.ops.checks.tools import read_versions, shellcheck, tool
 from controller.ops.repository import ROOT as REPO
 from controller.platforms.kubernetes.settings import KubernetesSettings
 
-PROFILES = ("kind", "gke")
+TERRAFORMED: dict[str, bool] = {"kind": False, "gke": True}
+"""The profiles with checked-in contracts, and whether Terraform stands theirs up (its values
+feed the chart, its wiring and HCL are checked); the one place these checks name a profile."""
+PROFILES = tuple(TERRAFORMED)
 CHART = REPO / "helm" / "society-runner"
 RELEASE_NAMESPACE = "society-system"
 SAMPLE_DIGEST = "sha256:" + "1" * 64
@@ -110,14 +114,15 @@ def values_files(profile: str, scratch: Path) -> list[Path]:
     from controller.platforms.kubernetes.images import CONTROLLER_IMAGE
 
     files = [scratch / "digest.yaml"]
-    if profile == "gke":  # what `society cluster push-images --values-out` writes
+    terraformed = TERRAFORMED[profile]
+    if terraformed:  # what `society cluster push-images --values-out` writes
         registry = "us-central1-docker.pkg.dev/project/society"
         pushed = {name: f"{registry}/{name.split('/')[-1].split(':')[0]}@{SAMPLE_DIGEST}"
                   for name in (WORKER_IMAGE, CONTROLLER_IMAGE, "society/scripted:dev")}  # fmt: skip
         files[0].write_text(yaml.safe_dump(chart_image_values(pushed)))
     else:
         files[0].write_text(yaml.safe_dump({"worker": {"image": {"digest": SAMPLE_DIGEST}}}))
-    if profile == "gke":
+    if terraformed:
         terraform_values = scratch / "terraform-helm-values.yaml"
         terraform_values.write_text(yaml.safe_dump(gke_sample_values()))
         files = [CHART / "values-gke.yaml", terraform_values, *files]
@@ -136,7 +141,9 @@ def helm_template(profile: str, scratch: Path) -> list[dict[str, Any]]:
     return [obj for obj in yaml.safe_load_all(output) if obj]
 
 
-class HelmTemplateFailed(Exception):
+class HelmTemplateFailed(OpsError):
+    """``helm template`` failed; the message is its output."""
+
     reason = "helm-template-failed"
 
 
@@ -151,7 +158,7 @@ def check_helm(profile: str, scratch: Path) -> tuple[CheckOutcome, list[dict[str
         rendered = helm_template(profile, scratch)
     except HelmTemplateFailed as exc:
         problems.append(f"helm template failed:\n{exc}")
-    if profile == "gke" and rendered:
+    if TERRAFORMED[profile] and rendered:
         problems += _gke_wiring(rendered)
     return CheckOutcome(f"helm lint and template ({profile} values)", problems), rendered
 
@@ -343,7 +350,7 @@ def run_checks(
         done(check_schemas(profile, rendered, scratch))
         done(CheckOutcome("image references pinned by digest", pins.digest_problems(rendered)))
         done(CheckOutcome("pinned versions agree", pins.version_problems(read_versions())))
-        if profile == "gke":
+        if TERRAFORMED[profile]:
             for outcome in check_terraform():
                 done(outcome)
         done(check_shell())

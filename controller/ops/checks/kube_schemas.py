@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from controller.errors import OpsError
 from controller.ops.repository import ROOT as REPO
 
 SCHEMA_DIR = REPO / "schemas" / "kubernetes"
@@ -200,7 +201,7 @@ def _forbid_unknown(node: Any) -> None:
             _forbid_unknown(value)
 
 
-class SchemaSourceIncomplete(Exception):
+class SchemaSourceIncomplete(OpsError):
     """The OpenAPI document and CRDs given lack a kind the checks validate."""
 
     reason = "schema-source-incomplete"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.errors import OpsError
 from controller.ops.checks.tools import hcl_parser
 from controller.ops.repository import ROOT as REPO
 
@@ -29,7 +30,7 @@ KUBERNETES_EFFECTS = {
 }
 
 
-class TerraformUnreadable(Exception):
+class TerraformUnreadable(OpsError):
     """A ``.tf`` file does not parse; ``reason`` is ``terraform-unreadable``."""
 
     reason = "terraform-unreadable"

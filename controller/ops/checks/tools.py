@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from controller.errors import OpsError
 from controller.ops.repository import ROOT as REPO
 
 VERSIONS_FILE = REPO / "scripts" / "tool-versions.env"
@@ -17,17 +18,17 @@ TOOLS_DIR_ENV = "SOCIETY_TOOLS_DIR"
 SHELLCHECK_INSTALL = "scripts/install-shellcheck.sh"
 
 
-class ToolMissing(Exception):
+class ToolMissing(OpsError):
     """A tool the checks need is not built; ``reason`` is ``tool-missing``."""
 
     reason = "tool-missing"
 
-    def __init__(self, tool: str, expected: Path, install: str = BUILD_COMMAND) -> None:
-        super().__init__(
-            f"{tool} is not installed at {expected}; install it with `{install}` (from the "
-            f"repository root) and retry"
-        )
-        self.tool = tool
+
+def _missing(tool: str, expected: Path, install: str = BUILD_COMMAND) -> ToolMissing:
+    return ToolMissing(
+        f"{tool} is not installed at {expected}",
+        next_step=f"install it with `{install}` (from the repository root) and retry",
+    )
 
 
 def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
@@ -52,7 +53,7 @@ def tool(name: str) -> Path:
     """The pinned build of ``name``; raises ``ToolMissing`` naming the command that builds it."""
     path = tools_dir() / "bin" / name
     if not os.access(path, os.X_OK):
-        raise ToolMissing(name, path)
+        raise _missing(name, path)
     return path
 
 
@@ -60,7 +61,7 @@ def shellcheck() -> Path:
     """Debian's shellcheck (installed by ``scripts/install-shellcheck.sh``)."""
     found = shutil.which("shellcheck")
     if found is None:
-        raise ToolMissing("shellcheck", Path("/usr/bin/shellcheck"), SHELLCHECK_INSTALL)
+        raise _missing("shellcheck", Path("/usr/bin/shellcheck"), SHELLCHECK_INSTALL)
     return Path(found)
 
 
@@ -69,7 +70,7 @@ def hcl_parser() -> Any:
     try:
         import hcl2
     except ImportError:
-        raise ToolMissing(
+        raise _missing(
             "python-hcl2", Path("site-packages"), "pip install 'society-runner[profiles]'"
         ) from None
     return hcl2

@@ -43,9 +43,9 @@ def build_images(script: Path = BUILD_SCRIPT) -> BuiltImages:
     output = process.stdout.read()
     if process.wait() != 0:
         raise StepFailed(
-            "image-build-failed",
             f"{script.name} failed (exit {process.returncode}); its error is above, and "
             "scripts/install-node.sh installs what it needs (podman, mmdebstrap)",
+            reason="image-build-failed",
         )
     return BuiltImages.load(Path(output.strip().splitlines()[-1]))
 
@@ -53,7 +53,7 @@ def build_images(script: Path = BUILD_SCRIPT) -> BuiltImages:
 def _run(argv: list[str], what: str) -> str:
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
-        raise StepFailed("image-transfer-failed", f"{what}: {done.stderr.strip()[-800:]}")
+        raise StepFailed(f"{what}: {done.stderr.strip()[-800:]}", reason="image-transfer-failed")
     return done.stdout
 
 
@@ -92,7 +92,9 @@ def push_to_registry(engine: Path, registry: str, built: BuiltImages) -> dict[st
     for name, ref in sorted(built.images.items()):
         archive = built.archives.get(ref)
         if archive is None:
-            raise StepFailed("image-archive-missing", f"the image map has no archive for {ref}")
+            raise StepFailed(
+                f"the image map has no archive for {ref}", reason="image-archive-missing"
+            )
         _run([str(engine), "load", "-i", archive], f"loading {archive}")
         local = f"{ref.split('@', 1)[0]}:build"
         target = f"{registry}/{name.split('/', 1)[-1]}"
@@ -108,7 +110,8 @@ def push_to_registry(engine: Path, registry: str, built: BuiltImages) -> dict[st
         matching = [d for d in digests or [] if d.startswith(f"{repository}@") and pinned(d)]
         if not matching:
             raise StepFailed(
-                "image-digest-missing", f"{engine.name} reports no registry digest for {target}"
+                f"{engine.name} reports no registry digest for {target}",
+                reason="image-digest-missing",
             )
         pushed[name] = matching[0]
     return pushed
@@ -123,10 +126,12 @@ def chart_image_values(pushed: dict[str, str]) -> dict[str, object]:
     worker resolves the controller's and the agents' images through (``imageMap``)."""
     worker = pushed.get(WORKER_IMAGE)
     if worker is None or not pinned(worker):
-        raise StepFailed("image-missing", f"the pushed images have no pinned {WORKER_IMAGE}")
+        raise StepFailed(f"the pushed images have no pinned {WORKER_IMAGE}", reason="image-missing")
     unpinned = sorted(name for name, ref in pushed.items() if not pinned(ref))
     if unpinned:
-        raise StepFailed("image-digest-missing", f"{unpinned[0]} was pushed without a digest")
+        raise StepFailed(
+            f"{unpinned[0]} was pushed without a digest", reason="image-digest-missing"
+        )
     repository, digest = worker.split("@", 1)
     return {
         "worker": {"image": {"repository": repository, "digest": digest}},

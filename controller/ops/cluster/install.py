@@ -80,7 +80,7 @@ async def _poll(what: str, check: Callable[[], Awaitable[bool]], limit_s: float)
         if await check():
             return
         await anyio.sleep(1)
-    raise StepFailed("not-ready", f"{what} was not ready after {limit_s:.0f} s")
+    raise StepFailed(f"{what} was not ready after {limit_s:.0f} s", reason="not-ready")
 
 
 def pod_states(pods: list[Obj]) -> str:
@@ -109,7 +109,9 @@ def _helm(programs: Programs, options: ClusterOptions, *args: str) -> str:
         argv += ["--kube-context", options.context]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
-        raise StepFailed("helm-failed", f"helm {args[0]} failed: {done.stderr.strip()[-1200:]}")
+        raise StepFailed(
+            f"helm {args[0]} failed: {done.stderr.strip()[-1200:]}", reason="helm-failed"
+        )
     return done.stdout
 
 
@@ -168,8 +170,8 @@ class ClusterUp:
                     nodes, _ = await kube.list("Node")
                 except Exception as exc:  # the client raises many types for one meaning
                     raise StepFailed(
-                        "cluster-unreachable",
                         f"cannot reach the cluster of {self.options.kubeconfig}: {exc}",
+                        reason="cluster-unreachable",
                     ) from exc
             return f"existing cluster of {self.options.kubeconfig} ({len(nodes)} nodes)"
         assert self.programs.kind is not None and self.programs.engine is not None
@@ -199,9 +201,9 @@ class ClusterUp:
                     await kube.list(kind_name)
                 except KubeError as exc:
                     raise StepFailed(
-                        "addon-missing",
                         f"the existing cluster does not serve {kind_name} ({exc}); install "
                         f"{kind.ADDONS[addon][0]} there first",
+                        reason="addon-missing",
                     ) from None
             return "already served by the cluster (checked, not installed)"
         assert self.programs.kubectl is not None
@@ -232,7 +234,7 @@ class ClusterUp:
         image = self.images.get(temporal.IMAGE)
         if image is None:
             raise StepFailed(
-                "image-missing", f"the image map has no {temporal.IMAGE}; rebuild the images"
+                f"the image map has no {temporal.IMAGE}; rebuild the images", reason="image-missing"
             )
         async with self.kube() as kube:
             await kube.apply(
@@ -261,7 +263,8 @@ class ClusterUp:
                 pods, _ = await kube.list("Pod", SYSTEM_NAMESPACE, label_selector=TEMPORAL_PODS)
                 logs = f"`kubectl -n {SYSTEM_NAMESPACE} logs deploy/{temporal.NAME} --previous`"
                 raise StepFailed(
-                    failed.reason, f"{failed}; {pod_states(pods)} ({logs} shows a crash's cause)"
+                    f"{failed}; {pod_states(pods)} ({logs} shows a crash's cause)",
+                    reason=failed.reason,
                 ) from None
             service = await kube.get("Service", temporal.NAME, SYSTEM_NAMESPACE)
             assert service is not None
@@ -285,7 +288,9 @@ class ClusterUp:
         node = await kube.get("Node", running[0]["spec"]["nodeName"]) if running else None
         address = temporal.node_address(node) if node else None
         if address is None:
-            raise StepFailed("temporal-unreachable", "the Temporal pod's node has no InternalIP")
+            raise StepFailed(
+                "the Temporal pod's node has no InternalIP", reason="temporal-unreachable"
+            )
         self.temporal_ui = f"http://{address}:{temporal.UI_NODE_PORT}"
         return f"{address}:{temporal.GRPC_NODE_PORT}"
 
@@ -307,8 +312,8 @@ class ClusterUp:
                 last = exc
                 await anyio.sleep(1)
         raise StepFailed(
-            "temporal-unreachable",
             f"the in-cluster Temporal does not answer at {self.temporal_address}: {last}",
+            reason="temporal-unreachable",
         )
 
     @property
@@ -326,15 +331,15 @@ class ClusterUp:
                 found = await kube.get("StorageClass", name)
             if found is None:
                 raise StepFailed(
-                    "storage-class-missing",
                     f"the cluster has no StorageClass {name}; create one with reclaimPolicy "
                     "Retain, or leave --ledger-storage-class out",
+                    reason="storage-class-missing",
                 )
             if found.get("reclaimPolicy") != "Retain":
                 raise StepFailed(
-                    "storage-class-deletes",
                     f"StorageClass {name} has reclaimPolicy {found.get('reclaimPolicy')}: a run's "
                     "ledger volume would be deleted with its namespace; use one with Retain",
+                    reason="storage-class-deletes",
                 )
             home = self.ledger_host_root or "not copied home (no --ledger-volumes)"
             return f"StorageClass {name} (checked, not made); copied home from {home}"
@@ -356,9 +361,9 @@ class ClusterUp:
         labels = ",".join(f"{k}={v}" for k, v in selector.items())
         if not count:
             raise StepFailed(
-                "agents-pool-empty",
                 f"no node is labelled {labels}; label the agents' nodes (kind/cluster.yaml "
                 "does) or pass --agent-nodes KEY=VALUE",
+                reason="agents-pool-empty",
             )
         self.quota = (cpu, memory)
         return f"cpu {cpu}, memory {memory}: {count} node(s) labelled {labels}"
@@ -366,7 +371,7 @@ class ClusterUp:
     async def chart(self) -> str:
         worker = self.images.get(images.WORKER_IMAGE)
         if worker is None:
-            raise StepFailed("image-missing", f"the image map has no {images.WORKER_IMAGE}")
+            raise StepFailed(f"the image map has no {images.WORKER_IMAGE}", reason="image-missing")
         repository, digest = worker.split("@", 1)
         values = {
             "worker": {"image": {"repository": repository, "digest": digest}},
@@ -494,7 +499,9 @@ class ClusterDown:
         if not self.profile.imported:
             return "none imported"
         if self.programs.ctr is None:
-            raise StepFailed("prerequisite-missing", "ctr is needed to remove imported images")
+            raise StepFailed(
+                "ctr is needed to remove imported images", reason="prerequisite-missing"
+            )
         removed = sum(
             images.remove_from_containerd(self.programs.ctr, socket, refs)
             for socket, refs in self.profile.imported.items()

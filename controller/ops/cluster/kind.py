@@ -53,7 +53,7 @@ ADDONS = {
 def _run(argv: list[str], reason: str, what: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        raise StepFailed(reason, f"{what} failed: {done.stderr.strip()[-800:]}")
+        raise StepFailed(f"{what} failed: {done.stderr.strip()[-800:]}", reason=reason)
     return done.stdout
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.errors import OpsError
 from controller.ops.checks import tools
 
 KIND_VERSION = "v0.32.0"
@@ -28,16 +29,21 @@ class Missing:
         return f"{self.tool}: {self.problem}; {self.next_step}"
 
 
-class PrerequisitesMissing(Exception):
+class PrerequisitesMissing(OpsError):
     """``cluster up`` cannot start; ``missing`` lists every absent program with its next step."""
 
     reason = "prerequisite-missing"
 
-    def __init__(self, missing: Sequence[Missing]) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        reason: str | None = None,
+        next_step: str | None = None,
+        missing: Sequence[Missing],
+    ) -> None:
+        super().__init__(detail, reason=reason, next_step=next_step)
         self.missing = list(missing)
-        names = ", ".join(item.tool for item in self.missing)
-        lines = "\n".join(f"  - {item.line()}" for item in self.missing)
-        super().__init__(f"missing {names}; nothing was changed. Install them and retry:\n{lines}")
 
 
 NEXT_STEPS = {
@@ -116,7 +122,12 @@ def find_programs(
         ctr=need("ctr", "ctr") if import_images else None,
     )
     if missing:
-        raise PrerequisitesMissing(missing)
+        names = ", ".join(item.tool for item in missing)
+        lines = "\n".join(f"  - {item.line()}" for item in missing)
+        raise PrerequisitesMissing(
+            f"missing {names}; nothing was changed. Install them and retry:\n{lines}",
+            missing=missing,
+        )
     return programs
 
 

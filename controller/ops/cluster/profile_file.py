@@ -15,6 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from controller.errors import OpsError
+
 PROFILE_DIR = ".cluster"
 """Under the artifact root: the profile file and the kubeconfig ``cluster up`` wrote."""
 LEDGER_CLAIM = "ledger"
@@ -31,7 +33,7 @@ GROUPS = {
 """A variable the user set keeps the file's related settings out."""
 
 
-class ProfileFileError(Exception):
+class ProfileFileError(OpsError):
     """The profile file exists but cannot be read; ``reason`` is ``profile-file-invalid``."""
 
     reason = "profile-file-invalid"

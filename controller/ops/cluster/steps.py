@@ -9,13 +9,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from controller.errors import OpsError
 
-class StepFailed(Exception):
+
+class StepFailed(OpsError):
     """A step could not finish; ``reason`` is machine-readable, the message says what next."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+    reason = "step-failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,7 @@ class StepRunner:
             except StepFailed as failed:
                 elapsed = self._clock() - started
                 print(f"{prefix} FAILED ({elapsed:.1f} s)", file=self._out, flush=True)
-                raise StepFailed(failed.reason, f"step '{step.name}': {failed}") from failed
+                raise StepFailed(f"step '{step.name}': {failed}", reason=failed.reason) from failed
             elapsed = self._clock() - started
             self.records.append(StepRecord(step.name, outcome, elapsed))
             print(f"{prefix} {outcome} ({elapsed:.1f} s)", file=self._out, flush=True)

@@ -10,9 +10,8 @@ the pod.
 
 from __future__ import annotations
 
-from typing import Any
-
 from controller.platforms.kubernetes.api import Obj
+from controller.platforms.kubernetes.objects import restricted_container, restricted_pod
 
 NAME = "society-temporal"
 IMAGE = "society/temporal:dev"
@@ -28,11 +27,6 @@ LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "society-
 
 def temporal_objects(namespace: str, image: str) -> list[Obj]:
     """The Deployment and Service, for server-side apply."""
-    security: dict[str, Any] = {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-    }
     container = {
         "name": "temporal",
         "image": image,
@@ -43,7 +37,7 @@ def temporal_objects(namespace: str, image: str) -> list[Obj]:
         ],
         "readinessProbe": {"tcpSocket": {"port": GRPC_PORT}, "periodSeconds": 2},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
-        "securityContext": security,
+        "securityContext": restricted_container(),
         "volumeMounts": [
             {"name": "data", "mountPath": "/data"},
             {"name": "tmp", "mountPath": "/tmp"},
@@ -62,13 +56,7 @@ def temporal_objects(namespace: str, image: str) -> list[Obj]:
                 "spec": {
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65532,
-                        "runAsGroup": 65532,
-                        "fsGroup": 65532,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": restricted_pod(),
                     "containers": [container],
                     # A dev server: its history lives as long as the pod.
                     "volumes": [

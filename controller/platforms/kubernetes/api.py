@@ -78,8 +78,17 @@ KINDS: dict[str, Kind] = {
 class KubeError(PlatformError):
     """The API server refused or failed a request; ``status`` is its HTTP status."""
 
-    def __init__(self, detail: str, *, status: int, reason: str = "kubernetes-api") -> None:
-        super().__init__(detail, reason=reason)
+    reason = "kubernetes-api"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        reason: str | None = None,
+        next_step: str | None = None,
+        status: int,
+    ) -> None:
+        super().__init__(detail, reason=reason, next_step=next_step)
         self.status = status
 
 

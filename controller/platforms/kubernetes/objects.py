@@ -54,6 +54,37 @@ CA_DIR = "/var/run/society/router-ca"
 CA_FILE = f"{CA_DIR}/ca.pem"
 TMP_DIR = "/tmp"
 NON_ROOT_ID = 65532
+
+
+def restricted_container(*, read_only_root: bool = True) -> dict[str, Any]:
+    """A container's ``securityContext`` under the restricted Pod Security Standard: no
+    privilege escalation, no capabilities, and (unless the program writes its image's files) a
+    read-only root filesystem."""
+    context: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    if read_only_root:
+        context["readOnlyRootFilesystem"] = True
+    return context
+
+
+def restricted_pod(*, group: bool = True, fs_group: bool = True) -> dict[str, Any]:
+    """A pod's ``securityContext`` under the restricted standard: the runtime's default seccomp
+    profile and the numeric non-root user; ``group`` also as its group, ``fs_group`` owning its
+    volumes (a ledger volume the controller writes, a 0440 Secret it reads)."""
+    context: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": NON_ROOT_ID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if group:
+        context["runAsGroup"] = NON_ROOT_ID
+    if fs_group:
+        context["fsGroup"] = NON_ROOT_ID
+    return context
+
+
 WORK_SIZE = "256Mi"
 """The working directory's ``emptyDir`` sizeLimit (the kubelet evicts a pod that exceeds it)."""
 TMP_SIZE = "64Mi"
@@ -73,11 +104,13 @@ def run_selector(run_id: str) -> str:
     return f"{RUN_LABEL}={run_id}"
 
 
-def _meta(run_id: str, name: str, **labels: str) -> dict[str, Any]:
+def run_metadata(run_id: str, name: str, **labels: str) -> dict[str, Any]:
+    """An object's metadata in the run's namespace, with the run's labels and ``labels``."""
     return {"name": name, "namespace": run_id, "labels": run_labels(run_id, **labels)}
 
 
-def _object(kind: str, metadata: dict[str, Any], **body: Any) -> Obj:
+def manifest(kind: str, metadata: dict[str, Any], **body: Any) -> Obj:
+    """A ``kind`` object (its apiVersion from ``KINDS``) with ``metadata`` and ``body``."""
     return {"apiVersion": KINDS[kind].api_version, "kind": kind, "metadata": metadata, **body}
 
 
@@ -87,13 +120,13 @@ def namespace(run_id: str) -> Obj:
         "pod-security.kubernetes.io/enforce": "restricted",
         "pod-security.kubernetes.io/warn": "restricted",
     }
-    return _object("Namespace", {"name": run_id, "labels": labels})
+    return manifest("Namespace", {"name": run_id, "labels": labels})
 
 
 def owner(run_id: str) -> Obj:
     """The one object every run object is owned by."""
-    return _object(
-        "ConfigMap", _meta(run_id, OWNER, **{ROLE_LABEL: "owner"}), data={"runId": run_id}
+    return manifest(
+        "ConfigMap", run_metadata(run_id, OWNER, **{ROLE_LABEL: "owner"}), data={"runId": run_id}
     )
 
 
@@ -145,14 +178,16 @@ def pod_sets(roster: Mapping[str, RuntimeDescriptor]) -> list[PodSet]:
 
 
 def local_queue(run_id: str, cluster_queue: str) -> Obj:
-    return _object("LocalQueue", _meta(run_id, LOCAL_QUEUE), spec={"clusterQueue": cluster_queue})
+    return manifest(
+        "LocalQueue", run_metadata(run_id, LOCAL_QUEUE), spec={"clusterQueue": cluster_queue}
+    )
 
 
 def workload(run_id: str, sets: Sequence[PodSet]) -> Obj:
     """One Workload for the complete roster: admitted whole or not at all."""
-    return _object(
+    return manifest(
         "Workload",
-        _meta(run_id, WORKLOAD),
+        run_metadata(run_id, WORKLOAD),
         spec={
             "queueName": LOCAL_QUEUE,
             "podSets": [
@@ -214,10 +249,10 @@ def agent_secrets_name(agent: str) -> str:
     return f"agent-{agent}-secrets"
 
 
-def _secret(run_id: str, name: str, data: Mapping[str, bytes], **labels: str) -> Obj:
-    return _object(
+def run_secret(run_id: str, name: str, data: Mapping[str, bytes], **labels: str) -> Obj:
+    return manifest(
         "Secret",
-        _meta(run_id, name, **labels),
+        run_metadata(run_id, name, **labels),
         type="Opaque",
         immutable=True,
         data={key: base64.b64encode(value).decode("ascii") for key, value in data.items()},
@@ -234,7 +269,7 @@ def agent_secrets(
     keys = file_keys(files or {})
     data = {SECRETS_KEY: secrets_json, **{keys[path]: c for path, c in (files or {}).items()}}
     labels = {AGENT_LABEL: agent, ROLE_LABEL: "agent"}
-    return _secret(run_id, agent_secrets_name(agent), data, **labels)
+    return run_secret(run_id, agent_secrets_name(agent), data, **labels)
 
 
 def file_keys(files: Mapping[str, bytes]) -> dict[str, str]:
@@ -243,7 +278,7 @@ def file_keys(files: Mapping[str, bytes]) -> dict[str, str]:
 
 
 def router_ca(run_id: str, ca_pem: bytes) -> Obj:
-    return _secret(run_id, ROUTER_CA_SECRET, {"ca.pem": ca_pem}, **{ROLE_LABEL: "router"})
+    return run_secret(run_id, ROUTER_CA_SECRET, {"ca.pem": ca_pem}, **{ROLE_LABEL: "router"})
 
 
 def sandbox(
@@ -309,14 +344,7 @@ def sandbox(
                 },
             }
         )
-    pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
-    if non_root:
-        pod_security |= {
-            "runAsNonRoot": True,
-            "runAsUser": NON_ROOT_ID,
-            "runAsGroup": NON_ROOT_ID,
-            "fsGroup": NON_ROOT_ID,
-        }
+    pod_security = restricted_pod() if non_root else {"seccompProfile": {"type": "RuntimeDefault"}}
     labels = run_labels(run_id, **{AGENT_LABEL: agent, ROLE_LABEL: "agent"})
     pod = {
         "metadata": {"labels": labels},
@@ -336,11 +364,8 @@ def sandbox(
                     "env": env,
                     "ports": [{"name": "bridge", "containerPort": descriptor.bridge_port}],
                     "resources": _resources(descriptor.resources),
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"drop": ["ALL"]},
-                        "readOnlyRootFilesystem": True,  # writable: work, tmp (emptyDirs)
-                    },
+                    # writable: work, tmp (emptyDirs)
+                    "securityContext": restricted_container(),
                     "volumeMounts": mounts,
                 },
                 {
@@ -350,11 +375,7 @@ def sandbox(
                     "command": list(KEEPER_COMMAND),
                     "workingDir": WORKDIR,
                     "resources": _resources(KEEPER_RESOURCES),
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"drop": ["ALL"]},
-                        "readOnlyRootFilesystem": True,
-                    },
+                    "securityContext": restricted_container(),
                     "volumeMounts": workspace,  # what the program sees there, not its secrets
                 },
             ],
@@ -362,9 +383,9 @@ def sandbox(
             **(placement or {}),
         },
     }
-    return _object(
+    return manifest(
         "Sandbox",
-        _meta(run_id, agent, **{AGENT_LABEL: agent, ROLE_LABEL: "agent"}),
+        run_metadata(run_id, agent, **{AGENT_LABEL: agent, ROLE_LABEL: "agent"}),
         spec={
             "podTemplate": pod,
             "service": True,

@@ -17,7 +17,7 @@ from typing import ClassVar
 import anyio
 
 from controller.agents.runtime import RuntimeDescriptor
-from controller.events.run import AgentRequest, Capacity
+from controller.events.run import Capacity
 from controller.network.tls import RouterTLS
 from controller.platforms.kubernetes import objects, routing
 from controller.platforms.kubernetes.images import ImageMap
@@ -32,6 +32,7 @@ from controller.run.platform import (
     PlatformError,
     PlatformSession,
     RunPlacement,
+    roster_requests,
 )
 from controller.services import LocalModelStarter
 
@@ -106,20 +107,7 @@ class KubernetesPlatform(Platform):
                 reason=exc.reason,
                 admission=Admission((), _NOTHING, _NOTHING),
             ) from None
-        requests = tuple(
-            AgentRequest(
-                agent=name,
-                runtime=type(d).runtime,
-                cpu=d.resources.cpu,
-                memory_mib=d.resources.memory_mib,
-            )
-            for name, d in roster.items()
-        )
-        requested = Capacity(
-            cpu=round(sum(r.cpu for r in requests), 6),
-            memory_mib=sum(r.memory_mib for r in requests),
-            agents=len(requests),
-        )
+        requests, requested = roster_requests(roster)
         admission = Admission(requests, requested, requested)
         unpinned = sorted(name for name, d in roster.items() if not d.image_pinned)
         if unpinned:

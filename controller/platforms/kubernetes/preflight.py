@@ -6,16 +6,15 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from controller.errors import SetupError
 from controller.platforms.kubernetes.kube import Kube
 from controller.platforms.kubernetes.settings import KubernetesSettings
 
 
-class ClusterUnavailable(Exception):
+class ClusterUnavailable(SetupError):
     """The cluster cannot take a run; ``reason`` is machine-readable, the message says what next."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+    reason = "cluster-unavailable"
 
 
 async def check_cluster(settings: KubernetesSettings) -> None:
@@ -28,16 +27,16 @@ async def check_cluster(settings: KubernetesSettings) -> None:
             queue = await kube.get("ClusterQueue", settings.cluster_queue)
     except Exception as exc:  # the client raises many unrelated types for one meaning
         raise ClusterUnavailable(
-            "cluster-unreachable",
             f"cannot use the cluster from {where}: {exc}. Point SOCIETY_KUBECONFIG (and "
             f"SOCIETY_KUBE_CONTEXT) at a cluster with Kueue and Agent Sandbox installed "
             f"(helm/society-runner, kind/README.md), or run with --profile local",
+            reason="cluster-unreachable",
         ) from exc
     if queue is None:
         raise ClusterUnavailable(
-            "cluster-queue-missing",
             f"the cluster from {where} has no Kueue ClusterQueue {settings.cluster_queue!r}; "
             f"install helm/society-runner or set SOCIETY_CLUSTER_QUEUE to an existing one",
+            reason="cluster-queue-missing",
         )
 
 
@@ -63,7 +62,7 @@ def check_kubeconfig(
     if not any(path.is_file() for path in files):
         named = ", ".join(str(path) for path in files)
         raise ClusterUnavailable(
-            "kubeconfig-missing",
             f"no kubeconfig at {named}: create a cluster with `society cluster up --profile kind`, "
             "or set KUBECONFIG (or SOCIETY_KUBECONFIG) to an existing cluster's kubeconfig",
+            reason="kubeconfig-missing",
         )

@@ -11,15 +11,15 @@ three parts (docs/kubernetes.md, "RBAC"):
   execute and cleanup do, granted in each run namespace by a RoleBinding that the worker makes
   to itself right after creating the namespace; deleting the namespace is one of those rights,
   so the worker can delete only namespaces it bound itself in.
-* the admission policies (``worker_rights``): the worker may create only namespaces named
+* the admission policies (the chart's ``rbac.yaml``): the worker may create only namespaces named
   and labelled as runs, and RoleBindings only in the run namespaces it created (itself to
   ``society-run-namespace``, the run's controller to ``society-run-controller``) and in the
   credentials namespace (a run's controller to the credentials reader).
 
 The controller's rights (``CONTROLLER_RULES``) are the ClusterRole ``society-run-controller``,
 bound per run in its namespace; the worker holds none of them (``bind`` is enough to grant them).
-The Helm chart installs the cluster-scoped parts (``worker_rights``; a test checks the chart
-equals it).
+The Helm chart installs the cluster-scoped parts (``templates/rbac.yaml``; a test checks the chart
+against these constants, ``tests/kubernetes/worker_rights.py``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from controller.platforms.kubernetes.objects import (
     OWNER,
     ROLE_LABEL,
     RUN_LABEL,
-    _meta,
-    _object,
+    manifest,
+    run_metadata,
 )
 
 RBAC = "rbac.authorization.k8s.io"
@@ -120,7 +120,7 @@ def _role_ref(kind: str, name: str) -> dict[str, str]:
     return {"apiGroup": RBAC, "kind": kind, "name": name}
 
 
-def _account(name: str, namespace: str) -> dict[str, str]:
+def account_subject(name: str, namespace: str) -> dict[str, str]:
     return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
 
 
@@ -138,7 +138,7 @@ def subject_of(username: str) -> dict[str, str]:
     """A RoleBinding subject for an authenticated user name (a ServiceAccount's, or a user's)."""
     parts = username.split(":")
     if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
-        return _account(parts[3], parts[2])
+        return account_subject(parts[3], parts[2])
     return {"apiGroup": RBAC, "kind": "User", "name": username}
 
 
@@ -165,28 +165,28 @@ def credentials_reader_role(namespace: str) -> Obj:
 
 def worker_binding(run_id: str, username: str) -> Obj:
     """In a run namespace: ``username`` (the worker, whoever prepares) gets the run's rights."""
-    return _object(
+    return manifest(
         "RoleBinding",
-        _meta(run_id, WORKER_BINDING),
+        run_metadata(run_id, WORKER_BINDING),
         roleRef=_role_ref("ClusterRole", RUN_NAMESPACE_ROLE),
         subjects=[subject_of(username)],
     )
 
 
 def controller_account(run_id: str) -> Obj:
-    return _object(
+    return manifest(
         "ServiceAccount",
-        _meta(run_id, CONTROLLER_ACCOUNT, **{ROLE_LABEL: "controller"}),
+        run_metadata(run_id, CONTROLLER_ACCOUNT, **{ROLE_LABEL: "controller"}),
         automountServiceAccountToken=False,  # only the controller's Job mounts it
     )
 
 
 def controller_binding(run_id: str) -> Obj:
-    return _object(
+    return manifest(
         "RoleBinding",
-        _meta(run_id, CONTROLLER_ACCOUNT, **{ROLE_LABEL: "controller"}),
+        run_metadata(run_id, CONTROLLER_ACCOUNT, **{ROLE_LABEL: "controller"}),
         roleRef=_role_ref("ClusterRole", CONTROLLER_ROLE),
-        subjects=[_account(CONTROLLER_ACCOUNT, run_id)],
+        subjects=[account_subject(CONTROLLER_ACCOUNT, run_id)],
     )
 
 
@@ -205,7 +205,7 @@ def credentials_binding(run_id: str, namespace: str) -> Obj:
         credentials_binding_name(run_id),
         namespace,
         roleRef=_role_ref("Role", CREDENTIALS_READER),
-        subjects=[_account(CONTROLLER_ACCOUNT, run_id)],
+        subjects=[account_subject(CONTROLLER_ACCOUNT, run_id)],
     )
     binding["metadata"]["labels"][RUN_LABEL] = run_id
     return binding

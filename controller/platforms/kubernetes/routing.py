@@ -20,8 +20,8 @@ from controller.platforms.kubernetes.objects import (
     ROLE_LABEL,
     ROUTER_SERVICE,
     RUN_LABEL,
-    _meta,
-    _object,
+    manifest,
+    run_metadata,
 )
 
 
@@ -48,14 +48,16 @@ def router_service(
     spec: dict[str, Any] = {"ports": _ports(port, service_ports)}
     if external is None:
         spec["selector"] = {RUN_LABEL: run_id, ROLE_LABEL: "controller"}
-    return _object("Service", _meta(run_id, ROUTER_SERVICE, **{ROLE_LABEL: "router"}), spec=spec)
+    return manifest(
+        "Service", run_metadata(run_id, ROUTER_SERVICE, **{ROLE_LABEL: "router"}), spec=spec
+    )
 
 
 def router_endpoints(run_id: str, address: str, port: int, service_ports: Sequence[int]) -> Obj:
     """The selector-less Service's one endpoint: the out-of-cluster controller's address."""
-    metadata = _meta(run_id, ROUTER_SERVICE, **{ROLE_LABEL: "router"})
+    metadata = run_metadata(run_id, ROUTER_SERVICE, **{ROLE_LABEL: "router"})
     metadata["labels"]["kubernetes.io/service-name"] = ROUTER_SERVICE
-    return _object(
+    return manifest(
         "EndpointSlice",
         metadata,
         addressType="IPv4",
@@ -91,7 +93,7 @@ def network_policies(
     )
 
     def policy(name: str, spec: dict[str, Any]) -> Obj:
-        return _object("NetworkPolicy", _meta(run_id, name), spec=spec)
+        return manifest("NetworkPolicy", run_metadata(run_id, name), spec=spec)
 
     def ports(numbers: Sequence[int]) -> list[dict[str, Any]]:
         return [{"protocol": "TCP", "port": p} for p in sorted(set(numbers))]

@@ -27,6 +27,8 @@ _KILL_ROUNDS = 200
 class CgroupUnavailable(PlatformError):
     """No writable pids and memory cgroup for the run's agents; the message says what to do."""
 
+    reason = "cgroup-unavailable"
+
 
 @dataclass(frozen=True, slots=True)
 class AgentCgroup:

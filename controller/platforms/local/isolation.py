@@ -58,6 +58,7 @@ class LocalSandbox(Sandbox):
         home: Path,
         cgroup: AgentCgroup | None,
         sandboxed: bool,
+        term_grace_s: float = 2.0,
     ) -> None:
         self.name = name
         self.access = access
@@ -65,6 +66,8 @@ class LocalSandbox(Sandbox):
         self.home = home
         self.cgroup = cgroup
         self.sandboxed = sandboxed
+        self.term_grace_s = term_grace_s
+        """How long its program may take to exit after SIGTERM (its descriptor's)."""
 
     @property
     def workdir(self) -> Path:

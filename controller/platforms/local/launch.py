@@ -10,9 +10,11 @@ anything else is exec'd.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -221,6 +223,17 @@ def resolve_credentials(launch: AgentLaunch) -> dict[str, str]:
             reason="credential-missing",
         )
     return values
+
+
+@functools.cache
+def agent_module_path(python: str, python_path: tuple[str, ...]) -> tuple[str, ...]:
+    """Where an agent's interpreter finds modules and distributions: the agent packages, then
+    what ``python`` finds by itself (no user site, nothing of this process's environment)."""
+    probe = "import json, sys; print(json.dumps(sys.path))"
+    found = subprocess.run(
+        [python, "-I", "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    return (*python_path, *json.loads(found.stdout))
 
 
 def agent_python_path() -> tuple[str, ...]:

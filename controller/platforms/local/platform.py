@@ -30,15 +30,16 @@ from anyio.abc import TaskGroup
 
 from agent_images import boot
 from agent_images.llm.config import GATEWAY_SOCKET_VARIABLE, GATEWAY_URL_VARIABLE
+from agent_images.packages import unmet
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
-from controller.events.run import AgentRequest, Capacity
 from controller.platforms.local.capacity import LocalCapacity
 from controller.platforms.local.harvest import copy_declared
 from controller.platforms.local.isolation import LocalIsolation, LocalSandbox, reap_child
 from controller.platforms.local.launch import (
     MIB,
     Spawn,
+    agent_module_path,
     agent_python_path,
     in_cgroups,
     launcher_command,
@@ -82,6 +83,7 @@ from controller.run.platform import (
     RunPlacement,
     Sandbox,
     SandboxStartError,
+    roster_requests,
 )
 from controller.services import LocalModelStarter
 from ledger import Event
@@ -94,8 +96,6 @@ __all__ = [
     "reap_run",
     "reap_stale_runs",
 ]
-
-_TERM_GRACE_S = 2.0
 
 
 class LocalPlatform(Platform):
@@ -141,20 +141,7 @@ class LocalPlatform(Platform):
         return bind_unix(directory, "router.sock", mode=0o666)  # reachable only through a bind
 
     def admit(self, roster: Mapping[str, RuntimeDescriptor]) -> Admission:
-        requests = tuple(
-            AgentRequest(
-                agent=name,
-                runtime=type(d).runtime,
-                cpu=d.resources.cpu,
-                memory_mib=d.resources.memory_mib,
-            )
-            for name, d in roster.items()
-        )
-        requested = Capacity(
-            cpu=round(sum(r.cpu for r in requests), 6),
-            memory_mib=sum(r.memory_mib for r in requests),
-            agents=len(requests),
-        )
+        requests, requested = roster_requests(roster)
         admission = Admission(requests, requested, self.capacity.as_event())
         budget = self.capacity
         short = []
@@ -173,7 +160,32 @@ class LocalPlatform(Platform):
                 reason=short[0][0],
                 admission=admission,
             )
+        self._check_packages(roster, admission)
         return admission
+
+    def _check_packages(
+        self, roster: Mapping[str, RuntimeDescriptor], admission: Admission
+    ) -> None:
+        """Every agent's declared Python packages are in the environment it runs in."""
+        declared = {name: d.packages for name, d in roster.items() if d.packages}
+        if not declared:
+            return
+        python = python_executable() if self.sandboxed else sys.executable
+        path = agent_module_path(python, agent_python_path())
+        missing = {name: unmet(packages, path) for name, packages in declared.items()}
+        shown = "; ".join(
+            f"{name} needs {', '.join(map(str, found))}" for name, found in missing.items() if found
+        )
+        if shown:
+            wanted = sorted({item.requirement for found in missing.values() for item in found})
+            install = " ".join(f"'{requirement}'" for requirement in wanted)
+            raise AdmissionRefused(
+                f"the local agents' Python ({python}) lacks packages the roster declares: "
+                f"{shown}; install them there (`{python} -m pip install {install}`), or drop "
+                f"them from the agents' packages=...",
+                reason="package-missing",
+                admission=admission,
+            )
 
     @asynccontextmanager
     async def session(self, placement: RunPlacement) -> AsyncIterator[PlatformSession]:
@@ -303,7 +315,15 @@ class LocalSession(PlatformSession):
             exited,
             bridge_path=spawn.bridge_path,
         )
-        sandbox = LocalSandbox(launch.name, access, process, home, cgroup, bwrap is not None)
+        sandbox = LocalSandbox(
+            launch.name,
+            access,
+            process,
+            home,
+            cgroup,
+            bwrap is not None,
+            term_grace_s=descriptor.term_grace_s,
+        )
         self._sandboxes.append(sandbox)
         self._tasks.start_soon(reap_child, process, exited, bwrap is not None)
         return sandbox
@@ -373,7 +393,7 @@ class LocalSession(PlatformSession):
         with anyio.move_on_after(grace_s):
             return await exited
         sandbox.signal(signal.SIGTERM)
-        with anyio.move_on_after(_TERM_GRACE_S):
+        with anyio.move_on_after(sandbox.term_grace_s):
             return await exited
         sandbox.signal(signal.SIGKILL)
         return await exited

@@ -48,6 +48,8 @@ AGENT_PACKAGES = ("agent_images", "controller", "ledger")
 class SandboxUnavailable(PlatformError):
     """The local sandbox cannot be built here; the message names the next step."""
 
+    reason = "sandbox-unavailable"
+
 
 def unsandboxed_requested() -> bool:
     return os.environ.get(UNSANDBOXED_ENV, "").strip().lower() in ("1", "true", "yes")

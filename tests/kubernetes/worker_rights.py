@@ -1,5 +1,7 @@
-"""What the Helm chart installs for the run worker: its roles, their bindings, and the admission
-policies that confine its cluster-wide ``create`` to the namespaces it created.
+"""What the Helm chart must install for the run worker, stated from the code's constants: its
+roles, their bindings, and the admission policies that confine its cluster-wide ``create`` to the
+namespaces it created. The chart (``helm/society-runner/templates/rbac.yaml``) is what a cluster
+gets; ``tests/kubernetes/test_helm_chart.py`` checks it equals these objects.
 
 RBAC cannot say "only in namespaces this identity created", so two ValidatingAdmissionPolicies
 say it (``failurePolicy: Fail``):
@@ -28,10 +30,10 @@ from controller.platforms.kubernetes.rbac import (
     WORKER_CLUSTER_ROLE,
     WORKER_CREDENTIALS_RULES,
     WORKER_RULES,
-    _account,
     _cluster_object,
     _namespaced,
     _role_ref,
+    account_subject,
     run_cluster_roles,
     worker_subject,
 )
@@ -46,7 +48,7 @@ def worker_objects(
     namespace: str = SYSTEM_NAMESPACE, credentials_namespace: str = "society-credentials"
 ) -> list[Obj]:
     """Everything that gives the run worker (ServiceAccount in ``namespace``) its rights."""
-    worker = _account(WORKER_ACCOUNT, namespace)
+    worker = account_subject(WORKER_ACCOUNT, namespace)
     return [
         _cluster_object("ClusterRole", WORKER_CLUSTER_ROLE, rules=WORKER_RULES),
         _cluster_object(

@@ -1,0 +1,76 @@
+"""The life every Python runtime shares: one router session, the runtime's tasks beside it, until
+the runtime stops or the session is gone for good.
+
+A runtime hands ``live_session`` its workers (each gets the session) and its stop event; the
+session's own watcher raises ``ConnectionError`` once the router has been unreachable for
+``patience_s`` (the client reconnects within that time by itself).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+
+from agent_images.boot import BootConfig, Secrets
+from controller.network.client import connect_agent
+
+ROUTER_LOST_AFTER_ENV = "SOCIETY_ROUTER_LOST_AFTER_S"
+"""How long (seconds) a runtime waits for a router it lost before it gives up; default 10."""
+ROUTER_LOST_AFTER_S = 10.0
+
+Worker = Callable[[Any], Awaitable[None]]
+
+
+def router_patience() -> float:
+    """``ROUTER_LOST_AFTER_ENV`` when set, else ``ROUTER_LOST_AFTER_S``."""
+    return float(os.environ.get(ROUTER_LOST_AFTER_ENV) or ROUTER_LOST_AFTER_S)
+
+
+async def live_session(
+    config: BootConfig,
+    secrets: Secrets,
+    stop: anyio.Event,
+    workers: Sequence[Worker],
+    *,
+    on_connect: Callable[[Any], None],
+    patience_s: float | None = None,
+) -> None:
+    """Connect, call ``on_connect(session)``, run ``workers`` until ``stop`` is set; raises what
+    ended the session otherwise (``ConnectionError`` for a router lost for ``patience_s``)."""
+    patience = router_patience() if patience_s is None else patience_s
+    async with connect_agent(
+        config.router_url,
+        secrets.router_token,
+        ca_file=config.router_ca_file,
+        unix_path=config.router_socket,
+    ) as session:
+        on_connect(session)
+        async with anyio.create_task_group() as tasks:
+            for worker in workers:
+                tasks.start_soon(worker, session)
+            tasks.start_soon(watch_router, session, patience)
+            await stop.wait()
+            tasks.cancel_scope.cancel()
+
+
+async def watch_router(session: Any, patience_s: float) -> None:
+    """Raise ``ConnectionError`` once ``session`` has been disconnected for ``patience_s``."""
+    lost_at: float | None = None
+    while True:
+        await anyio.sleep(0.1)
+        if session.connected:
+            lost_at = None
+        elif lost_at is None:
+            lost_at = anyio.current_time()
+        elif anyio.current_time() - lost_at > patience_s:
+            raise ConnectionError(f"no router for {patience_s:g} s")
+
+
+def leaf(exc: BaseException) -> BaseException:
+    """The first exception inside nested exception groups: what really ended the session."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

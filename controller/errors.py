@@ -1,0 +1,104 @@
+"""The typed errors of ``controller``: one tree under ``SocietyError``.
+
+Every error carries a stable, machine-readable ``reason`` (its class names a default; an instance
+may carry a more specific one) and a message that says what happened and what to do next:
+``str(error)`` is its ``detail``, followed by ``"\\n  next step: ..."`` when it has a
+``next_step``. The ``society`` command prints any of them as one ``society COMMAND: error:
+MESSAGE`` report, without a traceback. The evidence layer's errors are ``ledger.errors.LedgerError``
+(``ledger`` imports nothing from ``controller``). The groups are defined here; each leaf lives
+beside the code that raises it (the module named after it):
+
+    SocietyError
+    ├── SetupError  nothing was started: fix what the message names and run it again
+    │   ├── RunSpecError  controller.run.spec
+    │   ├── RunRequestError  controller.run.request  (also a ValueError)
+    │   ├── RunIdError  controller.run.runid  (also a ValueError)
+    │   ├── UnknownProfile  controller.profiles
+    │   ├── ClusterUnavailable  controller.platforms.kubernetes.preflight
+    │   └── PartMissing  controller.ops.parts
+    ├── PlatformError  the platform could not start, hold or stop a sandbox
+    │   ├── AdmissionRefused  controller.run.platform
+    │   ├── SandboxStartError  controller.run.platform
+    │   ├── ModuleSourceError  controller.run.module_source
+    │   ├── SandboxUnavailable  controller.platforms.local.sandbox
+    │   ├── CgroupUnavailable  controller.platforms.local.cgroup
+    │   ├── LocalModelError  controller.platforms.local_model
+    │   ├── KubeError  controller.platforms.kubernetes.api
+    │   └── WorkerRefused  controller.incluster.worker_requests
+    ├── LifecycleError  Temporal could not be reached, or refused or could not prove the run
+    │   ├── TemporalUnavailable  controller.lifecycle.server
+    │   ├── RunRefused  controller.lifecycle.driver
+    │   └── ResultUnproven  controller.lifecycle.submission
+    ├── ModelGatewayError  the run's model gateway could not start
+    │   ├── ModelServiceError  controller.modelgateway.service
+    │   └── UnknownProviderError  controller.modelgateway.config  (also a ValueError)
+    ├── OpsError  an operator command (cluster up/down, profile check) could not finish
+    │   ├── CheckoutMissing  controller.ops.repository
+    │   ├── PrerequisitesMissing  controller.ops.cluster.prerequisites
+    │   ├── ProfileFileError  controller.ops.cluster.profile_file
+    │   ├── StepFailed  controller.ops.cluster.steps
+    │   ├── ToolMissing  controller.ops.checks.tools
+    │   ├── HelmTemplateFailed  controller.ops.checks.check
+    │   ├── SchemaSourceIncomplete  controller.ops.checks.kube_schemas
+    │   └── TerraformUnreadable  controller.ops.checks.terraform_checks
+    ├── NetworkError  controller.network.errors
+    ├── GatewayError  controller.agents.bridge
+    ├── GatewayTypeError  controller.agents.roster  (also a TypeError)
+    ├── RuntimeDescriptorError  controller.agents.runtime
+    ├── LedgerExportError  controller.stores.gcs
+    ├── LedgerHomeError  controller.incluster.ledger_home
+    └── SuiteError  controller.suites.definition
+
+This module imports nothing of the project, so every layer may raise and catch these.
+"""
+
+from __future__ import annotations
+
+
+class SocietyError(Exception):
+    """Something ``controller`` could not do; ``reason`` is stable, the message names the next
+    step."""
+
+    reason: str = "society-error"
+    next_step: str | None = None
+
+    def __init__(
+        self, detail: str, *, reason: str | None = None, next_step: str | None = None
+    ) -> None:
+        super().__init__(detail if next_step is None else f"{detail}\n  next step: {next_step}")
+        if reason is not None:
+            self.reason = reason
+        if next_step is not None:
+            self.next_step = next_step
+        self.detail = detail
+
+
+class SetupError(SocietyError):
+    """Nothing was started: fix what the message names and run the same command again."""
+
+    reason = "setup-failed"
+
+
+class PlatformError(SocietyError):
+    """The platform could not start, hold or stop an agent's sandbox, or refuses the run."""
+
+    reason = "platform-failed"
+
+
+class LifecycleError(SocietyError):
+    """Temporal could not be reached, refused the run, or answered with a result it cannot
+    prove."""
+
+    reason = "lifecycle-failed"
+
+
+class ModelGatewayError(SocietyError):
+    """The run's model gateway (or the model service around it) could not start."""
+
+    reason = "model-gateway-failed"
+
+
+class OpsError(SocietyError):
+    """An operator command (``society cluster``, ``society profile check``) could not finish."""
+
+    reason = "ops-failed"

