@@ -109,7 +109,7 @@ class OwnerHandlers:
     stop: Callable[[str], None] | None = None
 
 
-class OwnerGateway:
+class OwnerApiServer:
     """Serves the owner API on ``listener`` until cancelled; ``announce`` tells every watcher."""
 
     def __init__(self, listener: SocketListener, token: str, handlers: OwnerHandlers) -> None:

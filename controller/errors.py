@@ -42,8 +42,8 @@ beside the code that raises it (the module named after it):
     │   ├── SchemaSourceIncomplete  controller.ops.checks.kube_schemas
     │   └── TerraformUnreadable  controller.ops.checks.terraform_checks
     ├── NetworkError  controller.network.errors
-    ├── GatewayError  controller.agents.bridge
-    ├── GatewayTypeError  controller.agents.roster  (also a TypeError)
+    ├── OwnerError  controller.agents.bridge
+    ├── OwnerTypeError  controller.agents.roster  (also a TypeError)
     ├── RuntimeDescriptorError  controller.agents.runtime
     ├── LedgerExportError  controller.stores.gcs
     ├── LedgerHomeError  controller.incluster.ledger_home

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import anyio
 
-from agent_images.scripted.policy import Rule, ScriptedPolicy
-from controller import RunSpec
-from controller.agents import scripted
-from controller.run import RunContext
+from controller import Rule, RunContext, RunSpec, ScriptedPolicy, scripted
 
 ann = ScriptedPolicy(
     rules=(Rule(match=r"@{me} please greet", senders=("host",), texts=("hello ben",), limit=1),)

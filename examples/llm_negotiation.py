@@ -20,9 +20,8 @@ from typing import ClassVar
 import anyio
 
 from agent_images.llm.config import Budget, ContextPolicy, ReplyPolicy
-from controller import Event, EventCatalog, RunSpec
-from controller.agents.llm import LLMRuntime, llm
-from controller.run import RunContext
+from controller import Event, EventCatalog, RunContext, RunSpec, llm
+from controller.agents.llm import LLMRuntime
 
 OPENING_MESSAGES = 3
 """Agent messages before the partition."""

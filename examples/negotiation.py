@@ -13,10 +13,15 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.scripted.policy import ReplyDelay, ScriptedPolicy
-from controller import Event, EventCatalog, RunSpec
-from controller.agents import scripted
-from controller.run import RunContext
+from controller import (
+    Event,
+    EventCatalog,
+    ReplyDelay,
+    RunContext,
+    RunSpec,
+    ScriptedPolicy,
+    scripted,
+)
 
 DEADLINE_S = 30.0
 

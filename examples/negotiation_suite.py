@@ -19,10 +19,15 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.scripted.policy import ReplyDelay, ScriptedPolicy
-from controller import Event, EventCatalog, RunSpec
-from controller.agents import scripted
-from controller.run import RunContext
+from controller import (
+    Event,
+    EventCatalog,
+    ReplyDelay,
+    RunContext,
+    RunSpec,
+    ScriptedPolicy,
+    scripted,
+)
 from controller.suites import Suite
 
 DEADLINE_S = 10.0

@@ -20,9 +20,8 @@ from typing import ClassVar
 
 import anyio
 
-from controller import Event, EventCatalog, RunSpec
-from controller.agents.openclaw import OpenClawRuntime, openclaw
-from controller.run import RunContext
+from controller import Event, EventCatalog, RunContext, RunSpec, openclaw
+from controller.agents.openclaw import OpenClawRuntime
 
 TURNS = 2
 """Each agent's reply budget (one OpenClaw ``agent`` run per reply)."""

@@ -15,10 +15,16 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.scripted.policy import ReplyDelay, Rule, ScriptedPolicy
-from controller import Event, EventCatalog, RunSpec
-from controller.agents import scripted
-from controller.run import RunContext
+from controller import (
+    Event,
+    EventCatalog,
+    ReplyDelay,
+    Rule,
+    RunContext,
+    RunSpec,
+    ScriptedPolicy,
+    scripted,
+)
 
 TICKS = 9
 PARTITIONED_TICKS = range(4, 7)

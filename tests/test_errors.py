@@ -19,7 +19,7 @@ import pytest
 
 import controller
 from controller import cli, errors
-from controller.agents.roster import GatewayTypeError
+from controller.agents.roster import OwnerTypeError
 from controller.errors import SetupError, SocietyError
 from controller.modelgateway.config import UnknownProviderError
 from controller.ops.cluster.steps import StepFailed
@@ -159,7 +159,7 @@ def test_the_message_says_what_happened_then_the_next_step() -> None:
         (RunIdError, ValueError),  # argparse's type= and pydantic's validators catch ValueError
         (RunRequestError, ValueError),
         (UnknownProviderError, ValueError),
-        (GatewayTypeError, TypeError),
+        (OwnerTypeError, TypeError),
     ],
 )
 def test_an_error_that_a_builtin_catch_relies_on_keeps_that_base(

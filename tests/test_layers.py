@@ -208,6 +208,15 @@ def test_controller_exports_its_public_names_lazily() -> None:
     assert set(controller.__all__) >= {"RunSpec", "Run", "Event", "EventCatalog", "core_events"}
 
 
+def test_every_public_name_of_controller_resolves_to_what_its_module_defines() -> None:
+    import importlib
+
+    import controller
+
+    for name, module in controller._EXPORTS.items():
+        assert getattr(controller, name) is getattr(importlib.import_module(module), name), name
+
+
 @pytest.mark.parametrize("module", ["controller.network.client"])
 def test_the_agent_side_client_does_not_load_the_kernel(module: str) -> None:
     loaded = _modules_after_import(f"import {module}")

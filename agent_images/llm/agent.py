@@ -48,7 +48,7 @@ from agent_images.llm.context import (
     system_prompt,
 )
 from agent_images.llm.model import ModelCallError, ModelClient
-from agent_images.owner_api import OwnerGateway, OwnerHandlers
+from agent_images.owner_api import OwnerApiServer, OwnerHandlers
 from agent_images.router_session import leaf, live_session
 
 """How long the agent stays up without its router before it gives up and exits."""
@@ -394,7 +394,7 @@ async def run(
     async with ModelClient(base_url, token, model_name, unix_socket=unix_socket) as model:
         agent = LLMAgent(config, secrets, settings, persona, model, transcript)
         listener = await SocketListener.from_socket(config.bridge_socket())
-        gateway = OwnerGateway(
+        gateway = OwnerApiServer(
             listener,
             secrets.bridge_token,
             OwnerHandlers(state=agent.state, instruct=agent.instruct, stop=agent.stop),

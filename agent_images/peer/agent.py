@@ -40,7 +40,7 @@ import anyio.to_thread
 from anyio.abc import SocketListener
 
 from agent_images.boot import BootConfig, BootError, Secrets
-from agent_images.owner_api import OwnerGateway, OwnerHandlers, OwnerRefusal
+from agent_images.owner_api import OwnerApiServer, OwnerHandlers, OwnerRefusal
 from agent_images.packages import Unmet, unmet
 from agent_images.peer.policy import (
     PEER_CONFIG_FILE,
@@ -305,7 +305,7 @@ async def run(
         await _refuse_to_start(listener, secrets, loaded, early)
         return 2
     agent = PeerAgent(config, secrets, settings, loaded)
-    bridge = OwnerGateway(listener, secrets.bridge_token, OwnerHandlers(state=agent.observations))
+    bridge = OwnerApiServer(listener, secrets.bridge_token, OwnerHandlers(state=agent.observations))
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(bridge.serve)
         tasks.start_soon(_stop_on_sigterm, agent, early)
@@ -326,7 +326,7 @@ async def _refuse_to_start(
     def state() -> dict[str, Any]:
         raise OwnerRefusal(failure.detail, reason=failure.reason)
 
-    bridge = OwnerGateway(listener, secrets.bridge_token, OwnerHandlers(state=state))
+    bridge = OwnerApiServer(listener, secrets.bridge_token, OwnerHandlers(state=state))
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(bridge.serve)
         tasks.start_soon(_cancel_on_stop, tasks.cancel_scope, early)

@@ -17,7 +17,7 @@ from anyio.abc import SocketListener
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agent_images.boot import BootConfig, BootError, Secrets
-from agent_images.owner_api import OwnerGateway, OwnerHandlers
+from agent_images.owner_api import OwnerApiServer, OwnerHandlers
 from agent_images.router_session import leaf, live_session
 from agent_images.scripted.policy import (
     OWNER,
@@ -149,7 +149,7 @@ async def run(config: BootConfig) -> int:
     async def instruct(text: str, peers: tuple[str, ...]) -> None:
         await agent.instruct(text)  # a scripted agent's rules, not the owner, choose its peers
 
-    gateway = OwnerGateway(
+    gateway = OwnerApiServer(
         listener,
         secrets.bridge_token,
         OwnerHandlers(state=agent.state, instruct=instruct, stop=lambda reason: agent.stop()),

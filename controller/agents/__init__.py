@@ -4,9 +4,9 @@
 imports are heavier).
 """
 
-from controller.agents.bridge import GatewayError
+from controller.agents.bridge import OwnerError
 from controller.agents.peer import PeerObservation, PeerObservations, PeerRuntime, peer
-from controller.agents.roster import AgentHandle, GatewayTypeError, Roster
+from controller.agents.roster import AgentHandle, OwnerTypeError, Roster
 from controller.agents.runtime import (
     Attachment,
     Harvest,
@@ -16,7 +16,7 @@ from controller.agents.runtime import (
     SandboxAccess,
     SecretRef,
 )
-from controller.agents.scripted import ScriptedGateway, ScriptedRuntime, scripted
+from controller.agents.scripted import ScriptedOwner, ScriptedRuntime, scripted
 from controller.agents.termination import (
     Completed,
     Exited,
@@ -33,10 +33,10 @@ __all__ = [
     "Completed",
     "Exited",
     "Failed",
-    "GatewayError",
-    "GatewayTypeError",
     "Harvest",
     "Observation",
+    "OwnerError",
+    "OwnerTypeError",
     "PeerObservation",
     "PeerObservations",
     "PeerRuntime",
@@ -46,7 +46,7 @@ __all__ = [
     "RuntimeDescriptor",
     "RuntimeDescriptorError",
     "SandboxAccess",
-    "ScriptedGateway",
+    "ScriptedOwner",
     "ScriptedRuntime",
     "SecretRef",
     "Signaled",

@@ -39,12 +39,13 @@ start: ``program-cannot-start``, with its reason and words); any other refusal i
 ``bridge-failed``."""
 MAX_PROGRAM_DETAIL = 4000
 
-GatewayT = TypeVar("GatewayT", bound="BridgeGateway")
+OwnerT = TypeVar("OwnerT", bound="BridgeOwner")
 
 
-class GatewayError(SocietyError):
-    """A runtime's gateway refused a request or went away; ``reason`` is machine-readable, and
-    ``refusal`` is the program's own reason for a refusal (``gateway-refused``)."""
+class OwnerError(SocietyError):
+    """An owner handle's request was refused, or its bridge went away; ``reason`` is
+    machine-readable, and ``refusal`` is the program's own reason for a refusal
+    (``gateway-refused``)."""
 
     reason = "gateway-failed"
 
@@ -60,7 +61,7 @@ class GatewayError(SocietyError):
         self.refusal = refusal
 
 
-class BridgeGateway:
+class BridgeOwner:
     """A connected owner API: request/answer calls plus the program's final report."""
 
     def __init__(self, agent: str, stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
@@ -80,7 +81,7 @@ class BridgeGateway:
 
     async def _call(self, op: str, **fields: Any) -> Any:
         if self.closed.is_set():
-            raise GatewayError(f"the gateway of {self.agent} is closed", reason="gateway-closed")
+            raise OwnerError(f"the bridge of {self.agent} is closed", reason="gateway-closed")
         request_id = next(self._ids)
         answer: Observation[dict[str, Any]] = Observation()
         self._waiting[request_id] = answer
@@ -90,16 +91,16 @@ class BridgeGateway:
             with anyio.fail_after(30):
                 reply = await _first(answer, self.closed)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError):
-            raise GatewayError(
-                f"the gateway of {self.agent} did not answer {op!r}", reason="gateway-lost"
+            raise OwnerError(
+                f"the bridge of {self.agent} did not answer {op!r}", reason="gateway-lost"
             ) from None
         finally:
             self._waiting.pop(request_id, None)
         if reply is None:
-            raise GatewayError(f"the gateway of {self.agent} closed", reason="gateway-closed")
+            raise OwnerError(f"the bridge of {self.agent} closed", reason="gateway-closed")
         if not reply.get("ok"):
             refusal = reply.get("reason") if reply.get("ok") is False else None
-            raise GatewayError(
+            raise OwnerError(
                 str(reply.get("error")),
                 reason="gateway-refused",
                 refusal=refusal if isinstance(refusal, str) else None,
@@ -107,7 +108,7 @@ class BridgeGateway:
         return reply.get("result")
 
     async def _read(self) -> None:
-        """Read answers and the final report; a malformed frame closes this gateway, no more."""
+        """Read answers and the final report; a malformed frame closes this bridge, no more."""
         try:
             while True:
                 frame = decode_line(await receive_line(self._reader, MAX_LINE))
@@ -127,35 +128,35 @@ class BridgeGateway:
 @asynccontextmanager
 async def attach_bridge(
     access: SandboxAccess,
-    gateway_class: type[GatewayT],
+    owner_class: type[OwnerT],
     *,
     runtime: str,
     timeout_s: float,
     on_ready: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     on_report: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,
-) -> AsyncIterator[Attachment[GatewayT]]:
+) -> AsyncIterator[Attachment[OwnerT]]:
     """Connect, wait until the program is fully up, and observe how it ends.
 
     ``on_ready`` gets the program's first state; ``on_report`` its final report, if it sent one.
     """
     stream, reader = await _connect(access, timeout_s, runtime)
-    failure: GatewayError | None = None
+    failure: OwnerError | None = None
     async with stream, anyio.create_task_group() as tasks:
-        gateway = gateway_class(access.agent, stream, reader)
-        tasks.start_soon(gateway._read)
+        owner = owner_class(access.agent, stream, reader)
+        tasks.start_soon(owner._read)
         try:
-            await gateway._call("watch")
-            state = await gateway.state()  # answers only once the program is fully up
-        except GatewayError as exc:
+            await owner._call("watch")
+            state = await owner.state()  # answers only once the program is fully up
+        except OwnerError as exc:
             failure = exc
             tasks.cancel_scope.cancel()
         else:
             if on_ready is not None:
                 await on_ready(state)
             termination: Observation[Termination] = Observation()
-            tasks.start_soon(_observe, access.exit, gateway, termination, on_report)
+            tasks.start_soon(_observe, access.exit, owner, termination, on_report)
             try:
-                yield Attachment(gateway=gateway, termination=termination)
+                yield Attachment(owner=owner, termination=termination)
             finally:
                 tasks.cancel_scope.cancel()
     if failure is not None:  # raised here, outside the task group, as one typed error
@@ -167,7 +168,7 @@ async def attach_bridge(
                 reason="program-cannot-start",
             )
         raise RuntimeDescriptorError(
-            f"the {runtime} gateway of {access.agent} failed before it was ready ({failure}); "
+            f"the {runtime} bridge of {access.agent} failed before it was ready ({failure}); "
             f"its output.log may say why",
             reason="bridge-failed",
         )
@@ -184,14 +185,14 @@ def termination_of(report: Mapping[str, Any], ended: ProcessExit) -> Termination
 
 async def _observe(
     exit: Observation[ProcessExit],
-    gateway: BridgeGateway,
+    owner: BridgeOwner,
     termination: Observation[Termination],
     on_report: Callable[[Mapping[str, Any]], Awaitable[None]] | None,
 ) -> None:
     ended = await exit
     with anyio.move_on_after(REPORT_GRACE_S):  # the report precedes the exit on the socket
-        await gateway.closed.wait()
-    report = gateway.report or {}
+        await owner.closed.wait()
+    report = owner.report or {}
     if report and on_report is not None:
         with anyio.CancelScope(shield=True):
             await on_report(report)
@@ -222,7 +223,7 @@ async def _connect(
             except (MalformedLine, anyio.DelimiterNotFound) as exc:
                 await stream.aclose()
                 raise RuntimeDescriptorError(
-                    f"the {runtime} gateway of {access.agent} answered the hello with a "
+                    f"the {runtime} bridge of {access.agent} answered the hello with a "
                     f"malformed line ({exc or 'too long'}); its output.log may say why",
                     reason="bridge-malformed",
                 ) from None
@@ -233,18 +234,18 @@ async def _connect(
             if hello.get("ok") is not True:
                 await stream.aclose()
                 raise RuntimeDescriptorError(
-                    f"the {runtime} gateway of {access.agent} refused the bridge token",
+                    f"the {runtime} bridge of {access.agent} refused the bridge token",
                     reason="bridge-refused",
                 )
             return stream, reader
     if access.exit.done:
         raise RuntimeDescriptorError(
-            f"agent {access.agent} exited before its gateway answered ({access.exit.peek()}); "
+            f"agent {access.agent} exited before its owner answered ({access.exit.peek()}); "
             f"its output.log says why",
             reason="exited-before-ready",
         )
     raise RuntimeDescriptorError(
-        f"the {runtime} gateway of {access.agent} did not answer within {timeout_s:g} s",
+        f"the {runtime} bridge of {access.agent} did not answer within {timeout_s:g} s",
         reason="bridge-timeout",
     )
 

@@ -1,4 +1,4 @@
-"""The ``llm`` runtime, controller side: its descriptor, its bridge (``LLMGateway``), its events.
+"""The ``llm`` runtime, controller side: its descriptor, its bridge (``LLMOwner``), its events.
 
 The agent program lives in ``agent_images/llm``. It holds no provider key: the run's model
 service (``controller.modelgateway.service.ModelService``) starts one gateway for the run, and
@@ -23,7 +23,7 @@ from agent_images.llm.config import (
     LLMConfig,
     ReplyPolicy,
 )
-from controller.agents.bridge import BridgeGateway, GatewayError, attach_bridge
+from controller.agents.bridge import BridgeOwner, OwnerError, attach_bridge
 from controller.agents.runtime import (
     Attachment,
     Harvest,
@@ -91,7 +91,7 @@ llm_events = EventCatalog.merge(
 """What an llm runtime contributes to a run's catalog: the gateway's events and its own."""
 
 
-class LLMGateway(BridgeGateway):
+class LLMOwner(BridgeOwner):
     """The llm agent's owner-local API: ``instruct``, ``state`` (with usage so far), ``stop``."""
 
     async def instruct(self, text: str, *, peers: Sequence[str] = ()) -> None:
@@ -130,7 +130,7 @@ class LLMRuntime(RuntimeDescriptor):
     def model_token_budget(self) -> int | None:
         return self.config.budget.max_tokens
 
-    def attach(self, access: SandboxAccess) -> AbstractAsyncContextManager[Attachment[LLMGateway]]:
+    def attach(self, access: SandboxAccess) -> AbstractAsyncContextManager[Attachment[LLMOwner]]:
         async def configured(state: dict[str, Any]) -> None:
             await _record(access, _configured(access.agent, state, self.config))
 
@@ -139,17 +139,17 @@ class LLMRuntime(RuntimeDescriptor):
 
         return attach_bridge(
             access,
-            LLMGateway,
+            LLMOwner,
             runtime="llm",
             timeout_s=self.ready_timeout_s,
             on_ready=configured,
             on_report=stopped,
         )
 
-    async def stop(self, gateway: Any) -> None:
+    async def stop(self, owner: Any) -> None:
         try:
-            await gateway.stop(reason="run-teardown")
-        except GatewayError:
+            await owner.stop(reason="run-teardown")
+        except OwnerError:
             pass
 
 

@@ -123,7 +123,7 @@ class OpenClawRuntime(RuntimeDescriptor):
 
             tg.start_soon(observe)
             try:
-                yield Attachment(gateway=rpc, termination=termination)
+                yield Attachment(owner=rpc, termination=termination)
             finally:
                 tg.cancel_scope.cancel()
 

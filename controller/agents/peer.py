@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from agent_images.peer.policy import PEER_CONFIG_FILE, PeerSettings
-from controller.agents.bridge import BridgeGateway, attach_bridge
+from controller.agents.bridge import BridgeOwner, attach_bridge
 from controller.agents.runtime import (
     Attachment,
     Harvest,
@@ -92,7 +92,7 @@ class PeerStopped(Event):
 peer_events = EventCatalog.make(PeerStopped)
 
 
-class PeerObservations(BridgeGateway):
+class PeerObservations(BridgeOwner):
     """A peer's bridge: read-only. ``observe()`` (typed) and ``state()`` (the raw mapping)."""
 
     async def observe(self) -> PeerObservation:

@@ -1,4 +1,4 @@
-"""What the program sees of each roster agent: identity, native gateway, termination."""
+"""What the program sees of each roster agent: identity, owner handle, termination."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 G = TypeVar("G")
 
 
-class GatewayTypeError(SocietyError, TypeError):
-    """A roster agent's gateway is not the class the program asked for; ``reason`` says so."""
+class OwnerTypeError(SocietyError, TypeError):
+    """A roster agent's owner handle is not the class the program asked for; ``reason`` says so."""
 
     reason = "gateway-type"
 
@@ -25,8 +25,8 @@ class GatewayTypeError(SocietyError, TypeError):
 class AgentHandle(Generic[G]):
     """One started roster agent.
 
-    ``agent`` is its router identity (``Participant``: ``.id``, ``.name``); ``gateway`` the
-    runtime's own gateway class: ``ScriptedGateway`` (``scripted``), ``LLMGateway`` (``llm``),
+    ``agent`` is its router identity (``Participant``: ``.id``, ``.name``); ``owner`` its owner
+    handle, of the runtime's own class: ``ScriptedOwner`` (``scripted``), ``LLMOwner`` (``llm``),
     ``OpenClawRPC`` (``openclaw``: OpenClaw's own RPC), ``PeerObservations`` (``peer``:
     read-only). ``termination`` is an awaitable observation resolving to
     ``Completed | Failed | Exited | Signaled``.
@@ -35,15 +35,15 @@ class AgentHandle(Generic[G]):
     name: str
     runtime: str
     agent: Participant
-    gateway: G
+    owner: G
     termination: Observation[Termination]
 
 
 class Roster(Mapping[str, AgentHandle[Any]]):
     """The exact roster: ``ctx.agents["alice"]`` or ``ctx.agents.alice``; no other keys.
 
-    Names are data, so ``ctx.agents.alice.gateway`` is typed ``Any``;
-    ``ctx.agents.gateway("alice", LLMGateway)`` is the same object, typed and checked.
+    Names are data, so ``ctx.agents.alice.owner`` is typed ``Any``;
+    ``ctx.agents.owner("alice", LLMOwner)`` is the same object, typed and checked.
     """
 
     __slots__ = ("_handles",)
@@ -73,19 +73,19 @@ class Roster(Mapping[str, AgentHandle[Any]]):
     def __len__(self) -> int:
         return len(self._handles)
 
-    def gateway(self, name: str, gateway_class: type[G]) -> G:
-        """Agent ``name``'s gateway, typed as ``gateway_class``; ``GatewayTypeError`` if it is
+    def owner(self, name: str, owner_class: type[G]) -> G:
+        """Agent ``name``'s owner handle, typed as ``owner_class``; ``OwnerTypeError`` if it is
         another runtime's (an agent named like a Mapping method is reached this way too)."""
         handle = self[name]
-        if not isinstance(handle.gateway, gateway_class):
-            raise GatewayTypeError(
-                f"{name} runs {handle.runtime}; its gateway is "
-                f"{type(handle.gateway).__name__}, not {gateway_class.__name__}"
+        if not isinstance(handle.owner, owner_class):
+            raise OwnerTypeError(
+                f"{name} runs {handle.runtime}; its owner handle is "
+                f"{type(handle.owner).__name__}, not {owner_class.__name__}"
             )
-        return handle.gateway
+        return handle.owner
 
-    def handle(self, name: str, gateway_class: type[G]) -> AgentHandle[G]:
-        """Agent ``name``'s whole handle, its gateway typed as ``gateway_class`` (checked)."""
-        self.gateway(name, gateway_class)
+    def handle(self, name: str, owner_class: type[G]) -> AgentHandle[G]:
+        """Agent ``name``'s whole handle, its owner handle typed as ``owner_class`` (checked)."""
+        self.owner(name, owner_class)
         handle: AgentHandle[G] = self[name]
         return handle

@@ -109,9 +109,9 @@ class SandboxAccess:
 
 @dataclass(frozen=True, slots=True)
 class Attachment(Generic[G]):
-    """A usable application: its owner-local gateway and the observation of its termination."""
+    """A usable application: its owner handle and the observation of its termination."""
 
-    gateway: G
+    owner: G
     termination: Observation[Termination]
 
 
@@ -188,7 +188,7 @@ class RuntimeDescriptor(ABC):
         platform's exit observation says whether the process is still alive.
         """
 
-    async def stop(self, gateway: Any) -> None:
+    async def stop(self, owner: Any) -> None:
         """Ask the application to end by itself at teardown; the platform signals it after."""
         return None
 

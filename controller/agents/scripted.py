@@ -1,4 +1,4 @@
-"""The ``scripted`` runtime, controller side: its descriptor and its bridge (``ScriptedGateway``).
+"""The ``scripted`` runtime, controller side: its descriptor and its bridge (``ScriptedOwner``).
 
 The agent program lives in ``agent_images/scripted``; it needs no model and no key.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from agent_images.scripted.policy import POLICY_FILE, ScriptedPolicy
-from controller.agents.bridge import BridgeGateway, GatewayError, attach_bridge
+from controller.agents.bridge import BridgeOwner, OwnerError, attach_bridge
 from controller.agents.runtime import (
     Attachment,
     Harvest,
@@ -31,7 +31,7 @@ SCRIPTED_RESOURCES = Resources(cpu=0.02, memory_mib=64, memory_limit_mib=1536)
 """A scripted agent idles at ~40 MiB resident; 50 of them fit one core's admission budget."""
 
 
-class ScriptedGateway(BridgeGateway):
+class ScriptedOwner(BridgeOwner):
     """The scripted agent's owner-local API: ``instruct``, ``state``, ``stop``."""
 
     async def instruct(self, text: str) -> None:
@@ -57,15 +57,15 @@ class ScriptedRuntime(RuntimeDescriptor):
 
     def attach(
         self, access: SandboxAccess
-    ) -> AbstractAsyncContextManager[Attachment[ScriptedGateway]]:
+    ) -> AbstractAsyncContextManager[Attachment[ScriptedOwner]]:
         return attach_bridge(
-            access, ScriptedGateway, runtime="scripted", timeout_s=self.ready_timeout_s
+            access, ScriptedOwner, runtime="scripted", timeout_s=self.ready_timeout_s
         )
 
-    async def stop(self, gateway: Any) -> None:
+    async def stop(self, owner: Any) -> None:
         try:
-            await gateway.stop()
-        except GatewayError:
+            await owner.stop()
+        except OwnerError:
             pass
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from controller.lifecycle.driver import Interrupts, RunReport
     from controller.lifecycle.server import TemporalEndpoint
-    from controller.run import RunSpec
+    from controller.run import Progress, RunSpec
     from controller.run.module_source import ModuleSource
 
 DEFAULT_ARTIFACTS = Path("artifacts")
@@ -256,7 +256,7 @@ async def _run_with(args: argparse.Namespace, interrupts: Interrupts) -> int:
     return _finish(root, report, progress, interrupts)
 
 
-def _finish(root: Path, report: RunReport, progress: Any, interrupts: Interrupts) -> int:
+def _finish(root: Path, report: RunReport, progress: Progress, interrupts: Interrupts) -> int:
     """Keep the result beside the run (if it has a directory here), print the line, exit."""
     from controller.lifecycle.run_files import write_result
 
@@ -294,7 +294,7 @@ def _load_module(path: Path) -> tuple[RunSpec, Path]:
         ) from None
 
 
-async def _install_parts(spec: RunSpec, progress: Any) -> None:
+async def _install_parts(spec: RunSpec, progress: Progress) -> None:
     """Install the local model or OpenClaw where the roster needs one that is missing, before
     anything starts; with ``SOCIETY_NO_INSTALL`` set, fail naming the install command instead."""
     import anyio.to_thread
@@ -392,7 +392,7 @@ async def _status_async(args: argparse.Namespace) -> dict[str, Any]:
     return {"state": "abandoned", "runId": run_id, "workflow": workflow, **on_disk}
 
 
-def _apply_cluster_profile(root: Path, profile: str, progress: Any) -> None:
+def _apply_cluster_profile(root: Path, profile: str, progress: Progress) -> None:
     """The settings ``society cluster up`` wrote for this profile, where the environment has
     none (a variable that is set always wins)."""
     from controller.ops.cluster.profile_file import apply_profile, profile_path

@@ -345,7 +345,7 @@ class _Kernel:
                         name=slot.name,
                         runtime=slot.runtime,
                         agent=slot.participant,
-                        gateway=slot.attachment.gateway,
+                        owner=slot.attachment.owner,
                         termination=slot.attachment.termination,
                     )
                     for slot in society.slots.values()

@@ -365,7 +365,7 @@ class Society:
         if slot.attachment is not None and slot.sandbox.exit is None:
             with anyio.move_on_after(_ASK_TO_STOP_S):
                 try:
-                    await slot.descriptor.stop(slot.attachment.gateway)
+                    await slot.descriptor.stop(slot.attachment.owner)
                 except Exception:
                     pass  # the platform ends it below
         try:

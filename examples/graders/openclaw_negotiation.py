@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from agent_images.openclaw.config import TRANSCRIPT_DB
+from controller import load_run_spec
 from controller.agents.openclaw import OpenClawAgentConfigured
 from controller.events.network import LinkMessageDropped, RouterMessageCommitted
 from controller.events.run import AgentWorkspaceFileHarvested
 from controller.modelgateway.events import AgentModelUsage
-from controller.run import load_run_spec
 from ledger import LedgerArtifacts
 
 run_spec = load_run_spec(Path(__file__).resolve().parents[1] / "openclaw_negotiation.py")

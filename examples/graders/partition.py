@@ -14,13 +14,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from controller import load_run_spec
 from controller.events.network import (
     ConversationOpened,
     LinkMessageDropped,
     RouterMessageCommitted,
     delivered_pairs,
 )
-from controller.run import load_run_spec
 from ledger import LedgerArtifacts
 
 run_spec = load_run_spec(Path(__file__).resolve().parents[1] / "partition.py")

@@ -16,9 +16,9 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from agent_images.owner_api import MalformedLine, OwnerGateway, OwnerHandlers, decode_line
+from agent_images.owner_api import MalformedLine, OwnerApiServer, OwnerHandlers, decode_line
 from controller.agents import Observation, RuntimeDescriptorError
-from controller.agents.bridge import BridgeGateway, attach_bridge
+from controller.agents.bridge import BridgeOwner, attach_bridge
 from controller.agents.runtime import SandboxAccess
 
 TOKEN = "right-token"
@@ -72,7 +72,7 @@ def live_agent() -> Iterator[LiveAgent]:
     handlers = OwnerHandlers(state=lambda: {"alive": True}, instruct=nothing, stop=lambda r: None)
     with start_blocking_portal("asyncio") as portal:
         listener = portal.call(functools.partial(anyio.create_tcp_listener, local_host="127.0.0.1"))
-        served = portal.start_task_soon(OwnerGateway(listener, TOKEN, handlers).serve)
+        served = portal.start_task_soon(OwnerApiServer(listener, TOKEN, handlers).serve)
         yield LiveAgent(portal, listener.extra(SocketAttribute.local_port))
         assert not served.done(), "the owner API stopped serving"
         served.cancel()
@@ -125,7 +125,7 @@ async def _attach_to(program_lines: list[bytes]) -> str:
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(listener.serve, program)
         try:
-            async with attach_bridge(access, BridgeGateway, runtime="fuzz", timeout_s=5):
+            async with attach_bridge(access, BridgeOwner, runtime="fuzz", timeout_s=5):
                 outcome = "attached"
         except RuntimeDescriptorError as refused:
             outcome = refused.reason

@@ -9,9 +9,9 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from agent_images.owner_api import OwnerGateway, OwnerHandlers
+from agent_images.owner_api import OwnerApiServer, OwnerHandlers
 from controller.agents import Observation, RuntimeDescriptorError
-from controller.agents.bridge import BridgeGateway, attach_bridge
+from controller.agents.bridge import BridgeOwner, attach_bridge
 from controller.agents.runtime import SandboxAccess
 
 pytestmark = pytest.mark.anyio
@@ -42,7 +42,7 @@ async def test_the_gateway_refuses_a_wrong_token_and_serves_the_right_one() -> N
     )
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    server = OwnerGateway(listener, "right-token", handlers)
+    server = OwnerApiServer(listener, "right-token", handlers)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(server.serve)
         refused = await ask(port, {"op": "hello", "token": "wrong"}, {"id": 1, "op": "state"})
@@ -113,7 +113,7 @@ def serving(handlers: OwnerHandlers) -> Any:
             port: int = self.listener.extra(anyio.abc.SocketAttribute.local_port)
             self.tasks = anyio.create_task_group()
             await self.tasks.__aenter__()
-            self.tasks.start_soon(OwnerGateway(self.listener, "right-token", handlers).serve)
+            self.tasks.start_soon(OwnerApiServer(self.listener, "right-token", handlers).serve)
             return port
 
         async def __aexit__(self, *exc: object) -> None:
@@ -197,7 +197,7 @@ async def test_a_hostile_program_gets_a_typed_error_on_the_controller_side(
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(listener.serve, answer)
         with pytest.raises(RuntimeDescriptorError) as refused:
-            async with attach_bridge(access, BridgeGateway, runtime="test", timeout_s=5):
+            async with attach_bridge(access, BridgeOwner, runtime="test", timeout_s=5):
                 pass
         tasks.cancel_scope.cancel()
     assert refused.value.reason in ("bridge-malformed", "bridge-failed")

@@ -126,9 +126,9 @@ async def test_a_stopped_agent_exits_cleanly_and_its_bridge_reports_completed(
     async with router_process(tmp_path) as (_, router):
         async with scripted_agent(tmp_path, router) as (process, access):
             async with scripted().attach(access) as attachment:
-                state: dict[str, Any] = await attachment.gateway.state()
+                state: dict[str, Any] = await attachment.owner.state()
                 assert state["name"] == "alice" and state["participantId"] == "agent:alice"
-                await attachment.gateway.stop()
+                await attachment.owner.stop()
                 with anyio.fail_after(10):
                     assert await attachment.termination == Completed()
             assert process.returncode == 0
@@ -141,7 +141,7 @@ async def test_an_agent_exits_when_its_router_disappears(tmp_path: Path) -> None
             access,
         ):
             async with scripted().attach(access) as attachment:
-                assert (await attachment.gateway.state())["authenticated"]
+                assert (await attachment.owner.state())["authenticated"]
                 router.send_signal(signal.SIGKILL)
                 with anyio.fail_after(15):
                     ended = await attachment.termination

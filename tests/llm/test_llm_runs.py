@@ -147,11 +147,11 @@ async def test_the_provider_key_appears_nowhere_but_the_providers_requests(
             seen[f"{name} environment"] = environment_of(agent_pid(ctx.ledger.run_id, name))
             secrets_file = run_dir / "sandboxes" / name / "work" / ".society" / "secrets.json"
             seen[f"{name} secrets"] = secrets_file.read_bytes()
-        await ctx.agents.alice.gateway.instruct("Greet Bob.", peers=["bob"])
+        await ctx.agents.alice.owner.instruct("Greet Bob.", peers=["bob"])
         with anyio.fail_after(30):
             assert isinstance(await ctx.agents.alice.termination, Completed)
-        seen["bob state"] = await ctx.agents.bob.gateway.state()
-        await ctx.agents.bob.gateway.stop()
+        seen["bob state"] = await ctx.agents.bob.owner.state()
+        await ctx.agents.bob.owner.stop()
         with anyio.fail_after(10):
             await ctx.agents.bob.termination
 

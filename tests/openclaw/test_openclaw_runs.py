@@ -49,9 +49,9 @@ async def _one_run(artifact_root: Path) -> dict[str, Any]:
 
     async def execute(ctx: RunContext) -> dict[str, Any]:
         alice, bob = ctx.agents.alice, ctx.agents.bob
-        assert isinstance(alice.gateway, OpenClawRPC)
-        seen["methods"] = alice.gateway.methods
-        seen["health"] = await alice.gateway.call("health", {})
+        assert isinstance(alice.owner, OpenClawRPC)
+        seen["methods"] = alice.owner.methods
+        seen["health"] = await alice.owner.call("health", {})
         # bob crashes: every OpenClaw process of its sandbox is killed (adapter and gateway).
         gateways = [
             p

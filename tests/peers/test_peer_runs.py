@@ -11,11 +11,11 @@ import pytest
 from agent_images.scripted.policy import Rule, ScriptedPolicy
 from controller import Run, RunSpec
 from controller.agents import (
-    GatewayError,
-    GatewayTypeError,
+    OwnerError,
+    OwnerTypeError,
     PeerObservations,
     Resources,
-    ScriptedGateway,
+    ScriptedOwner,
     peer,
     scripted,
 )
@@ -67,7 +67,7 @@ async def test_a_peer_speaks_by_its_policy_and_its_messages_are_committed_like_a
     artifact_root: Path,
 ) -> None:
     async def execute(ctx: RunContext) -> dict[str, Any]:
-        eve = ctx.agents.gateway("eve", PeerObservations)
+        eve = ctx.agents.owner("eve", PeerObservations)
         async with ctx.network.endpoint("workload") as workload:
             chat = await workload.open(ctx.agents.eve.agent)
             await chat.send("hello eve")
@@ -79,8 +79,8 @@ async def test_a_peer_speaks_by_its_policy_and_its_messages_are_committed_like_a
                 # polling is all a program can do: the peer publishes, it is never asked
                 while (seen := await eve.observe()).sent < 3:  # noqa: ASYNC110
                     await anyio.sleep(0.1)
-        with pytest.raises(GatewayTypeError, match="eve runs peer; its gateway is Pe"):
-            ctx.agents.gateway("eve", ScriptedGateway)
+        with pytest.raises(OwnerTypeError, match="eve runs peer; its owner handle is Pe"):
+            ctx.agents.owner("eve", ScriptedOwner)
         return {"reply": (reply.sender.name, reply.text), "seen": seen.model_dump()}
 
     spec = RunSpec.define(
@@ -123,7 +123,7 @@ async def test_the_bridge_has_no_send_path_whatever_the_program_asks(
     sent, the policy is never called, and the peer is still there."""
 
     async def execute(ctx: RunContext) -> dict[str, Any]:
-        mallory = ctx.agents.gateway("mallory", PeerObservations)
+        mallory = ctx.agents.owner("mallory", PeerObservations)
         public = {n for n in dir(PeerObservations) if not n.startswith("_")}
         before = await mallory.observe()
         refusals = {}
@@ -138,7 +138,7 @@ async def test_the_bridge_has_no_send_path_whatever_the_program_asks(
             for op, fields in attempts:
                 try:
                     refusals[op] = await mallory._call(op, **fields)
-                except GatewayError as exc:
+                except OwnerError as exc:
                     refusals[op] = str(exc)
             heard = []
             with anyio.move_on_after(2):
@@ -224,7 +224,7 @@ async def test_a_peer_stopped_during_a_slow_import_or_a_slow_shutdown_exits_clea
     2 s after SIGTERM ran out and both were recorded as SIGKILLed after ``completed``)."""
 
     async def execute(ctx: RunContext) -> None:
-        eve = ctx.agents.gateway("eve", PeerObservations)
+        eve = ctx.agents.owner("eve", PeerObservations)
         with anyio.fail_after(20):
             while (await eve.observe()).policy_calls < 1:  # noqa: ASYNC110
                 await anyio.sleep(0.05)

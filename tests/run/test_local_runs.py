@@ -246,13 +246,13 @@ async def test_the_gateway_instructs_reports_and_stops_its_agent(artifact_root: 
 
     async def execute(ctx: RunContext) -> dict[str, Any]:
         alice = ctx.agents.alice
-        await alice.gateway.instruct("greet")
+        await alice.owner.instruct("greet")
         with anyio.fail_after(15):
             async for committed in ctx.ledger.events(RouterMessageCommitted):
                 if committed.sender_id == "agent:alice":
                     break
-        state = await alice.gateway.state()
-        await alice.gateway.stop()
+        state = await alice.owner.state()
+        await alice.owner.stop()
         with anyio.fail_after(10):
             assert await alice.termination == Completed()
         return state

@@ -69,10 +69,10 @@ async def test_llm_agents_reach_the_gateway_through_the_run_service_on_a_port_po
             seen["service"] = await admin.get("Service", objects.ROUTER_SERVICE, run_id)
             seen["policies"], _ = await admin.list("NetworkPolicy", run_id)
             seen["sandbox"] = await admin.get("Sandbox", "alice", run_id)
-        await ctx.agents.alice.gateway.instruct("Greet Bob.", peers=["bob"])
+        await ctx.agents.alice.owner.instruct("Greet Bob.", peers=["bob"])
         with anyio.fail_after(60):
             assert isinstance(await ctx.agents.alice.termination, Completed)
-        await ctx.agents.bob.gateway.stop()
+        await ctx.agents.bob.owner.stop()
         with anyio.fail_after(30):
             await ctx.agents.bob.termination
 

@@ -26,7 +26,7 @@ from k8s_run_support import echo, verified
 from agent_images.openclaw.config import OPENCLAW_VERSION
 from agent_images.openclaw.rpc import OpenClawRPC
 from controller import Run, RunSpec
-from controller.agents import GatewayError, PeerObservations, peer, scripted
+from controller.agents import OwnerError, PeerObservations, peer, scripted
 from controller.agents.openclaw import OpenClawAgentConfigured, openclaw
 from controller.agents.peer import PeerStopped
 from controller.events.network import RouterMessageCommitted
@@ -78,14 +78,14 @@ async def test_a_peer_in_a_real_pod_speaks_by_its_policy_and_its_bridge_cannot_m
     kubeconfig = str(control_plane.kubeconfig)
 
     async def execute(ctx: RunContext) -> dict[str, Any]:
-        eve = ctx.agents.gateway("eve", PeerObservations)
+        eve = ctx.agents.owner("eve", PeerObservations)
         images = await _images_of(kubeconfig, run_id, "eve", "bob")
         refusals: dict[str, str] = {}
         async with ctx.network.endpoint("workload") as workload:
             for op, fields in COMMANDS:  # over the pod network, with the bridge token
                 try:
                     refusals[op] = repr(await eve._call(op, **fields))
-                except GatewayError as exc:
+                except OwnerError as exc:
                     refusals[op] = str(exc)
             chat = await workload.open(ctx.agents.eve.agent)
             await chat.send("hello eve")
@@ -178,9 +178,9 @@ async def test_an_openclaw_agent_in_a_real_pod_passes_the_gate_and_its_reply_is_
 
     async def execute(ctx: RunContext) -> dict[str, str]:
         alice = ctx.agents.alice
-        assert isinstance(alice.gateway, OpenClawRPC)
+        assert isinstance(alice.owner, OpenClawRPC)
         seen["images"] = await _images_of(kubeconfig, run_id, "alice")
-        seen["methods"] = alice.gateway.methods
+        seen["methods"] = alice.owner.methods
         async with ctx.network.endpoint("host") as host:
             chat = await host.open(alice.agent)
             await chat.send("Hello Alice. What price do you ask for your bike?")

@@ -29,7 +29,7 @@ class Tick(Event):
 
 
 async def talk_then_tick(ctx: RunContext) -> None:
-    await ctx.agents.alice.gateway.instruct("Greet Bob.", peers=["bob"])
+    await ctx.agents.alice.owner.instruct("Greet Bob.", peers=["bob"])
     with anyio.fail_after(60):
         await ctx.agents.alice.termination
     n = 0

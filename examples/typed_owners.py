@@ -1,10 +1,10 @@
-"""Four runtimes, each gateway reached through its own class; ``mypy --strict`` checks this file.
+"""Four runtimes, each owner handle reached through its own class; mypy --strict checks this file.
 
-    society run examples/typed_gateways.py
+    society run examples/typed_owners.py
 
-``ctx.agents.<name>.gateway`` is typed ``Any``: roster names are data, so no type checker can
-know them. ``ctx.agents.gateway(name, GatewayClass)`` returns the same object typed, and raises
-``GatewayTypeError`` when the agent runs another runtime. Needs OpenClaw
+``ctx.agents.<name>.owner`` is typed ``Any``: roster names are data, so no type checker can
+know them. ``ctx.agents.owner(name, GatewayClass)`` returns the same object typed, and raises
+``OwnerTypeError`` when the agent runs another runtime. Needs OpenClaw
 (``scripts/install-openclaw.sh``) and the local model (``scripts/install-llm.sh``); no key.
 """
 
@@ -15,22 +15,20 @@ from typing import Any
 
 import anyio
 
-from agent_images.scripted.policy import Rule, ScriptedPolicy
-from controller import RunSpec
-from controller.agents import PeerObservation, PeerObservations, ScriptedGateway, peer, scripted
-from controller.agents.llm import LLMGateway, llm
-from controller.agents.openclaw import OpenClawRPC, openclaw
-from controller.run import RunContext
+from controller import Rule, RunContext, RunSpec, ScriptedPolicy, llm, openclaw, peer, scripted
+from controller.agents import PeerObservation, PeerObservations, ScriptedOwner
+from controller.agents.llm import LLMOwner
+from controller.agents.openclaw import OpenClawRPC
 
 POLICY = Path(__file__).parent / "peers" / "tally.py"
 
 
 async def look(ctx: RunContext) -> dict[str, Any]:
-    """Ask each runtime's gateway what it can say; the peer's only says what it published."""
-    sam: OpenClawRPC = ctx.agents.gateway("sam", OpenClawRPC)
-    lea: LLMGateway = ctx.agents.gateway("lea", LLMGateway)
-    eve: PeerObservations = ctx.agents.gateway("eve", PeerObservations)
-    bob: ScriptedGateway = ctx.agents.gateway("bob", ScriptedGateway)
+    """Ask each runtime's owner handle what it can say; the peer's only says what it published."""
+    sam: OpenClawRPC = ctx.agents.owner("sam", OpenClawRPC)
+    lea: LLMOwner = ctx.agents.owner("lea", LLMOwner)
+    eve: PeerObservations = ctx.agents.owner("eve", PeerObservations)
+    bob: ScriptedOwner = ctx.agents.owner("bob", ScriptedOwner)
 
     await bob.instruct("greet")  # bob's rule answers the owner by greeting eve
     seen: PeerObservation = await eve.observe()
