@@ -64,7 +64,7 @@ from controller.platforms.kubernetes import Kube, KubernetesPlatform, objects
 from controller.platforms.kubernetes import sandbox as observed
 from controller.platforms.kubernetes.kube import Informer, Obj, is_true
 from controller.platforms.local import LocalPlatform
-from controller.run import ClusterLost, ProgramFinished, RunContext
+from controller.run import PlatformLost, ProgramFinished, RunContext
 from controller.run.progress import Counter
 from controller.run.runid import new_run_id
 
@@ -319,7 +319,7 @@ async def on_real_node(
     if isinstance(outcome, ProgramFinished) and outcome.succeeded:
         return timeline
     timeline.load = os.getloadavg()
-    if isinstance(outcome, ClusterLost):
+    if isinstance(outcome, PlatformLost):
         detail = f"{outcome.cause.reason}: {outcome.cause.detail}"
     else:
         detail = repr(outcome)
@@ -359,7 +359,7 @@ async def on_kwok(
                 )
                 # Its gate failed before every pod ran (a bridge dialled at a KWOK pod's fake
                 # address got an answer, or none): no KWOK figure this round.
-                if isinstance(outcome, ClusterLost):
+                if isinstance(outcome, PlatformLost):
                     timeline.ended = f"{outcome.cause.reason}: {outcome.cause.detail}"
                 timeline.running.set()
 

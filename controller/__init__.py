@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # static checkers see the real names; at run time they load o
     from controller.agents.openclaw import openclaw
     from controller.events import core_events
     from controller.run import (
-        ClusterLost,
+        PlatformLost,
         ProgramFinished,
         Run,
         RunContext,
@@ -39,7 +39,7 @@ _EXPORTS = {
     "RunSpec": "controller.run",
     "Run": "controller.run",
     "ProgramFinished": "controller.run",
-    "ClusterLost": "controller.run",
+    "PlatformLost": "controller.run",
     "RunContext": "controller.run",
     "load_run_spec": "controller.run",
     "scripted": "controller.agents",
@@ -53,10 +53,10 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "ClusterLost",
     "Event",
     "EventCatalog",
     "Opening",
+    "PlatformLost",
     "ProgramFinished",
     "ReplyDelay",
     "Rule",

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ledger.schemas import DRAFT, breaking_changes, ledger_schemas
 
-RESULT_LINE_VERSION = 1
+RESULT_LINE_VERSION = 2
 """Version of ``society run``'s JSON result line; move it with any breaking change to it."""
 
 SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
@@ -30,7 +30,7 @@ class ResultLine(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    outcome: Literal["ProgramFinished", "ClusterLost", "Interrupted"]
+    outcome: Literal["ProgramFinished", "PlatformLost", "Interrupted"]
     exit: Literal["success", "failure", "interrupted"]
     runId: str | None
     ledger: str | None

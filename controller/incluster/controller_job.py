@@ -7,7 +7,7 @@ claim (``SOCIETY_LEDGER_PVC``) when configured, and ``Job/society-controller``
 watches the Job and its pod until the controller reports. The controller
 (``incluster.py``, the same ``execute_run`` as out of cluster) writes its ``RunResult`` to the
 container's termination message; a Job that fails, completes or vanishes without one ends the
-run as ``ClusterLost`` with the reason. Cancelling deletes the Job with foreground propagation:
+run as ``PlatformLost`` with the reason. Cancelling deletes the Job with foreground propagation:
 its pod gets SIGTERM and the controller finalizes the ledger before it exits.
 """
 
@@ -200,7 +200,7 @@ class ControllerJob(JobWatch):
         await self._until(lambda: True if access.CONTROLLER_JOB not in self.jobs.objects else None)
 
     async def outcome(self) -> RunResult:
-        """The controller's result; ``ClusterLost`` if the Job ended or vanished without one."""
+        """The controller's result; ``PlatformLost`` if the Job ended or vanished without one."""
         ended: RunResult | tuple[str, str] = await self._until(self._ended)
         if isinstance(ended, RunResult):
             return ended
@@ -248,7 +248,7 @@ class ControllerJob(JobWatch):
             complete=False,
         )
         return RunResult(
-            outcome="ClusterLost",
+            outcome="PlatformLost",
             exit="failure",
             cause=f"{reason}: {cause}",
             reason=reason,

@@ -41,7 +41,7 @@ from controller.profiles import reap_here
 from controller.run import Progress, RunRequest, RunResult, RunSpec
 from ledger.format import RECORDS
 
-OutcomeName = Literal["ProgramFinished", "ClusterLost", "Interrupted"]
+OutcomeName = Literal["ProgramFinished", "PlatformLost", "Interrupted"]
 
 
 class RunRefused(LifecycleError):
@@ -229,10 +229,10 @@ class RunDriver:
         await reap_here(request.run_id, root)
         self._progress.phase("cleanup: done")
         if isinstance(ending, ResultUnproven):
-            return RunReport.from_artifacts(root, request.run_id, "ClusterLost", str(ending))
+            return RunReport.from_artifacts(root, request.run_id, "PlatformLost", str(ending))
         if isinstance(ending, RPCError):
             cause = f"the Temporal server at {self._endpoint.address} is gone: {ending}"
-            return RunReport.from_artifacts(root, request.run_id, "ClusterLost", cause)
+            return RunReport.from_artifacts(root, request.run_id, "PlatformLost", cause)
         with anyio.move_on_after(5), contextlib.suppress(RPCError):
             await handle.terminate("stopped at once by a second interrupt; reaped locally")
         return RunReport.from_artifacts(root, request.run_id, "Interrupted")
@@ -266,7 +266,7 @@ class RunDriver:
                 # unknown profile, a ledger that exists): nothing ran, so there is no outcome.
                 raise RunRefused(cause.cause.message, reason=cause.cause.type or "refused")
             cause = cause.cause
-        return RunReport.from_artifacts(root, run_id, "ClusterLost", f"the run failed: {cause}")
+        return RunReport.from_artifacts(root, run_id, "PlatformLost", f"the run failed: {cause}")
 
 
 async def wait_for_ending(

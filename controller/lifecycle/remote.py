@@ -155,7 +155,7 @@ class SubmittedRun:
             return report
         if isinstance(ending, RPCError):
             cause = f"the Temporal server at {self._endpoint.address} is gone: {ending}"
-            return self._report("ClusterLost", cause)
+            return self._report("PlatformLost", cause)
         return self._report(
             "Interrupted",
             f"stopped waiting at once; the workflow's cancellation is left to the worker on "
@@ -227,7 +227,7 @@ class SubmittedRun:
                 # What escapes the kernel escaped before the run started: nothing ran.
                 raise RunRefused(cause.cause.message, reason=cause.cause.type or "refused")
             cause = cause.cause
-        return self._report("ClusterLost", f"the run failed on the worker: {cause}")
+        return self._report("PlatformLost", f"the run failed on the worker: {cause}")
 
     def _report(self, outcome: Any, cause: str | None) -> RunReport:
         return _no_result(self._request.run_id, outcome, cause)
@@ -253,10 +253,10 @@ def result_report(
             else LedgerExported.model_validate(document["export"])
         )
     except ValidationError as error:
-        return _no_result(run_id, "ClusterLost", f"result-malformed: the worker's result: {error}")
+        return _no_result(run_id, "PlatformLost", f"result-malformed: the worker's result: {error}")
     if result.run_id != run_id:
         return _no_result(
-            run_id, "ClusterLost", f"result-foreign: the result names {result.run_id}"
+            run_id, "PlatformLost", f"result-foreign: the result names {result.run_id}"
         )
     report = RunReport.from_result(result)
     if export is not None:
@@ -267,7 +267,7 @@ def result_report(
                 f"{'complete' if result.receipt.complete else 'incomplete'} but its export "
                 f"at {export.url} is not"
             )
-            return _replace(report, "ClusterLost", cause, ledger=export.ledger)
+            return _replace(report, "PlatformLost", cause, ledger=export.ledger)
         return _replace(report, report.outcome, report.cause, ledger=export.ledger)
     where = f"{result.ledger_dir}, on the worker's disk"
     if require_export:
@@ -276,7 +276,7 @@ def result_report(
             f"({where}) is not retained\n  next step: set the chart's ledgerExport.bucket (the "
             f"worker's SOCIETY_LEDGER_EXPORT) and run again"
         )
-        return _replace(report, "ClusterLost", cause, ledger=None)
+        return _replace(report, "PlatformLost", cause, ledger=None)
     progress.phase(f"the worker exported nothing: the ledger is at {where}")
     return report
 

@@ -6,11 +6,11 @@ Never imports Temporal or Kubernetes; a profile's platform is loaded only when a
 from controller.run.context import CustomerEvents, LedgerView, RunContext
 from controller.run.kernel import Run
 from controller.run.outcomes import (
-    ClusterCause,
-    ClusterLost,
     Exit,
     Failure,
     Outcome,
+    PlatformCause,
+    PlatformLost,
     ProgramFinished,
     Success,
 )
@@ -36,8 +36,6 @@ __all__ = [
     "Admission",
     "AdmissionRefused",
     "AgentLaunch",
-    "ClusterCause",
-    "ClusterLost",
     "Counter",
     "CustomerEvents",
     "Exit",
@@ -47,7 +45,9 @@ __all__ = [
     "NoProgress",
     "Outcome",
     "Platform",
+    "PlatformCause",
     "PlatformError",
+    "PlatformLost",
     "PlatformSession",
     "ProgramFinished",
     "Progress",

@@ -2,7 +2,7 @@
 
 One run, in order: the ledger is created (failure raises), ``RunStarted``; the router starts;
 the platform admits the complete roster; every agent's sandbox starts, its bridge attaches and
-its router session authenticates; the readiness gate passes (or the run is ``ClusterLost`` and
+its router session authenticates; the readiness gate passes (or the run is ``PlatformLost`` and
 nothing of the program runs); the router dispatches and ``execute(ctx)`` runs once; agents are
 stopped, their declared files and logs harvested, the sandboxes torn down; the ledger completes.
 """
@@ -32,15 +32,15 @@ from controller.events.run import (
 )
 from controller.run.context import CustomerEvents, LedgerView, RunContext
 from controller.run.interruption import Interruption, relayed_cancellation
+from controller.run.outcomes import Exit as ProgramExit
 from controller.run.outcomes import (
-    ClusterCause,
-    ClusterLost,
     Failure,
     Outcome,
+    PlatformCause,
+    PlatformLost,
     ProgramFinished,
     Success,
 )
-from controller.run.outcomes import Exit as ProgramExit
 from controller.run.platform import (
     AdmissionRefused,
     Platform,
@@ -80,7 +80,7 @@ class _Interrupted:
     """The caller stopped the run; finalization happened and the cancellation is raised again."""
 
 
-Result = ProgramExit | ClusterCause | _Interrupted
+Result = ProgramExit | PlatformCause | _Interrupted
 
 
 class Run:
@@ -98,7 +98,7 @@ class Run:
         progress: Progress | None = None,
         signing_key: SigningKey | None = None,
     ) -> Outcome:
-        """Run ``spec``; returns ``ProgramFinished`` or ``ClusterLost``.
+        """Run ``spec``; returns ``ProgramFinished`` or ``PlatformLost``.
 
         Raises when the ledger cannot be created. On cancellation the run is finalized
         (``ProgramInterrupted``, teardown, harvest, completed ledger), then the cancellation
@@ -147,13 +147,13 @@ class Run:
                 receipt = await kernel.finalize()
         # an interrupted run raised the caller's cancellation when the block above ended
         assert not isinstance(result, _Interrupted)
-        if isinstance(result, ClusterCause):
-            return ClusterLost(result, receipt, kernel.services.reports)
+        if isinstance(result, PlatformCause):
+            return PlatformLost(result, receipt, kernel.services.reports)
         if not receipt.complete:  # the ledger failed under the program: the evidence is partial
             failure = writer.failed
             detail = str(failure) if failure else "the ledger could not be completed"
-            cause = ClusterCause("ledger-failed", detail, failure)
-            return ClusterLost(cause, receipt, kernel.services.reports)
+            cause = PlatformCause("ledger-failed", detail, failure)
+            return PlatformLost(cause, receipt, kernel.services.reports)
         return ProgramFinished(result, receipt, kernel.services.reports)
 
 
@@ -213,13 +213,13 @@ class _Kernel:
             ) as router:
                 return await self._admit(router)
         except LedgerError as exc:
-            return ClusterCause("ledger-failed", str(exc), exc)
+            return PlatformCause("ledger-failed", str(exc), exc)
         except Exception as raised:
             cause = _sole_cause(raised)
             reason = str(getattr(cause, "reason", None) or "platform-error")
             detail = f"{type(cause).__name__}: {cause}"
             await record(PlatformFailed(reason=reason, detail=detail))
-            return ClusterCause(reason, detail, cause)
+            return PlatformCause(reason, detail, cause)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._interrupted(_interruption(exc))
@@ -283,7 +283,7 @@ class _Kernel:
                     tasks.cancel_scope.cancel()  # keepers still attaching, watchers of the unborn
         return result
 
-    async def _refused(self, refused: AdmissionRefused) -> ClusterCause:
+    async def _refused(self, refused: AdmissionRefused) -> PlatformCause:
         a = refused.admission
         await self.society.record(
             RosterRefused(
@@ -294,16 +294,16 @@ class _Kernel:
                 capacity=a.capacity,
             )
         )
-        return ClusterCause(refused.reason, str(refused), refused)
+        return PlatformCause(refused.reason, str(refused), refused)
 
     async def _watch_loss(self, session: PlatformSession, scope: anyio.CancelScope) -> None:
         """Stop the gate or the program when the platform loses the run's capacity."""
         self._lost = await session.lost()
         scope.cancel()
 
-    async def _platform_lost(self, error: PlatformError) -> ClusterCause:
+    async def _platform_lost(self, error: PlatformError) -> PlatformCause:
         await self.society.record(PlatformFailed(reason=error.reason, detail=str(error)))
-        return ClusterCause(error.reason, str(error), error)
+        return PlatformCause(error.reason, str(error), error)
 
     async def _society(
         self,
@@ -379,7 +379,7 @@ class _Kernel:
         await self.society.record(ProgramSucceeded(elapsed_ms=(time.monotonic() - started) * 1000))
         return Success(value)
 
-    async def _gate_failed(self, gate: GateResult) -> ClusterCause:
+    async def _gate_failed(self, gate: GateResult) -> PlatformCause:
         failed = [failure.agent for failure in gate.failures]
         failed += [
             name for name in self.spec.agents if name not in gate.ready and name not in failed
@@ -390,7 +390,7 @@ class _Kernel:
             ReadinessGateFailed(failed=failed, ready=list(gate.ready), reason=reason)
         )
         detail = f"agent {first.agent}: {first.detail}" if first else "not every agent became ready"
-        return ClusterCause("readiness-gate-failed", detail)
+        return PlatformCause("readiness-gate-failed", detail)
 
     async def _interrupted(self, reason: str) -> _Interrupted:
         """Record the caller's interruption once, before the teardown evidence."""

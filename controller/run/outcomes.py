@@ -29,7 +29,7 @@ Exit = Success | Failure
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterCause:
+class PlatformCause:
     """Why the platform failed the run: a machine-readable ``reason`` and what happened."""
 
     reason: str
@@ -55,11 +55,11 @@ class ProgramFinished:
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterLost:
+class PlatformLost:
     """The platform failed (on the local profile: spawn failure, an agent lost before dispatch,
     admission refused). ``receipt`` is complete when finalization succeeded."""
 
-    cause: ClusterCause
+    cause: PlatformCause
     receipt: LedgerReceipt
     reports: Mapping[str, Any] = field(default_factory=dict)
     """What the run's services reported (JSON-safe), e.g. ``usage`` from the model gateway."""
@@ -69,4 +69,4 @@ class ClusterLost:
         return False
 
 
-Outcome = ProgramFinished | ClusterLost
+Outcome = ProgramFinished | PlatformLost

@@ -129,7 +129,7 @@ class PlatformSession(ABC):
 
     async def lost(self) -> PlatformError:
         """Returns once the platform lost the run's admitted capacity (evicted); the kernel then
-        ends the run as ``ClusterLost``. The default never returns."""
+        ends the run as ``PlatformLost``. The default never returns."""
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 

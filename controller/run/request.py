@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from controller.errors import SetupError
 from controller.run.kernel import DEFAULT_LEDGER_REF, Run
 from controller.run.module_source import ModuleSource
-from controller.run.outcomes import ClusterLost, Outcome
+from controller.run.outcomes import Outcome, PlatformLost
 from controller.run.platform import Platform
 from controller.run.progress import Progress
 from controller.run.runid import check_run_id
@@ -119,7 +119,7 @@ class RunResult(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    outcome: Literal["ProgramFinished", "ClusterLost"]
+    outcome: Literal["ProgramFinished", "PlatformLost"]
     exit: Literal["success", "failure"]
     cause: str | None = None
     """Why it failed: the program's error, or the platform's cause (``reason: detail``)."""
@@ -144,9 +144,9 @@ class RunResult(BaseModel):
             "public_key": receipt.public_key,
             "usage": outcome.reports.get("usage"),
         }
-        if isinstance(outcome, ClusterLost):
+        if isinstance(outcome, PlatformLost):
             return cls(
-                outcome="ClusterLost",
+                outcome="PlatformLost",
                 exit="failure",
                 cause=str(outcome.cause),
                 reason=outcome.cause.reason,

@@ -23,7 +23,7 @@ from controller import RunSpec
 from controller.lifecycle.activities import LifecycleActivities
 from controller.lifecycle.server import find_temporal_binary, wait_serving
 from controller.lifecycle.workflow import SocietyRun
-from controller.run import ClusterLost, ProgramFinished, RunContext, RunRequest, RunResult
+from controller.run import PlatformLost, ProgramFinished, RunContext, RunRequest, RunResult
 from ledger import LedgerArtifacts, open_ledger_artifacts
 
 echo = ScriptedPolicy(rules=(Rule(match="^say ", texts=("{me} heard: {text}",)),))
@@ -66,7 +66,7 @@ def spec_of(execute: Any, image: str, **agents: Any) -> RunSpec:
     )
 
 
-def verified(spec: RunSpec, outcome: ProgramFinished | ClusterLost) -> LedgerArtifacts:
+def verified(spec: RunSpec, outcome: ProgramFinished | PlatformLost) -> LedgerArtifacts:
     assert outcome.receipt.complete
     return open_ledger_artifacts(
         spec.catalog,

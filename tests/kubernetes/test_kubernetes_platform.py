@@ -24,7 +24,7 @@ from k8s_run_support import echo, hear_everyone, spec_of, verified
 from controller import Run
 from controller.agents import Resources, scripted
 from controller.events.run import ReadinessGateFailed, RosterAdmitted, RosterRefused
-from controller.run import ClusterLost
+from controller.run import PlatformLost
 from controller.run.runid import new_run_id
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -43,7 +43,7 @@ async def test_with_quota_for_part_of_the_roster_nothing_starts_and_admission_ti
             spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
         )
         left = await left_in_cluster(kube, run_id)
-    assert isinstance(outcome, ClusterLost), outcome
+    assert isinstance(outcome, PlatformLost), outcome
     assert outcome.cause.reason == "admission-timeout"
     ledger = verified(spec, outcome)
     refused = next(iter(ledger.events(RosterRefused)))
@@ -74,7 +74,7 @@ async def test_an_agent_no_node_can_take_fails_the_gate_with_the_schedulers_verd
             spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
         )
         left = await left_in_cluster(kube, run_id)
-    assert isinstance(outcome, ClusterLost), outcome
+    assert isinstance(outcome, PlatformLost), outcome
     assert outcome.cause.reason == "readiness-gate-failed", outcome.cause
     detail = outcome.cause.detail
     assert "agent bob" in detail and "pod bob Pending, unschedulable: 0/2 nodes" in detail, detail

@@ -195,7 +195,7 @@ def test_an_export_that_fails_on_the_worker_is_reported_as_a_failure_never_succe
     )  # fmt: skip
     assert ran.finish() == 1, ran.stderr
     line = ran.result()
-    assert (line["outcome"], line["exit"], line["ledger"]) == ("ClusterLost", "failure", None)
+    assert (line["outcome"], line["exit"], line["ledger"]) == ("PlatformLost", "failure", None)
     assert "export-conflict" in ran.stderr
     assert bucket.get_blob(f"{run_id}/ledger/main/completion.json") is None
 
@@ -345,7 +345,7 @@ def test_a_gke_result_without_an_export_is_a_failure_and_an_exported_one_names_t
     assert exported.ledger_dir == f"gs://b/{run_id}/ledger/main"
 
     missing = _report(_result(None), require_export=True)
-    assert (missing.outcome, missing.exit, missing.ledger_dir) == ("ClusterLost", "failure", None)
+    assert (missing.outcome, missing.exit, missing.ledger_dir) == ("PlatformLost", "failure", None)
     assert missing.cause is not None and missing.cause.startswith("export-missing")
 
     # Where no bucket is promised (a worker elsewhere), the ledger stays where the worker wrote it.

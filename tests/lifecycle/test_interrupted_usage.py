@@ -83,7 +83,7 @@ async def _interrupted_ledger(root: Path, run_id: str) -> None:
         # no complete(): the run was interrupted before finalization finished
 
 
-@pytest.mark.parametrize("outcome", ["Interrupted", "ClusterLost"])
+@pytest.mark.parametrize("outcome", ["Interrupted", "PlatformLost"])
 def test_a_stopped_runs_line_carries_the_usage_its_ledger_records(
     tmp_path: Path, outcome: str
 ) -> None:

@@ -262,7 +262,7 @@ def test_losing_the_temporal_server_mid_program_is_cluster_lost(society: Society
     os.kill(server["pid"], signal.SIGKILL)
     assert run.finish() == 1, run.stderr
     result = run.result()
-    assert (result["outcome"], result["exit"]) == ("ClusterLost", "failure")
+    assert (result["outcome"], result["exit"]) == ("PlatformLost", "failure")
     assert f"the Temporal server at {server['address']} is gone" in run.stderr
     assert processes_naming(run_id) == []
     verified = verify(society, result["ledger"], "--allow-incomplete")

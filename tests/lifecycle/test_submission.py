@@ -194,7 +194,7 @@ def test_a_result_the_runs_own_worker_did_not_prove_is_refused(
         stop.touch()
         rogue.communicate(timeout=30)
     result = run.result()
-    assert (result["outcome"], result["exit"]) == ("ClusterLost", "failure")
+    assert (result["outcome"], result["exit"]) == ("PlatformLost", "failure")
     assert result["records"] != 424242 and result["publicKey"] != "ed25519:forged"
     assert "refused the result of run" in run.stderr and "does not carry the MAC" in run.stderr
     assert result["ledger"] is not None and str(result["ledger"]).startswith(

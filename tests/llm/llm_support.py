@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from controller.modelgateway.events import AgentModelUsage
-from controller.run import ClusterLost, ProgramFinished, RunSpec
+from controller.run import PlatformLost, ProgramFinished, RunSpec
 from ledger import LedgerArtifacts, open_ledger_artifacts
 
 
-def verified(spec: RunSpec, outcome: ProgramFinished | ClusterLost) -> LedgerArtifacts:
+def verified(spec: RunSpec, outcome: ProgramFinished | PlatformLost) -> LedgerArtifacts:
     """The run's ledger, verified offline against the key its receipt carries."""
     receipt = outcome.receipt
     assert receipt.complete

@@ -20,7 +20,7 @@ from controller.agents.llm import llm
 from controller.events.run import AgentRuntimeReady, PlatformFailed
 from controller.platforms.local import LocalPlatform
 from controller.platforms.local_model import start_local_model
-from controller.run import ClusterLost, ProgramFinished, Run, RunContext, RunResult, Success
+from controller.run import PlatformLost, ProgramFinished, Run, RunContext, RunResult, Success
 from controller.services import RunService, ServiceGrant, ServiceScope
 
 pytestmark = pytest.mark.anyio
@@ -107,7 +107,7 @@ async def test_a_service_that_cannot_start_loses_the_run_before_any_agent_starts
         execute=execute,
     )
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost) and outcome.cause.reason == "service-down"
+    assert isinstance(outcome, PlatformLost) and outcome.cause.reason == "service-down"
     ledger = verified(spec, outcome)
     assert list(ledger.events(AgentRuntimeReady)) == []
     [failed] = ledger.events(PlatformFailed)
@@ -135,7 +135,7 @@ async def test_the_platform_hands_the_local_model_server_down_to_the_model_servi
         id="acme.services-test/v1", agents={"alice": llm("A local agent.")}, execute=execute
     )
     outcome = await Run.execute(spec, platform=ServesNoLocalModel(), artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost), outcome
+    assert isinstance(outcome, PlatformLost), outcome
     assert outcome.cause.reason == "local-model-unavailable"
     assert list(verified(spec, outcome).events(AgentRuntimeReady)) == []
 

@@ -31,7 +31,7 @@ from controller.events.run import (
     RosterRefused,
 )
 from controller.platforms.local import LocalPlatform
-from controller.run import ClusterLost, ProgramFinished, RunContext, Success
+from controller.run import PlatformLost, ProgramFinished, RunContext, Success
 from ledger import open_ledger_artifacts
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +53,7 @@ def respond(received: Received) -> Decision:
 echo = ScriptedPolicy(rules=(Rule(match="^say ", texts=("{me} heard: {text}",)),))
 
 
-def ledger_of(spec: RunSpec, outcome: ProgramFinished | ClusterLost) -> Any:
+def ledger_of(spec: RunSpec, outcome: ProgramFinished | PlatformLost) -> Any:
     receipt = outcome.receipt
     return open_ledger_artifacts(
         spec.catalog,
@@ -189,7 +189,7 @@ async def test_a_policy_that_cannot_be_imported_in_its_sandbox_fails_the_gate(
         execute=execute,
     )
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost)
+    assert isinstance(outcome, PlatformLost)
     ledger = ledger_of(spec, outcome)
     assert [e.agent for e in ledger.events(AgentRuntimeStartFailed)] == ["eve"]
     log = [e for e in ledger.events(AgentRuntimeArtifact) if e.kind == "log"]
@@ -269,7 +269,7 @@ async def test_a_peer_stopped_while_its_policy_module_imports_exits_at_once_and_
         execute=execute,
     )
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost)
+    assert isinstance(outcome, PlatformLost)
     ledger = ledger_of(spec, outcome)
     assert [e.reason for e in ledger.events(AgentRuntimeStartFailed)] == ["ready-timeout"]
     assert [e.exit_code for e in ledger.events(AgentProcessExited)] == [0]
@@ -294,7 +294,7 @@ async def test_a_policy_short_of_address_space_fails_the_gate_naming_the_limit_a
         execute=execute,
     )
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost)
+    assert isinstance(outcome, PlatformLost)
     (failed,) = ledger_of(spec, outcome).events(AgentRuntimeStartFailed)
     assert failed.reason == "program-cannot-start"
     assert "(address-space-exhausted): peer: cannot load its policy: MemoryError" in failed.detail
@@ -315,7 +315,7 @@ async def test_a_declared_package_the_agents_environment_lacks_refuses_the_run_b
     eve = peer("silent.py", "respond", files={"silent.py": SILENT}, packages=("anyio", MISSING))
     spec = RunSpec.define(id="acme.peer-packages/v1", agents={"eve": eve}, execute=execute)
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost) and outcome.cause.reason == "package-missing"
+    assert isinstance(outcome, PlatformLost) and outcome.cause.reason == "package-missing"
     assert f"eve needs {MISSING} (not installed)" in outcome.cause.detail
     assert f"-m pip install '{MISSING}'" in outcome.cause.detail
     ledger = ledger_of(spec, outcome)
@@ -339,7 +339,7 @@ async def test_where_the_platform_cannot_check_the_peer_refuses_to_start_naming_
     eve = peer("silent.py", "respond", files={"silent.py": SILENT}, packages=(MISSING,))
     spec = RunSpec.define(id="acme.peer-packages/v1", agents={"eve": eve}, execute=execute)
     outcome = await Run.execute(spec, platform=UncheckedPackages(), artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost)
+    assert isinstance(outcome, PlatformLost)
     (failed,) = ledger_of(spec, outcome).events(AgentRuntimeStartFailed)
     assert failed.reason == "program-cannot-start"
     assert f"(package-missing): peer: its policy needs {MISSING} (not installed)" in failed.detail

@@ -11,11 +11,11 @@ from typing import Any
 from controller.agents import ScriptedRuntime
 from controller.platforms.local.reap import agent_record
 from controller.run import ProgramFinished, RunSpec
-from controller.run.outcomes import ClusterLost
+from controller.run.outcomes import PlatformLost
 from ledger import LedgerArtifacts, open_ledger_artifacts
 
 
-def verified(spec: RunSpec, outcome: ProgramFinished | ClusterLost) -> LedgerArtifacts:
+def verified(spec: RunSpec, outcome: ProgramFinished | PlatformLost) -> LedgerArtifacts:
     """The run's ledger, verified offline against the key its receipt carries."""
     receipt = outcome.receipt
     assert receipt.complete
@@ -60,7 +60,7 @@ def agent_pid(artifact_root: Path, run_id: str, agent: str) -> int:
     return int(body["pid"])
 
 
-def ledger_bytes(outcome: ProgramFinished | ClusterLost) -> bytes:
+def ledger_bytes(outcome: ProgramFinished | PlatformLost) -> bytes:
     directory = Path(outcome.receipt.ledger_dir)
     return b"".join(p.read_bytes() for p in sorted(directory.iterdir()))
 

@@ -40,7 +40,7 @@ from controller.events.run import (
     RosterRefused,
 )
 from controller.platforms.local import LocalCapacity, LocalPlatform
-from controller.run import ClusterLost, Failure, ProgramFinished, RunContext, Success
+from controller.run import Failure, PlatformLost, ProgramFinished, RunContext, Success
 from ledger import open_ledger_artifacts
 
 pytestmark = pytest.mark.anyio
@@ -189,7 +189,7 @@ async def test_an_agent_that_never_becomes_ready_fails_the_gate_and_nothing_runs
     broken = with_command(scripted(echo), *command, ready_timeout_s=3.0)
     spec = spec_of(execute, alice=scripted(echo), bob=broken)
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost) and outcome.cause.reason == "readiness-gate-failed"
+    assert isinstance(outcome, PlatformLost) and outcome.cause.reason == "readiness-gate-failed"
     assert not ran
     ledger = verified(spec, outcome)
     failed = only(ledger.events(AgentRuntimeStartFailed))
@@ -212,7 +212,7 @@ async def test_a_roster_over_the_local_budget_is_refused_before_any_agent_starts
     spec = spec_of(execute)
     platform = LocalPlatform(LocalCapacity(cpu=0.03, memory_mib=100_000, agents=10))
     outcome = await Run.execute(spec, platform=platform, artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost) and outcome.cause.reason == "insufficient-cpu"
+    assert isinstance(outcome, PlatformLost) and outcome.cause.reason == "insufficient-cpu"
     refused = only(verified(spec, outcome).events(RosterRefused))
     assert refused.requested.cpu == pytest.approx(0.04) and refused.capacity.cpu == 0.03
     assert "society.agent-runtime-ready/v1" not in tags(verified(spec, outcome))
@@ -234,7 +234,7 @@ async def test_a_platform_error_inside_a_task_group_is_reported_by_its_own_type_
 
     spec = spec_of(execute)
     outcome = await Run.execute(spec, platform=FailingPlatform(), artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost) and outcome.cause.reason == "node-gone"
+    assert isinstance(outcome, PlatformLost) and outcome.cause.reason == "node-gone"
     failed = only(verified(spec, outcome).events(PlatformFailed))
     assert failed.detail == "NodeGone: node-1 left" and failed.reason == "node-gone"
 
@@ -344,7 +344,7 @@ async def test_a_missing_credential_fails_the_agents_start(
     alice = scripted(echo, credentials={"KEY": SecretRef(env="SR_TEST_ABSENT_KEY")})
     spec = spec_of(execute, alice=alice)
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
-    assert isinstance(outcome, ClusterLost)
+    assert isinstance(outcome, PlatformLost)
     assert (
         only(verified(spec, outcome).events(AgentRuntimeStartFailed)).reason == "credential-missing"
     )

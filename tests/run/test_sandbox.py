@@ -33,7 +33,7 @@ from controller.platforms.local import sandbox as local_sandbox
 from controller.platforms.local.cgroup import CgroupLayout
 from controller.platforms.local.launch import in_cgroups
 from controller.platforms.local.sandbox import SANDBOX_UID, UNSANDBOXED_ENV
-from controller.run import ClusterLost, RunContext, new_run_id
+from controller.run import PlatformLost, RunContext, new_run_id
 from controller.run.spec import load_run_spec
 from ledger import open_ledger_artifacts
 
@@ -205,7 +205,7 @@ async def test_without_a_working_bubblewrap_a_run_refuses_and_names_the_next_ste
         outcome = await Run.execute(spec, artifact_root=artifact_root, platform=LocalPlatform())
     finally:
         local_sandbox._probe.cache_clear()
-    assert isinstance(outcome, ClusterLost)
+    assert isinstance(outcome, PlatformLost)
     assert outcome.cause.reason == "sandbox-unavailable"
     assert next_step in outcome.cause.detail
     assert "--unsandboxed" in outcome.cause.detail

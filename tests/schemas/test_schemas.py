@@ -132,7 +132,7 @@ def test_the_compatibility_rule(old: dict[str, Any], new: dict[str, Any], breaki
 def test_the_result_line_schema_describes_what_society_run_prints() -> None:
     lines = [
         RunReport("ProgramFinished", "success", "sr-" + "a" * 32, "/x", True, 9, "ed25519:AA"),
-        RunReport("ClusterLost", "failure", "sr-" + "b" * 32, "/y", False, 3, "ed25519:AA",
+        RunReport("PlatformLost", "failure", "sr-" + "b" * 32, "/y", False, 3, "ed25519:AA",
                   cause="c", usage={"total": {"costUsd": None}}),
         RunReport("Interrupted", "interrupted", None, None, False, 0, None),
     ]  # fmt: skip

@@ -247,7 +247,7 @@ async def test_a_controller_job_that_dies_before_reporting_ends_the_run_cluster_
         finally:
             await delete_run_namespace(kube, run_id)
 
-    assert outcome.outcome == "ClusterLost" and outcome.exit == "failure"
+    assert outcome.outcome == "PlatformLost" and outcome.exit == "failure"
     assert outcome.reason == "controller-job-failed", outcome.cause
     assert "exited 137" in (outcome.cause or ""), outcome.cause
     assert not outcome.receipt.complete

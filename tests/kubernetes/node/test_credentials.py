@@ -38,7 +38,7 @@ from controller.platforms.kubernetes.rbac import (
     credentials_binding_name,
     credentials_reader_role,
 )
-from controller.run import ClusterLost, ProgramFinished, RunContext, Success
+from controller.run import PlatformLost, ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
 from ledger import open_ledger_artifacts
 
@@ -206,7 +206,7 @@ async def test_a_missing_secret_reference_fails_the_start_before_any_sandbox_wit
             spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path)
         )
         left = await left_in_cluster(kube, run_id)
-    assert isinstance(outcome, ClusterLost), outcome
+    assert isinstance(outcome, PlatformLost), outcome
     assert outcome.cause.reason == "readiness-gate-failed"
     ledger = open_ledger_artifacts(spec.catalog, outcome.receipt.ledger_dir)
     failed = [e for e in ledger.events(AgentRuntimeStartFailed)]

@@ -43,7 +43,7 @@ from controller.events.run import (
 )
 from controller.platforms.kubernetes import objects
 from controller.platforms.kubernetes.kube import KINDS, Informer
-from controller.run import ClusterLost, ProgramFinished, RunContext, Success
+from controller.run import PlatformLost, ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
 from ledger import open_ledger_artifacts
 
@@ -139,7 +139,7 @@ async def test_eviction_of_the_workload_mid_run_ends_it_as_cluster_lost_with_a_c
             )
         left = await left_in_cluster(kube, run_id)
     assert evicted.is_set()
-    assert isinstance(outcome, ClusterLost), outcome
+    assert isinstance(outcome, PlatformLost), outcome
     assert outcome.cause.reason == "workload-evicted", outcome.cause
     ledger = verified(spec, outcome)
     assert [e.reason for e in ledger.events(PlatformFailed)] == ["workload-evicted"]
@@ -268,7 +268,7 @@ async def test_a_sandbox_that_finishes_before_dispatch_fails_the_gate_and_execut
             tasks.cancel_scope.cancel()
         left = await left_in_cluster(kube, run_id)
     assert ran == []
-    assert isinstance(outcome, ClusterLost), outcome
+    assert isinstance(outcome, PlatformLost), outcome
     assert outcome.cause.reason == "readiness-gate-failed", outcome.cause
     ledger = verified(spec, outcome)
     failed = next(iter(ledger.events(ReadinessGateFailed)))
@@ -297,7 +297,7 @@ async def test_an_image_that_cannot_be_pulled_ends_the_run_cluster_lost_naming_t
             )
         left = await left_in_cluster(kube, run_id)
     assert ran == []
-    assert isinstance(outcome, ClusterLost), outcome
+    assert isinstance(outcome, PlatformLost), outcome
     assert outcome.cause.reason == "readiness-gate-failed", outcome.cause
     assert "ghost" in outcome.cause.detail and missing in outcome.cause.detail, outcome.cause
     assert "ImagePullBackOff" in outcome.cause.detail, outcome.cause
