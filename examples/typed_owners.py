@@ -56,7 +56,7 @@ greeter = ScriptedPolicy(
 )
 
 run_spec = RunSpec.define(
-    id="acme.typed-gateways/v1",
+    id="acme.typed-owners/v1",
     agents={
         "sam": openclaw("You are Sam. You sell a used bike.", max_turns=1),
         "lea": llm("You are Lea. You buy a used bike."),

@@ -255,7 +255,7 @@ def test_a_third_signal_exits_even_when_the_program_blocks_the_loop_or_ignores_c
     assert (abandoned["state"], abandoned["workflow"]) == ("abandoned", "terminated"), status.stderr
 
 
-def test_losing_the_temporal_server_mid_program_is_cluster_lost(society: SocietyCommand) -> None:
+def test_losing_the_temporal_server_mid_program_is_platform_lost(society: SocietyCommand) -> None:
     del society.env["TEMPORAL_ADDRESS"]  # the run's own dev server, which this test kills
     run, run_id = _start_endless(society)
     server = json.loads((society.artifacts / ".temporal" / "server.json").read_text())

@@ -193,7 +193,7 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
     assert left == []
 
 
-async def test_a_controller_job_that_dies_before_reporting_ends_the_run_cluster_lost(
+async def test_a_controller_job_that_dies_before_reporting_ends_the_run_platform_lost(
     control_plane: ControlPlane,
     cluster_queue: str,
     tmp_path: Path,

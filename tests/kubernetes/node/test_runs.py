@@ -111,7 +111,7 @@ async def test_the_roster_is_admitted_whole_then_every_sandbox_becomes_ready_and
     assert all(e.outcome == "harvested" for e in logs.values()), logs
 
 
-async def test_eviction_of_the_workload_mid_run_ends_it_as_cluster_lost_with_a_complete_receipt(
+async def test_eviction_of_the_workload_mid_run_ends_it_as_platform_lost_with_a_complete_receipt(
     control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     run_id = new_run_id()
@@ -277,7 +277,7 @@ async def test_a_sandbox_that_finishes_before_dispatch_fails_the_gate_and_execut
     assert left == []
 
 
-async def test_an_image_that_cannot_be_pulled_ends_the_run_cluster_lost_naming_the_image(
+async def test_an_image_that_cannot_be_pulled_ends_the_run_platform_lost_naming_the_image(
     control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     ran: list[str] = []
