@@ -105,6 +105,7 @@ class PeerRuntime(RuntimeDescriptor):
     """An evaluation peer: ``function`` of ``module`` (one of ``files``) decides what it sends."""
 
     runtime: ClassVar[str] = "peer"
+    ends_when_asked: ClassVar[bool] = False  # nothing the controller sends makes a peer stop
 
     module: str
     function: str

@@ -143,6 +143,9 @@ class RuntimeDescriptor(ABC):
     the environment the agent runs in before the run starts."""
 
     runtime: ClassVar[str]
+    ends_when_asked: ClassVar[bool] = True
+    """``stop`` can make the application end by itself, so teardown waits for that before it
+    signals; a runtime whose owner cannot stop it (a peer) is signalled at once."""
 
     def __post_init__(self) -> None:
         if not self.command:

@@ -362,14 +362,15 @@ class Society:
 
     async def _stop(self, session: PlatformSession, slot: AgentSlot) -> None:
         assert slot.sandbox is not None
-        if slot.attachment is not None and slot.sandbox.exit is None:
+        asks = slot.descriptor.ends_when_asked
+        if asks and slot.attachment is not None and slot.sandbox.exit is None:
             with anyio.move_on_after(_ASK_TO_STOP_S):
                 try:
                     await slot.descriptor.stop(slot.attachment.owner)
                 except Exception:
                     pass  # the platform ends it below
         try:
-            await session.stop(slot.sandbox, grace_s=STOP_GRACE_S)
+            await session.stop(slot.sandbox, grace_s=STOP_GRACE_S if asks else 0.0)
         except PlatformError as exc:
             await self.record(PlatformFailed(reason=exc.reason, detail=str(exc)))
 
