@@ -6,6 +6,7 @@ alice replies to the host through OpenClaw; bob's OpenClaw process is killed mid
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -61,7 +62,9 @@ async def _one_run(artifact_root: Path) -> dict[str, Any]:
         seen["bob_node"] = gateways
         assert gateways, "bob's OpenClaw gateway process was not found"
         for pid in gateways:
-            os.kill(pid, signal.SIGKILL)
+            # A short-lived helper (or a child of one already killed) may be gone by now.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         seen["bob_end"] = type(await bob.termination).__name__
         async with ctx.network.endpoint("host") as host:
             chat = await host.open(alice.agent)
