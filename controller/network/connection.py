@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 MAX_FIRST_FRAME_BYTES = 4096
 """Before authentication: an ``authenticate`` frame (a token of at most 256 characters and at
 most 16 versions) fits many times over; authenticated frames get ``MAX_FRAME_BYTES``."""
-TRY_AGAIN_LATER = 1013
-"""The standard WebSocket close code for a server at capacity; clients reconnect after it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +64,47 @@ def authentication_deadline(limits: EdgeLimits, heartbeat_timeout: float) -> flo
 
 
 class EdgeGuard:
-    """Counts the router's unauthenticated connections against its ``EdgeLimits``."""
+    """Counts the router's unauthenticated sockets, from TCP accept on, against ``EdgeLimits``.
+
+    A socket counts from the moment it is accepted, through the opening handshake, until its
+    ``authenticate`` frame is accepted or it closes; one past the cap is closed at accept, so a
+    peer that never finishes the upgrade cannot hold more of the router than one that does.
+    """
 
     def __init__(self, limits: EdgeLimits) -> None:
         self.limits = limits
-        self.unauthenticated = 0
+        self._waiting: set[object] = set()
+
+    @property
+    def unauthenticated(self) -> int:
+        return len(self._waiting)
+
+    def admit(self, socket_owner: object) -> bool:
+        """Count a socket just accepted; ``False`` when the cap is already reached."""
+        if len(self._waiting) >= self.limits.max_unauthenticated:
+            return False
+        self._waiting.add(socket_owner)
+        return True
+
+    def release(self, socket_owner: object) -> None:
+        """The socket authenticated or closed (idempotent)."""
+        self._waiting.discard(socket_owner)
+
+    def connection_class(self) -> type[ServerConnection]:
+        """The ``websockets`` connection class that counts its socket here from accept on."""
+        guard = self
+
+        class EdgeCountedConnection(ServerConnection):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                super().connection_made(transport)
+                if not guard.admit(self):
+                    transport.close()  # over the cap: no handshake, no buffer, no descriptor
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                guard.release(self)
+                super().connection_lost(exc)
+
+        return EdgeCountedConnection
 
 
 MAX_IN_FLIGHT = 256
@@ -84,25 +119,13 @@ _HEARTBEAT = encode(Heartbeat())
 
 async def serve_connection(router: Router, websocket: ServerConnection) -> None:
     """The whole life of one connection (the ``websockets`` handler)."""
-    guard = router.edge
-    if guard.unauthenticated >= guard.limits.max_unauthenticated:
-        await _close_busy(websocket)
-        return
-    guard.unauthenticated += 1
     try:
         registration = await _handshake(router, websocket)
     finally:
-        guard.unauthenticated -= 1
+        router.edge.release(websocket)
     if registration is not None:
         _lift_frame_limit(websocket, MAX_FRAME_BYTES)
         await _Connection(router, websocket, registration).run()
-
-
-async def _close_busy(websocket: ServerConnection) -> None:
-    try:
-        await websocket.close(TRY_AGAIN_LATER, "too many unauthenticated connections")
-    except ConnectionClosed:
-        pass
 
 
 def _lift_frame_limit(websocket: ServerConnection, size: int) -> None:

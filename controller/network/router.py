@@ -152,6 +152,7 @@ class Router:
                 "ping_interval": None,
                 "open_timeout": authentication_deadline(edge_limits, heartbeat_timeout),
                 "close_timeout": 2,
+                "create_connection": router.edge.connection_class(),  # counted from accept on
             }
             try:
                 server = await serve(

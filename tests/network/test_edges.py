@@ -5,7 +5,9 @@ Each test plays the attacker on loopback and checks that the run goes on for eve
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Iterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from network_support import events, make_ledger, poll_until
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from controller.events.network import (
     LinkMessageDropped,
@@ -93,8 +95,11 @@ async def test_idle_unauthenticated_connections_are_capped_and_timed_out_while_a
         most_waiting = 0
 
         async def idle_attacker() -> None:
-            async with connect(router.url, open_timeout=10) as websocket:
-                codes.append(await close_code_of(websocket))
+            try:
+                async with connect(router.url, open_timeout=10) as websocket:
+                    codes.append(await close_code_of(websocket))
+            except (OSError, InvalidHandshake):
+                codes.append(None)  # closed at accept, before its upgrade
 
         async def watch_the_count() -> None:
             nonlocal most_waiting
@@ -118,8 +123,41 @@ async def test_idle_unauthenticated_connections_are_capped_and_timed_out_while_a
                         assert (await next_delivery(b)).message_id == ack.message_id
             attack.cancel_scope.cancel()
     assert 0 < most_waiting <= LIMITS.max_unauthenticated
-    assert len(codes) == 40 and codes.count(1013) > 0  # the rest refused at once
-    assert set(codes) <= {1013, CLOSE_CODES["heartbeat-timeout"]}  # or timed out
+    assert len(codes) == 40 and codes.count(None) > 0  # the rest refused at once
+    assert set(codes) <= {None, CLOSE_CODES["heartbeat-timeout"]}  # or timed out
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_sockets_that_never_finish_the_upgrade_count_against_the_cap_and_are_shut_at_once(
+    ledger: LedgerWriter,
+) -> None:
+    limits = EdgeLimits(max_unauthenticated=8, authenticate_within_s=10.0)
+    async with Router.serve(ledger, edge_limits=limits) as router:
+        host, port = router.url.removeprefix("ws://").split(":")
+        before = open_descriptors()
+        shut: list[float] = []
+
+        async def half_open_attacker() -> None:  # TCP only: no HTTP upgrade, ever
+            async with await anyio.connect_tcp(host, int(port)) as stream:
+                started = anyio.current_time()
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                    await stream.receive()
+                shut.append(anyio.current_time() - started)
+
+        async with anyio.create_task_group() as attack:
+            for _ in range(40):
+                attack.start_soon(half_open_attacker)
+            await poll_until(lambda: len(shut) >= 32, within=5)
+            held = open_descriptors() - before
+            counted = router.edge.unauthenticated
+            attack.cancel_scope.cancel()
+    assert counted == limits.max_unauthenticated  # every accepted socket is counted
+    assert len(shut) == 32 and max(shut) < limits.authenticate_within_s  # shut at accept
+    # the 8 sockets the router still holds and their 8 client ends, nothing more
+    assert held <= 2 * limits.max_unauthenticated + 2
 
 
 async def test_a_huge_first_frame_is_refused_unread_but_authenticated_frames_keep_their_limit(
