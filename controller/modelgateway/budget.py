@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 COMPLETION_FIELDS = ("max_tokens", "max_completion_tokens")
+PRICED_PART_TYPES = frozenset({"text", "refusal"})
+"""Message content parts whose tokens the prompt bound covers: text, one token per byte at most.
+An image, audio or file part costs the provider's own count (a 1 KiB ``image_url`` can cost
+thousands of tokens), which no request byte bounds, so the gateway never forwards one."""
+UNPRICED_FIELDS = ("audio", "prediction", "web_search_options")
+"""Request fields that bill what neither the prompt bound nor the completion cap covers."""
 
 
 class RequestRefused(Exception):
@@ -72,9 +78,11 @@ def shape(
 ) -> tuple[dict[str, Any], Reservation | None]:
     """The request as forwarded (one choice, completion capped) and its reservation, if any.
 
-    Raises ``RequestRefused`` for ``n`` other than 1, a malformed completion limit, or a call
-    whose worst case the budget cannot cover.
+    Raises ``RequestRefused`` for content the gateway cannot price (``unpriced_content``), ``n``
+    other than 1, a malformed completion limit, or a call whose worst case the budget cannot
+    cover.
     """
+    _refuse_unpriced(request)
     n = request.get("n", 1)
     if n is not None and (type(n) is not int or n != 1):
         raise RequestRefused(
@@ -121,3 +129,34 @@ def _over_budget(budget: TokenBudget, body_bytes: int) -> RequestRefused:
         f"this call could use up to {body_bytes + 1} tokens (one per request byte, plus at least "
         f"one completion token) and only {budget.left} of the budget of {budget.limit} are left",
     )
+
+
+def _refuse_unpriced(request: dict[str, Any]) -> None:
+    """Refuse what the worst case cannot price: non-text parts, non-text output, billed tools."""
+    for name in UNPRICED_FIELDS:
+        if request.get(name) is not None:
+            raise _unpriced(f"the gateway does not forward {name!r}: its cost is not priced")
+    modalities = request.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        raise _unpriced('the gateway forwards text output only: send "modalities": ["text"]')
+    messages = request.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict):
+            continue
+        if message.get("audio") is not None:  # a reference to earlier audio output
+            raise _unpriced("the gateway does not forward a message's 'audio'")
+        content = message.get("content")
+        for part in content if isinstance(content, list) else ():
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in PRICED_PART_TYPES or not set(part) <= _PRICED_PART_KEYS:
+                raise _unpriced(
+                    f"a content part of type {str(kind)[:40]!r} cannot be priced before the call; "
+                    f"the gateway forwards only text parts"
+                )
+
+
+_PRICED_PART_KEYS = frozenset({"type", "text", "refusal"})
+
+
+def _unpriced(message: str) -> RequestRefused:
+    return RequestRefused(400, "unpriced_content", message)

@@ -499,3 +499,51 @@ async def test_a_request_that_stops_arriving_is_answered_408_and_closed(
     assert stalled.startswith(b"HTTP/1.1 408")
     assert idle == b""  # an idle connection is closed, not held
     assert fake_provider.requests == []
+
+
+PIXEL = "data:image/png;base64," + "iVBORw0KGgo" * 100  # about 1.1 KiB of request
+UNPRICED = [
+    [{"type": "image_url", "image_url": {"url": PIXEL, "detail": "high"}}],
+    [{"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}],
+    [{"type": "file", "file": {"file_data": PIXEL}}],
+    [{"type": "text", "text": "look", "image_url": {"url": PIXEL}}],  # smuggled in a text part
+    [{"image_url": {"url": PIXEL}}],  # no type at all
+]
+
+
+@pytest.mark.parametrize("content", UNPRICED)
+async def test_a_part_the_budget_cannot_price_is_refused_and_never_reaches_the_provider(
+    fake_provider: Any, ledger: Any, content: list[dict[str, Any]]
+) -> None:
+    request = {**CHAT, "messages": [{"role": "user", "content": content}]}
+    async with gateway_for(fake_provider, ledger) as gateway:
+        token = gateway.issue_token("alice", token_budget=2_000)
+        answer = await chat(gateway, token, request)
+        text = await chat(
+            gateway,
+            token,
+            {**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "look"}]}]},
+        )
+    assert (answer.status_code, answer.json()["error"]["code"]) == (400, "unpriced_content")
+    assert text.status_code == 200  # text parts are priced: one token per byte at most
+    assert len(fake_provider.requests) == 1
+    assert gateway.usage_summary().agents["alice"].ended_by is None
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"audio": {"voice": "alloy", "format": "wav"}, "modalities": ["text", "audio"]},
+        {"modalities": ["audio"]},
+        {"prediction": {"type": "content", "content": "x"}},
+        {"web_search_options": {}},
+    ],
+)
+async def test_a_request_field_that_bills_outside_the_worst_case_is_refused(
+    fake_provider: Any, ledger: Any, extra: dict[str, Any]
+) -> None:
+    async with gateway_for(fake_provider, ledger) as gateway:
+        token = gateway.issue_token("alice", token_budget=2_000)
+        answer = await chat(gateway, token, {**CHAT, **extra})
+    assert (answer.status_code, answer.json()["error"]["code"]) == (400, "unpriced_content")
+    assert fake_provider.requests == []
