@@ -1,5 +1,8 @@
 """The model gateway: an OpenAI-compatible endpoint on loopback between agents and providers.
 
+It also answers Anthropic Messages (``/v1/messages``, ``anthropic_messages``) through the same chat
+path; an agent's token comes as ``Authorization: Bearer`` or as an Anthropic client's ``x-api-key``.
+
 Agents hold only a per-run bearer token; the gateway holds the provider keys, forwards each call,
 measures it and writes one ledger event per call. An ``auth`` or ``quota`` failure ends that
 agent's model use for the rest of the run.
@@ -16,6 +19,7 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
+from functools import partial
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -28,7 +32,14 @@ from controller.modelgateway._http import (
     HttpHead,
     HttpRequest,
     HttpResponse,
+    refuse_unread,
     serve_connection,
+)
+from controller.modelgateway.admission import (
+    DEFAULT_GATEWAY_LIMITS,
+    GatewayBounds,
+    GatewayLimits,
+    PeerConnection,
 )
 from controller.modelgateway.answers import (
     ended_message,
@@ -36,6 +47,8 @@ from controller.modelgateway.answers import (
     status_for,
     unauthorized,
 )
+from controller.modelgateway.anthropic_messages import MESSAGES_PATH, messages_call
+from controller.modelgateway.anthropic_messages import not_found as anthropic_not_found
 from controller.modelgateway.budget import RequestRefused, TokenBudget, shape
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import (
@@ -78,6 +91,7 @@ class ModelGateway:
         host: str = "127.0.0.1",
         port: int = 0,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        limits: GatewayLimits = DEFAULT_GATEWAY_LIMITS,
     ) -> None:
         if not providers:
             raise ModelGatewayError("give the gateway at least one provider", reason="no-provider")
@@ -94,6 +108,7 @@ class ModelGateway:
         self._host = host
         self._port = port
         self._request_timeout_s = request_timeout_s
+        self.bounds = GatewayBounds(limits)
         self._connections: dict[str, ProviderConnection] = {}
         self._agent_by_digest: dict[bytes, str] = {}
         self._digest_by_agent: dict[str, bytes] = {}
@@ -180,20 +195,36 @@ class ModelGateway:
         return ApiKey(provider.api_key_name, value)
 
     async def _serve(self, stream: SocketStream) -> None:
-        await serve_connection(
-            stream, self._handle, admit=self._admit, timeout_s=self._request_timeout_s
-        )
+        peer = self.bounds.open()  # counted from accept: see ``admission``
+        if isinstance(peer, HttpResponse):
+            await refuse_unread(stream, peer)
+            return
+        try:
+            await serve_connection(
+                stream,
+                self._handle,
+                admit=lambda head: self._admit(head, peer),
+                timeout_s=self._request_timeout_s,
+            )
+        finally:
+            peer.close()
 
-    def _admit(self, head: HttpHead) -> HttpResponse | None:
-        """The token is checked on the request's head: no body is read for an unknown one."""
-        if self._authenticate(head.headers.get("authorization", "")) is None:
+    def _admit(self, head: HttpHead, peer: PeerConnection) -> HttpResponse | PeerConnection:
+        """The token is checked on the request's head: no body is read for an unknown one, and
+        one over its agent's bounds is refused before its body too."""
+        agent = self._authenticate(_credential(head.headers))
+        if agent is None:
             return unauthorized()
-        return None
+        return peer.attribute(agent) or peer
 
     async def _handle(self, request: HttpRequest) -> HttpResponse:
-        agent = self._authenticate(request.headers.get("authorization", ""))
+        agent = self._authenticate(_credential(request.headers))
         if agent is None:  # admitted on its head, revoked while its body arrived
             return unauthorized()
+        if request.path == MESSAGES_PATH and request.method == "POST":
+            return await messages_call(request.body, partial(self._chat_completion, agent))
+        if request.path.startswith(MESSAGES_PATH):
+            return anthropic_not_found(request.method, request.path)
         if request.path == "/v1/models" and request.method == "GET":
             return HttpResponse.json(200, self._models())
         if request.path == "/v1/chat/completions" and request.method == "POST":
@@ -377,6 +408,14 @@ class ModelGateway:
 
 def _not_json(constant: str) -> None:
     raise ValueError(f"{constant} is not JSON")  # Python's json takes NaN and Infinity
+
+
+def _credential(headers: Mapping[str, str]) -> str:
+    """The agent's token as ``Authorization: Bearer``, or as an Anthropic client's ``x-api-key``."""
+    if "authorization" in headers:
+        return headers["authorization"]
+    key = headers.get("x-api-key", "").strip()
+    return f"Bearer {key}" if key else ""
 
 
 def _digest(token: str) -> bytes:
