@@ -13,6 +13,7 @@ beside the code that raises it (the module named after it):
     │   ├── RunSpecError  controller.run.spec
     │   ├── RunRequestError  controller.run.request  (also a ValueError)
     │   ├── RunIdError  controller.run.runid  (also a ValueError)
+    │   ├── ForkError  controller.run.fork
     │   ├── UnknownProfile  controller.profiles
     │   ├── ClusterUnavailable  controller.platforms.kubernetes.preflight
     │   └── PartMissing  controller.ops.parts

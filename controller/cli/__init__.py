@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
         cluster_commands,
         ledger_commands,
         profile_commands,
+        replay_command,
         run_commands,
         suite_commands,
         view_commands,
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_commands.add_commands(commands)
+    replay_command.add_commands(commands)
     ledger_commands.add_commands(commands)
     suite_commands.add_commands(commands)
     view_commands.add_commands(commands)

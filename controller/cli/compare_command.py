@@ -15,8 +15,11 @@ def add_compare(commands: Any) -> None:
         description=(
             "Verifies both ledgers, then compares them per conversation (sender, text, who "
             "received or lost each message) and the experiment's own events and outcome, "
-            "ignoring times and ids that must differ between runs. Prints one JSON line; exit 0 "
-            "when they agree, 1 at the first divergence or when a ledger does not verify."
+            "ignoring times and ids that must differ between runs. When one is a fork of the "
+            "other, the line's fork says whether it holds (its parent's run id and head digest, "
+            "and the first N messages shared) and where they first differ. Prints one JSON line; "
+            "exit 0 when they agree (a fork: when it holds), 1 at the first divergence or when a "
+            "ledger does not verify."
         ),
     )
     compare.add_argument("a", type=Path, metavar="A", help="a ledger or run directory")
@@ -26,6 +29,7 @@ def add_compare(commands: Any) -> None:
 
 def _compare(args: argparse.Namespace) -> int:
     from controller.viewer.compare import first_divergence, streams
+    from controller.viewer.forks import fork_relation
     from controller.viewer.records import find_ledger
     from ledger import LedgerError
 
@@ -33,13 +37,15 @@ def _compare(args: argparse.Namespace) -> int:
         a, b = find_ledger(args.a), find_ledger(args.b)
         divergence = first_divergence(a, b)
         counted = streams(a)
+        relation = fork_relation(a, b)
     except LedgerError as exc:
         print(json.dumps({"same": False, "reason": exc.reason, "detail": exc.detail}))
         return 1
+    fork = {} if relation is None else {"fork": relation.to_wire()}
     if divergence is None:
         messages = sum(len(v) for k, v in counted.items() if k != "program")
-        print(json.dumps({"same": True, "streams": len(counted), "messages": messages}))
-        return 0
+        print(json.dumps({"same": True, "streams": len(counted), "messages": messages, **fork}))
+        return 0 if relation is None or relation.holds else 1
     print(
         json.dumps(
             {
@@ -50,8 +56,9 @@ def _compare(args: argparse.Namespace) -> int:
                     "a": divergence.a,
                     "b": divergence.b,
                 },
+                **fork,
             },
             ensure_ascii=False,
         )
     )
-    return 1
+    return 0 if relation is not None and relation.holds else 1

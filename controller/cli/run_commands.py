@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from controller.lifecycle.driver import Interrupts, RunReport
     from controller.lifecycle.server import TemporalEndpoint
     from controller.run import Progress, RunSpec
+    from controller.run.fork import ForkRequest
     from controller.run.module_source import ModuleSource
 
 DEFAULT_ARTIFACTS = Path("artifacts")
@@ -59,6 +60,7 @@ def add_commands(subparsers: Any) -> None:
         help="run one experiment module and print its result as one JSON line",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=RUN_HELP,
+        usage="society run [-h] [options] MODULE.py",
     )
     run.add_argument(
         "module", metavar="MODULE.py", type=Path, help="defines run_spec = RunSpec.define(...)"
@@ -91,6 +93,7 @@ def add_commands(subparsers: Any) -> None:
         action="store_true",
         help="local: agents run without the bubblewrap sandbox (the ledger records it)",
     )
+    add_variant_options(run)
     run.set_defaults(handler=_run, error_exit=EXIT_SETUP)  # a typed error: it could not start
 
     status = subparsers.add_parser(
@@ -114,6 +117,37 @@ def add_commands(subparsers: Any) -> None:
     _add_artifacts(cancel)
     cancel.add_argument("--no-wait", action="store_true", help="return once cancel is requested")
     cancel.set_defaults(handler=_cancel)
+
+
+def add_variant_options(run: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE`` (the RunSpec's parameters) and ``--fork DIR --at N``."""
+    run.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="K=V",
+        help="set a parameter the RunSpec declares (repeat it; V is JSON, else text)",
+    )
+    run.add_argument(
+        "--fork",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="fork that finished run (its seed and roster) at --at N committed messages",
+    )
+    run.add_argument("--at", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    key, equals, value = text.partition("=")
+    if not equals or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (KEY a parameter's name)")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
 
 
 def _add_artifacts(parser: argparse.ArgumentParser) -> None:
@@ -149,6 +183,15 @@ def _print_line(document: dict[str, Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    return run_in_process(args, _run_async)
+
+
+def run_in_process(
+    args: argparse.Namespace,
+    main: Callable[[argparse.Namespace], Coroutine[Any, Any, int]],
+) -> int:
+    """Run ``main(args)`` as ``society run`` runs a run: this process hosts its worker and
+    router."""
     if args.unsandboxed:  # this process hosts the run's worker, which builds the local platform
         from controller.platforms.local.sandbox import UNSANDBOXED_ENV
 
@@ -157,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
 
     tune_for_router()  # this process hosts the run's router
     try:
-        return asyncio.run(_run_async(args))
+        return asyncio.run(main(args))
     except KeyboardInterrupt:  # before the run's own handlers were installed: nothing started
         from controller.lifecycle.driver import RunReport
 
@@ -165,7 +208,11 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
 
 
-async def _run_async(args: argparse.Namespace) -> int:
+async def _run_async(
+    args: argparse.Namespace,
+    inner: Callable[[argparse.Namespace, Interrupts], Coroutine[Any, Any, int]] | None = None,
+) -> int:
+    """``inner`` (``society run``'s own by default) under ``society run``'s stop signals."""
     from controller.lifecycle.driver import Interrupts
 
     if not os.environ.get("SOCIETY_DEBUG"):
@@ -174,7 +221,7 @@ async def _run_async(args: argparse.Namespace) -> int:
         logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
     interrupts = Interrupts()
     with _stop_signals(asyncio.get_running_loop(), interrupts):
-        return await _run_with(args, interrupts)
+        return await (inner or _run_with)(args, interrupts)
 
 
 @contextlib.contextmanager
@@ -222,13 +269,32 @@ def _say(line: str) -> None:
 
 async def _run_with(args: argparse.Namespace, interrupts: Interrupts) -> int:
     from controller.cli.progress import TerminalProgress
+
+    progress = TerminalProgress()
+    root, report = await run_module(args, interrupts, progress)
+    return _finish(root, report, progress, interrupts)
+
+
+async def run_module(
+    args: argparse.Namespace,
+    interrupts: Interrupts,
+    progress: Progress,
+    check: Callable[[RunSpec], None] | None = None,
+) -> tuple[Path, RunReport]:
+    """Load ``args.module`` (``check`` may refuse its spec), submit it as ``society run`` does,
+    and keep the module's text in the run directory; the caller reports the result."""
     from controller.lifecycle.submit import Where, submit
     from controller.profiles import profile_named
     from controller.run import RunRequest, new_run_id
 
     root = artifact_root(args)
-    progress = TerminalProgress()
     spec, module = _load_module(args.module)  # before Temporal, a run id or a run directory
+    if check is not None:
+        check(spec)
+    text = module.read_text(encoding="utf-8")
+    parameters = dict(args.settings)
+    spec.parameters_from(parameters)  # refused here, before anything starts
+    seed, fork = _fork_of(args, spec)
     profile = profile_named(args.profile)
     where = Where(args.task_queue or profile.task_queue, args.insecure_temporal)
     if where.task_queue is not None and args.unsandboxed:
@@ -238,34 +304,89 @@ async def _run_with(args: argparse.Namespace, interrupts: Interrupts) -> int:
             reason="unsandboxed-remote",
             next_step="drop --unsandboxed (or --task-queue)",
         )
+    ships = where.task_queue is not None or profile.ships_source
+    if ships and (parameters or fork is not None):
+        raise SetupError(
+            "--set and --fork run on the local profile, with the run's worker in this process",
+            reason="variant-remote",
+            next_step="drop --set/--fork, or run with --profile local and no --task-queue",
+        )
     if profile.cluster:
         _apply_cluster_profile(root, args.profile, progress)
     if where.task_queue is None and not profile.cluster:  # this process serves the agents
         await _install_parts(spec, progress)
     # a worker not on this machine gets the module's content, no path (and nothing beside it)
-    ships = where.task_queue is not None or profile.ships_source
     request = RunRequest.build(
         run_id=args.run_id or new_run_id(),
         module_path=str(module),
         profile=args.profile,
         artifact_root=str(root),  # a worker elsewhere places the run under its own root
-        seed=args.seed,
+        seed=seed,
         module_source=_module_source(module) if ships else None,
+        parameters=parameters or None,
+        fork=fork,
     )
     report = await submit(request, where=where, spec=spec, progress=progress, interrupts=interrupts)
-    return _finish(root, report, progress, interrupts)
+    if report.run_id is not None:
+        keep_module(root / report.run_id, module.name, text)
+    return root, report
+
+
+def _fork_of(args: argparse.Namespace, spec: RunSpec) -> tuple[int | None, ForkRequest | None]:
+    """The run's seed and, with ``--fork``, the fork request: the parent's seed, checked."""
+    from controller.run.fork import ForkError, read_finished_run
+
+    if args.fork is None:
+        if args.at is not None:
+            raise ForkError(
+                "--at needs --fork",
+                reason="fork-point-without-parent",
+                next_step="pass --fork PARENT_RUN_DIR --at N, or drop --at",
+            )
+        return args.seed, None
+    if args.at is None:
+        raise ForkError(
+            "--fork needs --at N",
+            reason="fork-point-missing",
+            next_step="pass --at N: the number of router-committed messages it shares",
+        )
+    parent = read_finished_run(args.fork)
+    parent.check_spec(spec)
+    if args.seed is not None and args.seed != parent.seed:
+        raise ForkError(
+            f"--seed {args.seed} is not the parent's seed {parent.seed}",
+            reason="fork-seed-mismatch",
+            next_step="drop --seed: a fork runs with its parent's",
+        )
+    return parent.seed, parent.request(args.at)
+
+
+def keep_module(run_dir: Path, name: str, content: str) -> None:
+    """The run directory keeps the module that ran (``module/<name>``), for ``society replay``."""
+    from controller.lifecycle.activities import MODULE_DIRECTORY
+
+    if not run_dir.is_dir():  # a worker elsewhere keeps it in its own run directory
+        return
+    kept = run_dir / MODULE_DIRECTORY / name
+    if not kept.exists():
+        kept.parent.mkdir(exist_ok=True)
+        kept.write_text(content, encoding="utf-8")
 
 
 def _finish(root: Path, report: RunReport, progress: Progress, interrupts: Interrupts) -> int:
     """Keep the result beside the run (if it has a directory here), print the line, exit."""
+    keep_result(root, report, progress)
+    _print_line(report.line())
+    return exit_code(report.outcome, report.exit, interrupts.signum)
+
+
+def keep_result(root: Path, report: RunReport, progress: Progress) -> None:
     from controller.lifecycle.run_files import write_result
 
     if report.run_id is not None:
         write_result(root, report.run_id, {**report.line(), "cause": report.cause})
     if report.cause:
         progress.phase(f"{report.outcome}: {report.cause}")
-    _print_line(report.line())
-    return exit_code(report.outcome, report.exit, interrupts.signum)
 
 
 def _load_module(path: Path) -> tuple[RunSpec, Path]:

@@ -5,7 +5,7 @@ They carry names, digests and measurements only; never a token, a credential val
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -47,8 +47,21 @@ class DeclaredFile(_Part):
     size: int = Field(ge=0)
 
 
+class ForkOrigin(_Part):
+    """The run a fork re-runs: its parent's run id and head digest, and the fork point."""
+
+    parent_run_id: str
+    parent_head_digest: str
+    at: int = Field(ge=0)
+    """The fork point: the program intervenes once the router has committed ``at`` messages."""
+
+
 class RunStarted(Event):
-    """The controller owns the ledger and starts the run of ``definition_id``."""
+    """The controller owns the ledger and starts the run of ``definition_id``.
+
+    ``parameters`` (the RunSpec's declared parameters, as set) and ``fork`` (the parent of a
+    fork) are optional fields, omitted when the run has none.
+    """
 
     tag: ClassVar[str] = "society.run-started/v1"
 
@@ -58,6 +71,8 @@ class RunStarted(Event):
     roster: list[str]
     runtimes: dict[str, str]
     """Roster name -> runtime name."""
+    parameters: dict[str, Any] | None = Field(default=None, exclude_if=lambda value: value is None)
+    fork: ForkOrigin | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class PodSetAdmission(_Part):

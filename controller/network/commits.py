@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import anyio
+
 from controller.events.network import RouterMessageCommitted, RouterMessageRefused
 from controller.network.errors import NetworkError
 from controller.network.fabric import Fabric, Message
@@ -48,6 +50,8 @@ class MessageCommits:
         self._once = once
         self._released = 0
         self._committed: dict[int, Message | None] = {}
+        self._hold_after: int | None = None
+        self._hold_reached: anyio.Event | None = None
 
     def accept(
         self,
@@ -137,14 +141,40 @@ class MessageCommits:
         except LedgerError:  # a failed ledger keeps what it has
             once.settle(error=refused)
 
+    def hold_after(self, at: int) -> anyio.Event:
+        """Hold every message after router sequence ``at`` back from delivery (it still commits)
+        until ``release_hold``; the event is set once messages 1..``at`` went to delivery.
+
+        A fork's intervention goes between the two, so it applies exactly from message
+        ``at + 1`` on. Raises ``ValueError`` when a message after ``at`` was accepted already.
+        """
+        if self.sequence > at:
+            raise ValueError(f"the router accepted {self.sequence} messages, more than {at}")
+        self._hold_after = at
+        self._hold_reached = reached = anyio.Event()
+        if self._released >= at:
+            reached.set()
+        return reached
+
+    def release_hold(self) -> None:
+        """Deliver what ``hold_after`` held back, and everything after it as it commits."""
+        self._hold_after = None
+        self._drain()
+
     def _release(self, sequence: int, message: Message | None) -> None:
         """Hand committed messages to the delivery stage in router-sequence order."""
         self._committed[sequence] = message
-        while self._released + 1 in self._committed:
+        self._drain()
+
+    def _drain(self) -> None:
+        held = self._hold_after
+        while self._released + 1 in self._committed and (held is None or self._released < held):
             self._released += 1
             ready = self._committed.pop(self._released)
             if ready is not None:
                 self.fabric.fan_out(ready, ready.delivery.participants)
+        if held is not None and self._released >= held and self._hold_reached is not None:
+            self._hold_reached.set()
 
 
 def refusal_of(event: RouterMessageCommitted, error: Exception) -> RouterMessageRefused:

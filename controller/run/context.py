@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from controller.agents.roster import Roster
 from ledger.errors import CatalogError
@@ -14,6 +14,7 @@ from ledger.writer import LedgerWriter
 
 if TYPE_CHECKING:
     from controller.network.endpoint import Network
+    from controller.run.fork import Fork
 
 E = TypeVar("E", bound=Event)
 
@@ -91,10 +92,14 @@ class LedgerView:
 
 @dataclass(frozen=True, slots=True)
 class RunContext:
-    """The four capabilities of a run's program."""
+    """The four capabilities of a run's program, its parameters and, in a fork, ``fork``."""
 
     agents: Roster
     network: Network
     """Endpoints, conversations and ``links``."""
     events: CustomerEvents
     ledger: LedgerView
+    parameters: Any = None
+    """The RunSpec's parameters (an instance of its ``parameters`` model), or ``None``."""
+    fork: Fork | None = None
+    """A fork's parent, fork point and ``reached()``; ``None`` on a run that is no fork."""

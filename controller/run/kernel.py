@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from pydantic import BaseModel
 
 from controller.agents.roster import AgentHandle, Roster
 from controller.events.run import (
@@ -31,6 +33,7 @@ from controller.events.run import (
     RunStarted,
 )
 from controller.run.context import CustomerEvents, LedgerView, RunContext
+from controller.run.fork import Fork, ForkRequest
 from controller.run.interruption import Interruption, relayed_cancellation
 from controller.run.outcomes import Exit as ProgramExit
 from controller.run.outcomes import (
@@ -97,6 +100,8 @@ class Run:
         ledger_ref: str = DEFAULT_LEDGER_REF,
         progress: Progress | None = None,
         signing_key: SigningKey | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        fork: ForkRequest | None = None,
     ) -> Outcome:
         """Run ``spec``; returns ``ProgramFinished`` or ``PlatformLost``.
 
@@ -105,7 +110,11 @@ class Run:
         propagates. ``platform`` runs the agents
         (``controller.platforms.local.LocalPlatform()`` for the local profile); the kernel never
         picks one itself.
+
+        ``parameters`` set the spec's declared parameters (``RunSpecError`` for ones it does not
+        take, raised before the ledger exists); ``fork`` makes the run a fork of its parent.
         """
+        chosen = spec.parameters_from(parameters or {})
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()
         seed = seed if seed is not None else secrets.randbits(32)
         root = (
@@ -137,6 +146,7 @@ class Run:
                     seed,
                     progress or NO_PROGRESS,
                     interruption,
+                    _Variant(chosen, fork),
                 )
                 try:
                     result = await kernel.run()
@@ -157,6 +167,17 @@ class Run:
         return ProgramFinished(result, receipt, kernel.services.reports)
 
 
+@dataclass(frozen=True, slots=True)
+class _Variant:
+    """What makes this run of the spec its own: its parameters, and the parent it forks."""
+
+    parameters: BaseModel | None
+    fork: ForkRequest | None
+
+    def recorded_parameters(self) -> dict[str, Any] | None:
+        return None if self.parameters is None else self.parameters.model_dump(mode="json")
+
+
 class _Kernel:
     def __init__(
         self,
@@ -167,8 +188,10 @@ class _Kernel:
         seed: int,
         progress: Progress,
         interruption: Interruption,
+        variant: _Variant,
     ) -> None:
         self.spec = spec
+        self.variant = variant
         self.platform = platform
         self.writer = writer
         self.run_dir = run_dir
@@ -198,6 +221,8 @@ class _Kernel:
                     seed=self.seed,
                     roster=list(spec.agents),
                     runtimes={name: type(d).runtime for name, d in spec.agents.items()},
+                    parameters=self.variant.recorded_parameters(),
+                    fork=None if self.variant.fork is None else self.variant.fork.origin(),
                 ),
                 producer="kernel",
             )
@@ -355,10 +380,16 @@ class _Kernel:
             network=router.network,
             events=CustomerEvents(self.writer, self.spec.events),
             ledger=LedgerView(self.writer),
+            parameters=self.variant.parameters,
+            fork=self._fork(router),
         )
         with self.interruption.interruptible():
             return await self._program(context)
         return await self._interrupted(self.interruption.reason or "cancelled")
+
+    def _fork(self, router: Router) -> Fork | None:
+        request = self.variant.fork
+        return None if request is None else Fork(request, self.variant.parameters, router.commits)
 
     async def _program(self, context: RunContext) -> ProgramExit:
         started = time.monotonic()

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from controller.errors import SetupError
+from controller.run.fork import ForkRequest
 from controller.run.kernel import DEFAULT_LEDGER_REF, Run
 from controller.run.module_source import ModuleSource
 from controller.run.outcomes import Outcome, PlatformLost
@@ -50,6 +51,10 @@ class RunRequest(BaseModel):
     module_source: ModuleSource | None = None
     """The module as content, for a worker that is not on the submitter's machine (a cluster's
     run worker uses only this, never ``module_path``)."""
+    parameters: dict[str, Any] | None = None
+    """Values for the RunSpec's declared parameters (``society run --set KEY=VALUE``)."""
+    fork: ForkRequest | None = None
+    """The parent this run forks, and the fork point (``society run --fork DIR --at N``)."""
 
     @classmethod
     def build(cls, **fields: Any) -> RunRequest:
@@ -192,6 +197,8 @@ async def execute_run(
         ledger_ref=request.ledger_ref,
         progress=progress,
         signing_key=operator_signing_key(),
+        parameters=request.parameters,
+        fork=request.fork,
     )
     return RunResult.from_outcome(outcome)
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ValidationError
+
 from controller.agents.runtime import RuntimeDescriptor
 from controller.errors import SetupError
 from controller.events import core_events
@@ -56,6 +58,8 @@ class RunSpec:
     catalog: EventCatalog
     defined_in: str | None = field(default=None, repr=False)
     """The ``__name__`` of the module whose code called ``define``."""
+    parameters: type[BaseModel] | None = None
+    """The pydantic model of the run's parameters (``society run --set KEY=VALUE``), if any."""
 
     @classmethod
     def define(
@@ -65,8 +69,13 @@ class RunSpec:
         agents: Mapping[str, RuntimeDescriptor],
         execute: Execute,
         events: Iterable[EventCatalog | type[Event]] = (),
+        parameters: type[BaseModel] | None = None,
     ) -> RunSpec:
-        """Check and freeze a definition; raises ``RunSpecError`` or ``CatalogError``."""
+        """Check and freeze a definition; raises ``RunSpecError`` or ``CatalogError``.
+
+        ``parameters`` is a pydantic model whose fields all have defaults: the program reads
+        ``ctx.parameters`` (an instance), and ``society run --set KEY=VALUE`` sets its fields.
+        """
         if not isinstance(id, str) or not TAG_PATTERN.match(id):
             raise RunSpecError(
                 f"RunSpec id {id!r} must be versioned like an event tag, e.g. "
@@ -87,6 +96,7 @@ class RunSpec:
                 f"those itself, list only your own classes",
                 reason="core-event-in-customer-catalog",
             )
+        _check_parameters(parameters)
         runtime_catalogs = [descriptor.events for descriptor in roster.values()]
         catalog = EventCatalog.merge(core_events, customer, *runtime_catalogs)
         caller = sys._getframe(1).f_globals.get("__name__")
@@ -97,7 +107,35 @@ class RunSpec:
             execute=execute,
             catalog=catalog,
             defined_in=caller if isinstance(caller, str) else None,
+            parameters=parameters,
         )
+
+    def parameters_from(self, values: Mapping[str, Any]) -> BaseModel | None:
+        """The run's parameters: the model's defaults with ``values`` set over them; ``None`` for
+        a spec without parameters and no values. Raises ``RunSpecError`` for values the model
+        does not take."""
+        if self.parameters is None:
+            if values:
+                raise RunSpecError(
+                    f"{self.id} declares no parameters, so it takes no --set "
+                    f"({', '.join(sorted(values))})",
+                    reason="parameters-undeclared",
+                    next_step="drop --set, or declare RunSpec.define(parameters=Model)",
+                )
+            return None
+        try:
+            return self.parameters.model_validate(dict(values))
+        except ValidationError as invalid:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in error['loc']) or 'parameters'}: {error['msg']}"
+                for error in invalid.errors()
+            )
+            fields = ", ".join(self.parameters.model_fields)
+            raise RunSpecError(
+                f"parameters of {self.id} refused: {problems}",
+                reason="parameters-invalid",
+                next_step=f"pass --set KEY=VALUE for its fields ({fields})",
+            ) from None
 
     def __repr__(self) -> str:
         return f"RunSpec(id={self.id!r}, agents={list(self.agents)})"
@@ -120,6 +158,29 @@ def _check_roster(agents: Mapping[str, RuntimeDescriptor]) -> Mapping[str, Runti
                 reason="bad-runtime",
             )
     return MappingProxyType(dict(agents))
+
+
+def _check_parameters(parameters: object) -> None:
+    if parameters is None:
+        return
+    if not (inspect.isclass(parameters) and issubclass(parameters, BaseModel)):
+        raise RunSpecError(
+            f"parameters must be a pydantic model class, got {parameters!r}",
+            reason="bad-parameters",
+        )
+    required = [name for name, info in parameters.model_fields.items() if info.is_required()]
+    if required:
+        raise RunSpecError(
+            f"parameters {parameters.__name__} has fields without a default "
+            f"({', '.join(required)}); a run without --set uses the defaults, so give each one",
+            reason="bad-parameters",
+        )
+    if parameters.model_config.get("extra") != "forbid":
+        raise RunSpecError(
+            f"parameters {parameters.__name__} must forbid unknown fields "
+            "(model_config = ConfigDict(extra='forbid')), so a misspelt --set is refused",
+            reason="bad-parameters",
+        )
 
 
 def _as_catalog(item: EventCatalog | type[Event]) -> EventCatalog:
