@@ -49,12 +49,12 @@ bob = ScriptedPolicy.negotiator(
 )
 
 
-async def negotiate(ctx: RunContext) -> str | None:
+async def negotiate(ctx: RunContext, *, deadline_s: float = DEADLINE_S) -> str | None:
     async with ctx.network.endpoint("workload") as workload:
         conversation = await workload.open(ctx.agents.alice.agent, ctx.agents.bob.agent)
         await conversation.send("@alice please make a proposal to @bob")
         proposed_by: dict[str, str] = {}
-        with anyio.move_on_after(DEADLINE_S):
+        with anyio.move_on_after(deadline_s):
             async for message in workload.messages():
                 verb, _, offer = message.text.partition(" ")
                 if verb == "PROPOSE":

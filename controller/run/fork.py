@@ -2,20 +2,19 @@
 
 ``society run MODULE.py --fork PARENT_RUN_DIR --at N`` reads the parent's verified ledger
 (``read_finished_run``), checks that the module is the parent's experiment, and runs it again with
-``ctx.fork`` set. The program enters ``ctx.fork.reached()`` before its first send; the block's
-body runs once the router has committed N messages and released them to delivery, and every
-message after N is held back from delivery until the block ends: the intervention applies exactly
-from message N + 1 on.
+``ctx.fork`` set. The program calls ``ctx.fork.reached()`` before its first send and enters the
+block it returns: the body runs once the router has committed N messages and released them to
+delivery, and every message after N is held back from delivery until the block ends, so the
+intervention applies exactly from message N + 1 on.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.errors import SetupError
@@ -172,13 +171,14 @@ class Fork:
         """The fork point: the number of router-committed messages the fork shares."""
         return self._request.at
 
-    @asynccontextmanager
-    async def reached(self) -> AsyncIterator[None]:
-        """Wait until the router has committed ``at`` messages; while the block runs, every later
-        message commits but waits for delivery. Enter it once, before the program's first send."""
+    def reached(self) -> ForkPoint:
+        """The fork point, held: from this call on, every message after ``at`` commits but waits
+        for delivery until the returned block ends (``async with ctx.fork.reached():``, or call
+        it first and enter it later, in a task of its own). Call it once, before the first send.
+        """
         if self._used:
             raise ForkError(
-                "ctx.fork.reached() was entered twice",
+                "ctx.fork.reached() was called twice",
                 reason="fork-point-used",
                 next_step="apply the whole intervention in one block",
             )
@@ -189,10 +189,31 @@ class Fork:
             raise ForkError(
                 f"the fork point {self.at} has passed ({error})",
                 reason="fork-point-passed",
-                next_step="enter ctx.fork.reached() (in a task of its own) before the first send",
+                next_step="call ctx.fork.reached() before the program's first send",
             ) from None
+        return ForkPoint(reached, self._commits)
+
+    def release(self) -> None:
+        """Deliver whatever is still held (the kernel calls it when the program ends)."""
+        self._commits.release_hold()
+
+
+class ForkPoint:
+    """``async with point:`` waits until the fork point's messages went to delivery; the
+    intervention goes in the block, and the held messages go on when it ends."""
+
+    __slots__ = ("_commits", "_reached")
+
+    def __init__(self, reached: anyio.Event, commits: MessageCommits) -> None:
+        self._reached = reached
+        self._commits = commits
+
+    async def __aenter__(self) -> None:
         try:
-            await reached.wait()
-            yield
-        finally:
+            await self._reached.wait()
+        except BaseException:
             self._commits.release_hold()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._commits.release_hold()

@@ -383,8 +383,12 @@ class _Kernel:
             parameters=self.variant.parameters,
             fork=self._fork(router),
         )
-        with self.interruption.interruptible():
-            return await self._program(context)
+        try:
+            with self.interruption.interruptible():
+                return await self._program(context)
+        finally:
+            if context.fork is not None:
+                context.fork.release()  # a held fork point never entered holds nothing past here
         return await self._interrupted(self.interruption.reason or "cancelled")
 
     def _fork(self, router: Router) -> Fork | None:
