@@ -3,10 +3,14 @@
 It writes what each attempt got to ``spy-report.json`` (harvested), then becomes an ordinary
 scripted agent so that the run goes on. Inputs (environment): SPY_ROOT (the artifact root),
 SPY_TARGET_PORT (a loopback listener standing in for the Temporal server's port),
-SPY_CONTROLLER_PID. The controller's environment holds SPY_PROVIDER_KEY, a stand-in provider key:
-its name is public, its value is what the spy is after.
+SPY_CONTROLLER_PID, SPY_OUTER_PATH (a host path it must not learn). The controller's environment
+holds SPY_PROVIDER_KEY, a stand-in provider key: its name is public, its value is what the spy is
+after; the controller's session keyring holds a key named ``spy-secret``, and the spy tries to read
+it, to leave a key for another agent there or in its uid's keyring, and to reach past the seccomp
+filter (nested user namespaces, io_uring, AF_VSOCK).
 """
 
+import ctypes
 import json
 import os
 import runpy
@@ -121,6 +125,82 @@ def descriptors():
     return json.dumps(found, sort_keys=True)
 
 
+LIBC = ctypes.CDLL(None, use_errno=True)
+KEYCTL, ADD_KEY, REQUEST_KEY, IO_URING_SETUP = 250, 248, 249, 425  # x86_64
+SESSION_KEYRING, USER_KEYRING = -3, -4
+KEYCTL_SEARCH, KEYCTL_READ = 10, 11
+
+
+def syscall(number, *args):
+    result = LIBC.syscall(number, *args)
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+    return result
+
+
+def read_session_secret():
+    key = syscall(KEYCTL, KEYCTL_SEARCH, SESSION_KEYRING, b"user", b"spy-secret", 0)
+    buffer = ctypes.create_string_buffer(256)
+    size = syscall(KEYCTL, KEYCTL_READ, key, buffer, 256)
+    return buffer.raw[:size].decode(errors="replace")
+
+
+def leave_key(keyring):
+    return syscall(ADD_KEY, b"user", b"spy-channel", b"for another agent", 17, keyring)
+
+
+def listed_keys():
+    text = read("/proc/keys")
+    if "spy-secret" not in text:
+        raise PermissionError("no key of the controller's is listed")
+    return text
+
+
+def capability_bounding_set():
+    (line,) = [line for line in read("/proc/self/status").splitlines() if line.startswith("CapBnd")]
+    if int(line.split()[1], 16) == 0:
+        raise PermissionError("the capability bounding set is empty")
+    return line
+
+
+def host_paths_in(path):
+    text = read(path).replace("\0", " ")
+    if os.environ["SPY_OUTER_PATH"] not in text:
+        raise PermissionError(f"{path} names no host path of the run")
+    return text
+
+
+attempt("read the controller's session keyring", read_session_secret)
+attempt("list the controller's keys", listed_keys)
+attempt("leave a key in the session keyring", lambda: leave_key(SESSION_KEYRING))
+attempt("leave a key in the uid's keyring", lambda: leave_key(USER_KEYRING))
+attempt(
+    "request a key",
+    lambda: syscall(REQUEST_KEY, b"user", b"spy-channel", None, 0),
+)
+
+
+def new_user_namespace():
+    """unshare(CLONE_NEWUSER) in a forked child: the call wants a single-threaded process."""
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if LIBC.syscall(272, 0x10000000) == 0 else ctypes.get_errno())
+    _, status = os.waitpid(child, 0)
+    if os.waitstatus_to_exitcode(status):
+        errno = os.waitstatus_to_exitcode(status)
+        raise OSError(errno, os.strerror(errno))
+    return "a new user namespace"
+
+
+attempt("create a user namespace", new_user_namespace)
+attempt("set up io_uring", lambda: syscall(IO_URING_SETUP, 4, ctypes.create_string_buffer(120)))
+attempt("open an AF_VSOCK socket", lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM))
+attempt("hold capabilities in the bounding set", capability_bounding_set)
+attempt("learn host paths from /proc/1/cmdline", lambda: host_paths_in("/proc/1/cmdline"))
+report["seccomp"] = [
+    line for line in read("/proc/self/status").splitlines() if line.startswith("Seccomp:")
+]
 attempt("inherited descriptors", descriptors)
 attempt(
     "read another agent's secrets",

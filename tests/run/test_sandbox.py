@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ from controller.platforms.local import LocalPlatform
 from controller.platforms.local import sandbox as local_sandbox
 from controller.platforms.local.cgroup import CgroupLayout
 from controller.platforms.local.launch import in_cgroups
-from controller.platforms.local.sandbox import SANDBOX_UID, UNSANDBOXED_ENV
+from controller.platforms.local.sandbox import FIRST_AGENT_UID, UNSANDBOXED_ENV
 from controller.run import PlatformLost, RunContext, new_run_id
 from controller.run.spec import load_run_spec
 from ledger import open_ledger_artifacts
@@ -51,6 +52,24 @@ REFUSED = (
 )
 
 
+KERNEL_REFUSED = (
+    "read the controller's session keyring",
+    "list the controller's keys",
+    "leave a key in the session keyring",
+    "leave a key in the uid's keyring",
+    "request a key",
+    "create a user namespace",
+    "set up io_uring",
+    "open an AF_VSOCK socket",
+    "hold capabilities in the bounding set",
+    "learn host paths from /proc/1/cmdline",
+)
+"""Refused by the seccomp filter, the fresh session keyring, the agent's own uid, the empty
+bounding set and bwrap's options read from a descriptor."""
+SECCOMP_REFUSED = tuple(p for p in KERNEL_REFUSED[:8] if p != "list the controller's keys")
+"""The system calls among them (the rest: the spy found nothing to take)."""
+
+
 @pytest.fixture
 def temporal_port() -> Iterator[int]:
     """A real listener on loopback, standing in for the Temporal dev server's port."""
@@ -67,29 +86,35 @@ from controller.agents import Harvest, scripted
 async def execute(ctx):
     return "the spy was admitted"
 
-spy = scripted(
-    files={{"spy.py": {spy!r}}},
-    environment={{
-        "SPY_ROOT": {root!r},
-        "SPY_TARGET_PORT": "{port}",
-        "SPY_CONTROLLER_PID": str(os.getpid()),
-    }},
-    harvest=Harvest(files=("spy-report.json",)),
-)
+def spy(peer):
+    agent = scripted(
+        files={{"spy.py": {spy!r}}},
+        environment={{
+            "SPY_ROOT": {root!r},
+            "SPY_PEER": peer,
+            "SPY_OUTER_PATH": {outer!r},
+            "SPY_TARGET_PORT": "{port}",
+            "SPY_CONTROLLER_PID": str(os.getpid()),
+        }},
+        harvest=Harvest(files=("spy-report.json",)),
+    )
+    return dataclasses.replace(agent, command=("python", "spy.py"))
+
 run_spec = RunSpec.define(
-    id="acme.spy/v1",
-    agents={{"alice": dataclasses.replace(spy, command=("python", "spy.py")), "bob": scripted()}},
-    execute=execute,
+    id="acme.spy/v1", agents={{"alice": spy("bob"), "bob": spy("alice")}}, execute=execute
 )
 """
 
 CONTROLLER = """\
-import sys
+import ctypes, sys
 import anyio
 from controller.platforms.local import LocalPlatform
 from controller.run import RunRequest, execute_run
 
-module, run_id, root = sys.argv[1:4]
+module, run_id, root, secret = sys.argv[1:5]
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.syscall(250, 1, None) > 0  # KEYCTL_JOIN_SESSION_KEYRING: a session keyring of its own
+assert libc.syscall(248, b"user", b"spy-secret", secret.encode(), len(secret), -3) > 0  # add_key
 request = RunRequest(module_path=module, run_id=run_id, artifact_root=root)
 result = anyio.run(execute_run, request, LocalPlatform())
 print(result.model_dump_json())
@@ -103,18 +128,24 @@ class SpyRun:
     report: dict[str, Any]
     report_text: str
     isolation: AgentIsolation
+    peer_report: dict[str, Any]
 
 
-def run_spy(tmp_path: Path, temporal_port: int, provider_key: str, **env: str) -> SpyRun:
-    """Run the spy's society in a controller process that holds ``provider_key`` in its
-    environment, as ``society run`` would hold a provider key."""
+def run_spy(
+    tmp_path: Path, temporal_port: int, provider_key: str, keyring_secret: str, **env: str
+) -> SpyRun:
+    """Run the spies' society (alice and bob) in a controller process that holds
+    ``provider_key`` in its environment, as ``society run`` would hold a provider key, and
+    ``keyring_secret`` in its session keyring, as a login shell's keyring may hold one."""
     root = tmp_path / "artifacts"
     module = tmp_path / "spy_society.py"
-    module.write_text(MODULE.format(spy=SPY, root=str(root), port=temporal_port))
+    module.write_text(
+        MODULE.format(spy=SPY, root=str(root), port=temporal_port, outer=str(tmp_path))
+    )
     run_id = new_run_id()
     environment = {**os.environ, "SPY_PROVIDER_KEY": provider_key, **env}
     controller = subprocess.run(
-        [sys.executable, "-c", CONTROLLER, str(module), run_id, str(root)],
+        [sys.executable, "-c", CONTROLLER, str(module), run_id, str(root), keyring_secret],
         env=environment,
         capture_output=True,
         timeout=120,
@@ -124,6 +155,7 @@ def run_spy(tmp_path: Path, temporal_port: int, provider_key: str, **env: str) -
     result = json.loads(controller.stdout.decode().splitlines()[-1])
     run_dir = root / run_id
     report_text = (run_dir / "artifacts" / "alice" / "workspace" / "spy-report.json").read_text()
+    peer_text = (run_dir / "artifacts" / "bob" / "workspace" / "spy-report.json").read_text()
     (isolation,) = [
         record.event
         for record in open_ledger_artifacts(
@@ -132,19 +164,31 @@ def run_spy(tmp_path: Path, temporal_port: int, provider_key: str, **env: str) -
         if isinstance(record.event, AgentIsolation)
     ]
     assert isinstance(isolation, AgentIsolation)
-    return SpyRun(run_dir, result, json.loads(report_text), report_text, isolation)
+    return SpyRun(
+        run_dir, result, json.loads(report_text), report_text, isolation, json.loads(peer_text)
+    )
 
 
 def test_a_spy_agent_is_refused_or_contained_at_every_step(
     tmp_path: Path, temporal_port: int
 ) -> None:
     provider_key = f"sk-spy-{secrets.token_hex(16)}"
-    spy = run_spy(tmp_path, temporal_port, provider_key)
+    keyring_secret = f"keyring-{secrets.token_hex(16)}"
+    spy = run_spy(tmp_path, temporal_port, provider_key, keyring_secret)
     report = spy.report
-    assert report["uid"] == SANDBOX_UID
+    assert report["uid"] != spy.peer_report["uid"]  # no two agents share a uid (or its keyring)
+    assert min(report["uid"], spy.peer_report["uid"]) >= FIRST_AGENT_UID
     for probe in REFUSED:
         assert report[probe]["ok"] is False, (probe, report[probe])
-    assert provider_key not in spy.report_text
+    for probe in KERNEL_REFUSED:
+        for agent in (report, spy.peer_report):
+            assert agent[probe]["ok"] is False, (probe, agent[probe])
+            assert agent[probe]["error"] == "PermissionError", (probe, agent[probe])
+            if probe in SECCOMP_REFUSED:  # EPERM, the filter's answer
+                assert agent[probe]["detail"].startswith("[Errno 1] "), (probe, agent[probe])
+    assert report["seccomp"] == ["Seccomp:\t2"]
+    assert provider_key not in spy.report_text and keyring_secret not in spy.report_text
+    assert stat.S_IMODE(spy.run_dir.stat().st_mode) == 0o700  # run files: the submitter's only
     # it inherited stdin, its log and its bridge's listening socket, nothing else
     inherited = json.loads(report["inherited descriptors"]["got"])
     bridge = report["bridge fd"]
@@ -158,19 +202,25 @@ def test_a_spy_agent_is_refused_or_contained_at_every_step(
     assert processes_of(run_id) == []
     assert all(not d.exists() for d in CgroupLayout.detect().run_directories(run_id))
     isolation = spy.isolation
-    assert (isolation.sandbox, isolation.uid, isolation.cgroups) == (
-        "bubblewrap",
-        SANDBOX_UID,
-        "v1",
-    )
+    assert (isolation.sandbox, isolation.uid, isolation.cgroups) == ("bubblewrap", None, "v1")
 
 
 def test_unsandboxed_the_same_spy_succeeds_and_the_ledger_says_so(
     tmp_path: Path, temporal_port: int
 ) -> None:
     provider_key = f"sk-spy-{secrets.token_hex(16)}"
-    spy = run_spy(tmp_path, temporal_port, provider_key, **{UNSANDBOXED_ENV: "1"})
+    keyring_secret = f"keyring-{secrets.token_hex(16)}"
+    spy = run_spy(tmp_path, temporal_port, provider_key, keyring_secret, **{UNSANDBOXED_ENV: "1"})
     report = spy.report
+    assert report["read the controller's session keyring"]["got"] == keyring_secret
+    for probe in (
+        "leave a key in the session keyring",
+        "create a user namespace",
+        "set up io_uring",
+        "open an AF_VSOCK socket",
+        "hold capabilities in the bounding set",
+    ):
+        assert report[probe]["ok"] is True, (probe, report[probe])
     assert report["read another agent's secrets"]["ok"] is True
     assert "routerToken" in report["read another agent's secrets"]["got"]
     assert report["read the controller's environment"]["got"] == f"SPY_PROVIDER_KEY={provider_key}"

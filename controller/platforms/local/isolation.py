@@ -19,7 +19,7 @@ from controller.platforms.local.cgroup import (
     CgroupLayout,
     layout_or_none,
 )
-from controller.platforms.local.sandbox import SANDBOX_UID, Bubblewrap
+from controller.platforms.local.sandbox import Bubblewrap
 from controller.run.platform import Sandbox
 
 
@@ -43,7 +43,7 @@ class LocalIsolation:
             profile="local",
             sandbox="bubblewrap" if self.sandbox is not None else "none",
             tool=self.sandbox.version if self.sandbox is not None else None,
-            uid=SANDBOX_UID if self.sandbox is not None else os.getuid(),
+            uid=None if self.sandbox is not None else os.getuid(),  # sandboxed: one per agent
             cgroups=self.cgroups.version if self.cgroups is not None else "none",
             pids_max=self.pids_max if self.cgroups is not None else None,
         )

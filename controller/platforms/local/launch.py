@@ -80,6 +80,8 @@ class Spawn:
     bridge_port: int = 0
     bridge_path: str | None = None
     variables: dict[str, str] = field(default_factory=dict)
+    owned_fds: tuple[int, ...] = ()
+    """Descriptors only the child needs: closed here once it started."""
 
 
 def rlimits(resources: Resources) -> dict[str, int]:
@@ -88,6 +90,22 @@ def rlimits(resources: Resources) -> dict[str, int]:
         "RLIMIT_NOFILE": resources.open_files,
         "RLIMIT_CORE": 0,
     }
+
+
+FRESH_KEYRING = """\
+import ctypes, os, sys
+number = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)  # SYS_keyctl
+if number is None or ctypes.CDLL(None, use_errno=True).syscall(number, 1, None) < 0:
+    sys.exit("society: no fresh session keyring: " + os.strerror(ctypes.get_errno()))
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+"""Joins a new, empty, anonymous session keyring (``KEYCTL_JOIN_SESSION_KEYRING``), then execs
+its arguments: bubblewrap does not replace the controller's, which would be the agent's."""
+
+
+def fresh_session_keyring(command: Sequence[str], *, python: str = sys.executable) -> list[str]:
+    """``command`` in a session keyring of its own (it starts empty; nothing else holds it)."""
+    return [python, "-I", "-S", "-c", FRESH_KEYRING, *command]
 
 
 JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 71; shift; done; shift; exec "$@"'

@@ -41,6 +41,7 @@ from controller.platforms.local.launch import (
     Spawn,
     agent_module_path,
     agent_python_path,
+    fresh_session_keyring,
     in_cgroups,
     launcher_command,
     prepare_workdir,
@@ -62,9 +63,10 @@ from controller.platforms.local.sandbox import (
     HOME,
     MODEL_GATEWAY_SOCKET,
     ROUTER_SOCKET,
-    SANDBOX_UID,
+    AgentUids,
     Bubblewrap,
     python_executable,
+    seal,
     unsandboxed_requested,
 )
 from controller.platforms.local.sockets import (
@@ -190,6 +192,7 @@ class LocalPlatform(Platform):
     @asynccontextmanager
     async def session(self, placement: RunPlacement) -> AsyncIterator[PlatformSession]:
         reap_stale_runs(placement.run_dir.parent)  # what dead runs left on this machine
+        os.chmod(placement.run_dir, 0o700)  # its ledger and artifacts: the submitter's only
         record = ProcessRecord.of(os.getpid(), "controller")
         if record is not None:
             await anyio.to_thread.run_sync(write_controller_record, placement.run_dir, record)
@@ -233,6 +236,7 @@ class LocalSession(PlatformSession):
         self._isolation = isolation
         self._sockets = _RunSockets(placement.run_dir / SOCKETS_DIR)
         self._sandboxes: list[LocalSandbox] = []
+        self._uids = AgentUids(placement.run_id)
 
     async def start(self, launch: AgentLaunch) -> Sandbox:
         placement = self.placement
@@ -242,7 +246,8 @@ class LocalSession(PlatformSession):
         workdir = home / "work"
         descriptor = launch.descriptor
         credentials = resolve_credentials(launch)
-        owner = SANDBOX_UID if bwrap is not None and os.geteuid() == 0 else None
+        uid = self._uids.take() if bwrap is not None else None
+        owner = uid if os.geteuid() == 0 else None
         try:
             await anyio.to_thread.run_sync(
                 prepare_workdir, workdir, descriptor, launch, credentials, owner
@@ -264,8 +269,8 @@ class LocalSession(PlatformSession):
             ) from exc
         procs = cgroup.procs_files if cgroup is not None else ()
         spawn = (
-            self._sandboxed(bwrap, launch, home, procs)
-            if bwrap is not None
+            self._sandboxed(bwrap, launch, home, procs, uid)
+            if bwrap is not None and uid is not None
             else self._unsandboxed(launch, home, procs)
         )
         listener = spawn.listener
@@ -302,6 +307,8 @@ class LocalSession(PlatformSession):
             ) from exc
         finally:
             listener.close()  # the child holds its own copy
+            for fd in spawn.owned_fds:
+                os.close(fd)
             log.close()
         record = ProcessRecord.of(process.pid, "agent", launch.name)
         if record is not None:
@@ -329,9 +336,10 @@ class LocalSession(PlatformSession):
         return sandbox
 
     def _sandboxed(
-        self, bwrap: Bubblewrap, launch: AgentLaunch, home: Path, procs: Sequence[str]
+        self, bwrap: Bubblewrap, launch: AgentLaunch, home: Path, procs: Sequence[str], uid: int
     ) -> Spawn:
-        """bwrap around the launcher; the bridge on a Unix socket, the run's sockets bound in."""
+        """bwrap around the launcher, as ``uid`` in a fresh session keyring; the bridge on a Unix
+        socket, the run's sockets bound in."""
         descriptor = launch.descriptor
         listener = bind_unix(home, "bridge.sock")
         handle = DirectoryHandle(home)
@@ -346,11 +354,13 @@ class LocalSession(PlatformSession):
         inner = launcher_command(
             self.placement.run_id, launch.name, descriptor, watch_fd=None, python=python
         )
+        sealed = seal(bwrap, inner, workdir=home / "work", sockets=binds, uid=uid)
         return Spawn(
-            command=in_cgroups(procs, bwrap.command(inner, workdir=home / "work", sockets=binds)),
+            command=in_cgroups(procs, fresh_session_keyring(sealed.argv)),
             cwd=home,
             listener=listener,
-            pass_fds=(listener.fileno(),),
+            pass_fds=(listener.fileno(), *sealed.fds),
+            owned_fds=sealed.fds,
             bridge_path=handle.path("bridge.sock"),
             home=Path(HOME),
             python=python,

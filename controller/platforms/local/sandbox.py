@@ -9,9 +9,13 @@ What an agent sees and may do:
 - processes: its own PID namespace (``/proc`` shows only the sandbox) in a new session; bwrap
   kills all of it when the controller dies (``--die-with-parent``), and the agent's cgroup
   (``local_cgroup``) holds every process it starts.
-- identity: uid/gid 65532 with no capabilities and ``no_new_privs``; as root, bwrap sets up the
-  namespaces and ``setpriv`` drops to 65532 (a real unprivileged uid); as a user, a user
-  namespace maps 65532 to that user.
+- identity: a uid/gid of its own (``AgentUids``: no two agents of any run share one), no
+  capabilities (an empty bounding set), ``no_new_privs``, a fresh session keyring
+  (``launch.fresh_session_keyring``) and a default-deny seccomp filter (``local_syscalls``); as
+  root, bwrap sets up the namespaces and ``setpriv`` drops to that uid (a real unprivileged uid);
+  as a user, a user namespace maps it to that user.
+- what it is told: bwrap reads its options from a descriptor (``--args``), so ``/proc/1/cmdline``
+  names no host path.
 - network: its own network namespace with only loopback. The router and the model gateway are
   reached through Unix sockets bound into ``/run/society``; its bridge listens on a Unix socket
   that the controller hands it as a descriptor, the only descriptor it inherits.
@@ -29,9 +33,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controller.platforms.local.syscalls import FilterUnavailable, compiled_filter
 from controller.run.platform import PlatformError
 
-SANDBOX_UID = 65532
+FIRST_AGENT_UID = 1 << 24
+UID_BLOCK = 4096
+"""Uids one run may hand out: its roster never holds more agents than this."""
+UID_BLOCKS = 1 << 18
 HOME = "/home/agent"
 SOCKETS = "/run/society"
 ROUTER_SOCKET = f"{SOCKETS}/router.sock"
@@ -66,6 +74,8 @@ class Bubblewrap:
     code_paths: tuple[Path, ...] = field(default=())
     """Read-only binds: the Python runtime, its site-packages, the agent packages."""
     python_path: tuple[str, ...] = field(default=())
+    seccomp: bytes = b""
+    """The compiled seccomp filter (BPF) every sandbox gets."""
 
     @classmethod
     def probe(cls) -> Bubblewrap:
@@ -78,8 +88,11 @@ class Bubblewrap:
         *,
         workdir: Path,
         sockets: Iterable[tuple[Path, str]],
+        uid: int,
+        seccomp_fd: int,
     ) -> list[str]:
-        """The argv that runs ``inner`` in a fresh sandbox around ``workdir``."""
+        """The argv that runs ``inner`` as ``uid`` in a fresh sandbox around ``workdir``, its
+        seccomp filter read from ``seccomp_fd``."""
         binds: list[tuple[str, str, str]] = []  # (option, source, destination)
         for path in _SYSTEM + _SYSTEM_FILES:
             if os.path.islink(path):
@@ -105,10 +118,13 @@ class Bubblewrap:
         ]
         if self.setpriv is not None:
             argv += ["--cap-drop", "ALL"]
-            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            # setpriv needs these to drop to the agent's uid and empty the bounding set
+            for capability in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"):
+                argv += ["--cap-add", capability]
         else:
-            argv += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+            argv += ["--unshare-user", "--uid", str(uid), "--gid", str(uid)]
             argv += ["--cap-drop", "ALL"]
+        argv += ["--seccomp", str(seccomp_fd)]
         argv += ["--proc", "/proc", "--dev", "/dev"]
         # A private, empty /tmp (a tmpfs that dies with the sandbox): programs such as OpenClaw
         # put lock files under a hard-coded /tmp.
@@ -121,14 +137,83 @@ class Bubblewrap:
         if self.setpriv is not None:
             argv += [
                 self.setpriv,
-                f"--reuid={SANDBOX_UID}",
-                f"--regid={SANDBOX_UID}",
+                f"--reuid={uid}",
+                f"--regid={uid}",
                 "--clear-groups",
                 "--inh-caps=-all",
+                "--bounding-set=-all",
                 "--no-new-privs",
                 "--",
             ]
         return argv + list(inner)
+
+
+@dataclass(slots=True)
+class SealedCommand:
+    """A sandbox's argv whose options travel in descriptors (``bwrap --args``, ``--seccomp``),
+    so the sandbox's ``/proc/1/cmdline`` shows none of them; ``close`` once the child holds them."""
+
+    argv: list[str]
+    fds: tuple[int, ...]
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def seal(
+    bwrap: Bubblewrap,
+    inner: Sequence[str],
+    *,
+    workdir: Path,
+    sockets: Iterable[tuple[Path, str]],
+    uid: int,
+) -> SealedCommand:
+    """``bwrap.command`` with its filter and options in memory files the child inherits."""
+    seccomp_fd = _memory_file("society-seccomp", bwrap.seccomp)
+    try:
+        argv = bwrap.command(
+            inner, workdir=workdir, sockets=sockets, uid=uid, seccomp_fd=seccomp_fd
+        )
+        split = argv.index("--", 1)
+        options = b"".join(a.encode() + b"\0" for a in argv[1:split])
+        args_fd = _memory_file("society-bwrap-args", options)
+    except BaseException:
+        os.close(seccomp_fd)
+        raise
+    return SealedCommand([argv[0], "--args", str(args_fd), *argv[split:]], (seccomp_fd, args_fd))
+
+
+def _memory_file(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)  # inheritable: no MFD_CLOEXEC
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class AgentUids:
+    """The uids of one run's agents: a block of its own among ``UID_BLOCKS``, one uid per agent.
+
+    The block comes from the run id's random bits; two runs that drew the same block would still
+    not reach each other's keyrings (the seccomp filter refuses every keyring call)."""
+
+    def __init__(self, run_id: str) -> None:
+        block = int(run_id.removeprefix("sr-")[:8] or "0", 16) % UID_BLOCKS
+        self.first = FIRST_AGENT_UID + block * UID_BLOCK
+        self._next = self.first
+
+    def take(self) -> int:
+        if self._next >= self.first + UID_BLOCK:
+            raise SandboxUnavailable(
+                f"a local run hands out at most {UID_BLOCK} agent uids; shrink the roster",
+                reason="sandbox-unavailable",
+            )
+        uid, self._next = self._next, self._next + 1
+        return uid
 
 
 def _parents_to_create(destinations: Iterable[str]) -> list[str]:
@@ -189,21 +274,43 @@ def _probe() -> Bubblewrap:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             raise SandboxUnavailable(
-                "running as root, the local sandbox drops to uid 65532 with setpriv "
+                "running as root, the local sandbox drops to an agent's own uid with setpriv "
                 "(util-linux), which is not installed: install util-linux, or opt out with "
                 "--unsandboxed (the ledger records it)",
                 reason="sandbox-unavailable",
             )
     code_paths, python_path = _code_paths()
-    bwrap = Bubblewrap(executable, _version(executable), setpriv, code_paths, python_path)
+    try:
+        program = compiled_filter()
+    except FilterUnavailable as exc:
+        raise SandboxUnavailable(
+            f"the local sandbox's seccomp filter is compiled with libseccomp's Python bindings, "
+            f"which no interpreter here has ({exc}): install them (Debian/Ubuntu: apt-get "
+            "install python3-seccomp; or scripts/install-sandbox.sh), or opt out with "
+            "--unsandboxed (the ledger records it)",
+            reason="sandbox-unavailable",
+        ) from exc
+    bwrap = Bubblewrap(executable, _version(executable), setpriv, code_paths, python_path, program)
     # The probe's home is an empty directory of its own: binding "/" there would make bwrap
     # remount every mount on the host read-only, one by one, and fail whenever one of them (a
     # container's overlay, another sandbox's bind) goes away meanwhile.
     with tempfile.TemporaryDirectory(prefix="society-bwrap-probe-") as empty:
         os.chmod(empty, 0o755)
-        probe = bwrap.command([python_executable(), "-c", "pass"], workdir=Path(empty), sockets=())
-        probe[probe.index(HOME) - 2] = "--ro-bind"  # the probe writes nothing
-        result = subprocess.run(probe, capture_output=True, timeout=30, check=False)
+        seccomp_fd = _memory_file("society-seccomp", program)
+        try:
+            probe = bwrap.command(
+                [python_executable(), "-c", "pass"],
+                workdir=Path(empty),
+                sockets=(),
+                uid=FIRST_AGENT_UID,
+                seccomp_fd=seccomp_fd,
+            )
+            probe[probe.index(HOME) - 2] = "--ro-bind"  # the probe writes nothing
+            result = subprocess.run(
+                probe, capture_output=True, timeout=30, check=False, pass_fds=(seccomp_fd,)
+            )
+        finally:
+            os.close(seccomp_fd)
     if result.returncode != 0:
         detail = result.stderr.decode(errors="replace").strip().splitlines()
         raise SandboxUnavailable(
