@@ -6,12 +6,13 @@ protocol, anyio owns the sockets and the per-connection tasks, and the caller's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import h11
@@ -56,9 +57,22 @@ class HttpResponse:
         return cls(status, json.dumps(payload).encode(), headers=tuple(headers))
 
 
+class BodyAllowance(Protocol):
+    """What one admitted request's body may take of the server's memory, reserved before read."""
+
+    def take(self, nbytes: int) -> HttpResponse | None:
+        """Reserve ``nbytes`` more, or the response that refuses the request (then closes)."""
+        ...
+
+    def release(self) -> None:
+        """The body is no longer held."""
+        ...
+
+
 HttpHandler = Callable[[HttpRequest], Awaitable[HttpResponse]]
-HttpAdmission = Callable[[HttpHead], HttpResponse | None]
-"""Looks at a request's head; a response refuses it before its body is read (then closes)."""
+HttpAdmission = Callable[[HttpHead], HttpResponse | BodyAllowance | None]
+"""Looks at a request's head; a response refuses it before its body is read (then closes), an
+allowance admits it with its body's bytes reserved there as they are read."""
 
 
 class _BadRequest(Exception):
@@ -80,37 +94,55 @@ async def serve_connection(
     ``MAX_BODY_BYTES``, and the whole request must arrive within ``timeout_s``.
     """
     connection = h11.Connection(h11.SERVER)
+    held: list[BodyAllowance] = []
     async with stream:
         while True:
             try:
-                with anyio.fail_after(timeout_s):
-                    request = await _read_request(connection, stream, admit)
-            except _Refused as refused:
-                await _try_send(connection, stream, refused.response)
-                return
-            except _BadRequest as exc:
-                await _try_send_error(connection, stream, exc.status, str(exc))
-                return
-            except TimeoutError:
-                if connection.their_state is h11.SEND_BODY:  # a started request, never finished
-                    await _try_send_error(connection, stream, 408, "the request took too long")
-                return
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return
-            if request is None:
-                return
-            try:
-                response = await handler(request)
-            except Exception:
-                _log.exception("handler failed for %s %s", request.method, request.path)
-                response = _error_response(500, "internal gateway error")
-            try:
-                await _send_response(connection, stream, response)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.ProtocolError):
-                return
-            if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
+                go_on = await _answer_one(connection, stream, handler, admit, timeout_s, held)
+            finally:
+                while held:  # the body's bytes are no longer held, however the cycle ended
+                    held.pop().release()
+            if not go_on:
                 return
             connection.start_next_cycle()
+
+
+async def _answer_one(
+    connection: h11.Connection,
+    stream: SocketStream,
+    handler: HttpHandler,
+    admit: HttpAdmission | None,
+    timeout_s: float,
+    held: list[BodyAllowance],
+) -> bool:
+    """Read, answer and send one request; whether the connection carries another."""
+    try:
+        with anyio.fail_after(timeout_s):
+            request = await _read_request(connection, stream, admit, held)
+    except _Refused as refused:
+        await _try_send(connection, stream, refused.response)
+        return False
+    except _BadRequest as exc:
+        await _try_send_error(connection, stream, exc.status, str(exc))
+        return False
+    except TimeoutError:
+        if connection.their_state is h11.SEND_BODY:  # a started request, never finished
+            await _try_send_error(connection, stream, 408, "the request took too long")
+        return False
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        return False
+    if request is None:
+        return False
+    try:
+        response = await handler(request)
+    except Exception:
+        _log.exception("handler failed for %s %s", request.method, request.path)
+        response = _error_response(500, "internal gateway error")
+    try:
+        await _send_response(connection, stream, response)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.ProtocolError):
+        return False
+    return connection.our_state is h11.DONE and connection.their_state is h11.DONE
 
 
 class _Refused(Exception):
@@ -120,7 +152,10 @@ class _Refused(Exception):
 
 
 async def _read_request(
-    connection: h11.Connection, stream: SocketStream, admit: HttpAdmission | None
+    connection: h11.Connection,
+    stream: SocketStream,
+    admit: HttpAdmission | None,
+    held: list[BodyAllowance],
 ) -> HttpRequest | None:
     head: HttpHead | None = None
     body = bytearray()
@@ -145,12 +180,15 @@ async def _read_request(
                 event.target.decode("latin-1").split("?", 1)[0],
                 {name.decode().lower(): value.decode("latin-1") for name, value in event.headers},
             )
-            refusal = admit(head) if admit is not None else None
-            if refusal is not None:
-                raise _Refused(refusal)
+            admitted = admit(head) if admit is not None else None
+            if isinstance(admitted, HttpResponse):
+                raise _Refused(admitted)
             declared = head.headers.get("content-length", "0")
             if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
                 raise _BadRequest(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
+            if admitted is not None:
+                held.append(admitted)
+                _reserve(admitted, _most_body_bytes(head.headers))
         elif isinstance(event, h11.Data):
             body += event.data
             if len(body) > MAX_BODY_BYTES:
@@ -160,6 +198,35 @@ async def _read_request(
             return HttpRequest(head.method, head.path, head.headers, bytes(body))
         else:  # ConnectionClosed or PAUSED at the end of a cycle
             return None
+
+
+async def refuse_unread(stream: SocketStream, response: HttpResponse) -> None:
+    """Answer ``response`` on a connection none of whose bytes is read, then close it."""
+    head = f"HTTP/1.1 {response.status} {_reason(response).decode()}\r\n".encode()
+    headers = [
+        ("content-type", response.content_type),
+        ("content-length", str(len(response.body))),
+        ("connection", "close"),
+        *response.headers,
+    ]
+    head += b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers)
+    async with stream:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await stream.send(head + b"\r\n" + response.body)
+
+
+def _most_body_bytes(headers: Mapping[str, str]) -> int:
+    """The most body a head lets follow: h11 holds a body to its declared length (none: empty)."""
+    if "transfer-encoding" in headers:  # chunked: any length, up to the limit
+        return MAX_BODY_BYTES
+    declared = headers.get("content-length", "0")
+    return min(int(declared), MAX_BODY_BYTES) if declared.isdigit() else MAX_BODY_BYTES
+
+
+def _reserve(allowance: BodyAllowance, nbytes: int) -> None:
+    refusal = allowance.take(nbytes)
+    if refusal is not None:
+        raise _Refused(refusal)
 
 
 async def _send_response(
