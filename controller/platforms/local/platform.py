@@ -13,7 +13,6 @@ its bridge; deleted at teardown), ``sockets/`` (the router's and model gateway's
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -75,6 +74,7 @@ from controller.platforms.local.sockets import (
     bind_unix,
     relay_to_tcp,
 )
+from controller.platforms.local.trees import remove_tree
 from controller.run.platform import (
     Admission,
     AdmissionRefused,
@@ -429,7 +429,7 @@ class LocalSession(PlatformSession):
             handle.close()
         run_dir = self.placement.run_dir
         for directory in (run_dir / SANDBOXES_DIR, self._sockets.directory):
-            await anyio.to_thread.run_sync(shutil.rmtree, directory, True)
+            await anyio.to_thread.run_sync(remove_tree, directory)  # agents' trees: hostile
         pids = run_dir / PIDS_DIR
         for sandbox in self._sandboxes:
             if sandbox.access.exit.done:

@@ -22,6 +22,7 @@ from typing import Literal
 from controller.platforms.local.cgroup import layout_or_none
 from controller.platforms.local.launch import RUN_MARK
 from controller.platforms.local.sockets import SOCKETS_DIR
+from controller.platforms.local.trees import remove_tree
 from controller.run.runid import RUN_ID_PATTERN
 
 PIDS_DIR = "pids"
@@ -148,9 +149,9 @@ def reap_run(run_id: str, artifact_root: str | Path) -> ReapReport:
         record = ProcessRecord.read(path)
         if record is not None and record.kind == "agent":
             killed.extend(_kill_agent(record, run_id))
-    shutil.rmtree(run_dir / SANDBOXES_DIR, ignore_errors=True)  # working dirs hold secrets files
-    shutil.rmtree(run_dir / SOCKETS_DIR, ignore_errors=True)
-    shutil.rmtree(pids, ignore_errors=True)
+    remove_tree(run_dir / SANDBOXES_DIR)  # working dirs hold secrets files, and agents' trees
+    remove_tree(run_dir / SOCKETS_DIR)
+    remove_tree(pids)
     return ReapReport(run_id, tuple(killed))
 
 
