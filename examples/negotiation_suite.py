@@ -1,7 +1,7 @@
 """Three scripted negotiators meet in every ordered pair on five seeds; who gets the bigger share?
 
     society suite run examples/negotiation_suite.py --artifacts artifacts
-    society suite verify artifacts/negotiation-v1
+    society suite verify artifacts/negotiation-v1 --suite examples/negotiation_suite.py
 
 Each run puts two competitors in one conversation (roster names are the competitors' names).
 The first of the pair opens: a workload endpoint asks it for a proposal. Offers split 100 points

@@ -11,7 +11,8 @@ from typing import Any, TypeVar, overload
 
 from ledger.events import Event, EventCatalog
 from ledger.format import Completion, Manifest
-from ledger.records import Record
+from ledger.receipts import ReceiptClaim
+from ledger.records import LedgerReceipt, Record
 from ledger.signing import load_trusted_key
 from ledger.verification import LedgerStop, SignatureMode, SignedBy, verify_ledger
 
@@ -108,6 +109,7 @@ def open_ledger_artifacts(
     *,
     strict_catalog: bool = False,
     allow_incomplete: bool = False,
+    receipt: ReceiptClaim | LedgerReceipt | Mapping[str, Any] | None = None,
 ) -> LedgerArtifacts:
     """Verify the ledger at ``ledger_dir`` and return its typed records.
 
@@ -115,7 +117,9 @@ def open_ledger_artifacts(
     first failed check. ``trusted_key`` is the text of a public key (``ed25519:<base64>`` or PEM)
     or a path to a file holding one; without it the signature is checked against the key the
     manifest names. ``strict_catalog`` demands that the catalog holds exactly the tags the ledger
-    declares (plus the ledger's own), instead of at least them.
+    declares (plus the ledger's own), instead of at least them. ``receipt`` (the run's
+    ``LedgerReceipt`` or its result line) binds the ledger to the run that returned it: its run
+    id, record count, head digest, public key and completeness must match (``receipt-mismatch``).
     """
     if isinstance(trusted_key, Path):
         trusted_key = load_trusted_key(trusted_key)
@@ -126,6 +130,7 @@ def open_ledger_artifacts(
         trusted_key=trusted_key,
         strict_catalog=strict_catalog,
         allow_incomplete=allow_incomplete,
+        receipt=None if receipt is None else ReceiptClaim.of(receipt),
     )
     records: list[Record] = []
     by_class: dict[type[Event], list[Record]] = {}

@@ -67,9 +67,19 @@ def catalog_of(module: ModuleType) -> EventCatalog:
 
 
 def grader_definition_id(grader: ModuleType) -> str | None:
-    """The id of the RunSpec the grader names (its module-level ``run_spec``), if any."""
+    """The definition id the grader names: its module-level ``definition_id``, or the id of its
+    ``run_spec``; None when it names neither (the ledger's definition id then goes unchecked)."""
+    named = getattr(grader, "definition_id", None)
     ident = getattr(getattr(grader, "run_spec", None), "id", None)
-    return ident if isinstance(ident, str) else None
+    if named is None:
+        return ident if isinstance(ident, str) else None
+    if not isinstance(named, str) or (isinstance(ident, str) and ident != named):
+        raise LedgerError(
+            f"{grader.__file__} names definition_id {str(named)[:80]!r}, which is not a string or "
+            f"not its run_spec's id {ident!r}; name the definition the grader was written for once",
+            reason="grader-invalid",
+        )
+    return named
 
 
 def grade_ledger(

@@ -50,12 +50,18 @@ VERIFICATION_REASONS: Mapping[str, str] = MappingProxyType(
         "records-digest-mismatch": "completion's recordsSha256 is not the SHA-256 of "
         "records.ndjson",
         "signature-invalid": "completion.json's signature does not verify",
+        "receipt-mismatch": "the ledger verifies but is not the one the given receipt (a run's "
+        "result line) names: its run id, record count, head digest, public key or completeness "
+        "differs",
     }
 )
 """What is wrong with the ledger: ``LedgerVerificationError.reason`` is always one of these."""
 
 RUN_REASONS: Mapping[str, str] = MappingProxyType(
     {
+        "run-layout-invalid": "a run directory (one holding `ledger/` or `artifacts/`) keeps "
+        "ledger files at its top level, lacks a `ledger/` folder, or links its ledger from "
+        "elsewhere; its ledger lives only under `ledger/<ref>/`",
         "run-ledger-ambiguous": "a run directory holds no ledger or several under `ledger/` and "
         "none is `main`; pass the ledger directory itself",
         "artifact-path-invalid": "a record claims an artifact whose path is not a plain relative "
@@ -72,6 +78,8 @@ RUN_REASONS: Mapping[str, str] = MappingProxyType(
 
 INPUT_REASONS: Mapping[str, str] = MappingProxyType(
     {
+        "receipt-invalid": "the --receipt is not a readable result line with runId, records, "
+        "headDigest, publicKey and receipt",
         "trusted-key-unreadable": "the --trusted-key file cannot be read or holds an unusable "
         "private key",
         "bad-public-key": "the trusted key is not an Ed25519 public key "

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from ledger.errors import LedgerError
-from ledger.format import MANIFEST, RecordEnvelope
+from ledger.format import COMPLETION, MANIFEST, RECORDS, RecordEnvelope
 
 RUN_LEDGERS = "ledger"
 """Ledgers of a run live in ``RUN_DIR/ledger/<ledger ref>/``."""
@@ -27,7 +27,11 @@ ARTIFACTS = "artifacts"
 ArtifactReason = Literal[
     "artifact-missing", "artifact-changed", "artifact-extra", "artifact-path-invalid"
 ]
+RUN_ENTRIES = (RUN_LEDGERS, ARTIFACTS)
+"""Either entry makes a directory a run directory."""
+LEDGER_FILES = (MANIFEST, RECORDS, COMPLETION)
 _CHUNK = 1024 * 1024
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,19 +96,33 @@ def require_run_artifacts(
 def locate_ledger(directory: Path | str) -> tuple[Path, Path | None]:
     """``(ledger_dir, run_dir)`` for a ledger directory (run_dir None) or a run directory.
 
-    Every command that takes a ledger resolves its argument here. A run directory holds
-    ``ledger/<ref>/manifest.json``: ``main`` if present, else the only ref. Anything else is
-    taken as a ledger directory, whose reader then says what is missing.
+    Every command that takes a ledger resolves its argument here. A directory that holds
+    ``ledger/`` or ``artifacts/`` is a run directory, and its layout is checked strictly: its
+    ledger is ``ledger/<ref>/`` (``main`` if present, else the only ref), never ledger files at its
+    own top level (``run-layout-invalid``), so the artifact check cannot be skipped by copying
+    them there. Anything else is taken as a ledger directory, whose reader says what is missing.
     """
     path = Path(directory)
-    if (path / MANIFEST).exists() or not (path / RUN_LEDGERS).is_dir():
-        return path, None
     ledgers = path / RUN_LEDGERS
+    if not any(os.path.lexists(path / name) for name in RUN_ENTRIES):
+        return path, None
+    stray = [name for name in LEDGER_FILES if os.path.lexists(path / name)]
+    if stray:
+        raise _layout(
+            f"{path} is a run directory (it holds {RUN_LEDGERS}/ or {ARTIFACTS}/) with ledger "
+            f"files at its top level ({', '.join(stray)}); a run keeps its ledger only under "
+            f"{RUN_LEDGERS}/<ref>/: pass {ledgers}/<ref> to read a ledger alone, or remove them"
+        )
+    if ledgers.is_symlink() or not ledgers.is_dir():
+        raise _layout(
+            f"{path} holds {ARTIFACTS}/ but no {RUN_LEDGERS}/ folder (or a link in its place); a "
+            f"run directory keeps its ledger under {RUN_LEDGERS}/<ref>/"
+        )
     if (ledgers / DEFAULT_LEDGER_REF / MANIFEST).exists():
-        return ledgers / DEFAULT_LEDGER_REF, path
+        return _ledger_of(path, DEFAULT_LEDGER_REF), path
     refs = ledger_refs(path)
     if len(refs) == 1:
-        return ledgers / refs[0], path
+        return _ledger_of(path, refs[0]), path
     if not refs:
         raise LedgerError(
             f"{path} is a run directory whose {RUN_LEDGERS}/ holds no ledger (no "
@@ -116,6 +134,17 @@ def locate_ledger(directory: Path | str) -> tuple[Path, Path | None]:
         f"({', '.join(refs) or 'none'}); pass the ledger directory {ledgers}/<ref> itself",
         reason="run-ledger-ambiguous",
     )
+
+
+def _ledger_of(run_dir: Path, ref: str) -> Path:
+    ledger = run_dir / RUN_LEDGERS / ref
+    if ledger.is_symlink():
+        raise _layout(f"{ledger} is a symbolic link; a run's ledger is a folder of its own")
+    return ledger
+
+
+def _layout(detail: str) -> LedgerError:
+    return LedgerError(detail, reason="run-layout-invalid")
 
 
 def ledger_refs(run_dir: Path | str) -> list[str]:
@@ -225,18 +254,72 @@ def _hash(root: Path, relative: str) -> tuple[str, int] | None:
 
 
 def _extras(root: Path, claimed: set[str]) -> list[ArtifactProblem]:
+    """Every file (or link) under ``artifacts/`` that no record claims, walked iteratively through
+    directory descriptors: no recursion limit and no path-length limit, however deep the tree."""
     found: list[ArtifactProblem] = []
-    base = root / ARTIFACTS
-    if not base.is_dir() or base.is_symlink():
-        return found
-    for folder, directories, files in os.walk(base):
-        for name in sorted(files) + sorted(d for d in directories if Path(folder, d).is_symlink()):
-            relative = Path(folder, name).relative_to(root).as_posix()
-            if relative not in claimed:
-                found.append(ArtifactProblem(
-                    "artifact-extra", relative, None,
-                    f"{relative} is in the run's {ARTIFACTS}/ but no record claims it: a file "
-                    f"was added after harvest; remove it or find who put it there",
-                ))  # fmt: skip
-        directories.sort()
+    try:
+        top = os.open(root / ARTIFACTS, _DIRECTORY)
+    except OSError:
+        return found  # no artifacts/ (or a link in its place): each claim is then missing
+    frames: list[tuple[int, str, list[str]]] = [(top, ARTIFACTS, [])]
+    try:
+        _walk(frames, claimed, found)
+    finally:
+        for fd, _, _ in frames:
+            os.close(fd)
     return sorted(found, key=lambda problem: problem.path)
+
+
+def _walk(
+    frames: list[tuple[int, str, list[str]]], claimed: set[str], found: list[ArtifactProblem]
+) -> None:
+    """Depth first; a folder's descriptor stays open only while subfolders of it wait."""
+    fd, relative, _ = frames[-1]
+    frames[-1] = (fd, relative, _list(fd, relative, claimed, found))
+    while frames:
+        fd, relative, pending = frames[-1]
+        if not pending:
+            frames.pop()
+            os.close(fd)
+            continue
+        name = pending.pop()
+        path = f"{relative}/{name}"
+        try:
+            child = os.open(name, _DIRECTORY, dir_fd=fd)
+        except OSError as exc:
+            found.append(_extra(path, f"cannot be walked ({exc.strerror or exc})"))
+            continue
+        if not pending:
+            frames.pop()
+            os.close(fd)
+        frames.append((child, path, []))
+        frames[-1] = (child, path, _list(child, path, claimed, found))
+
+
+def _list(fd: int, relative: str, claimed: set[str], found: list[ArtifactProblem]) -> list[str]:
+    """Record the unclaimed non-folders in one folder; return its subfolders (last first)."""
+    folders: list[str] = []
+    try:
+        with os.scandir(fd) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+    except OSError as exc:
+        found.append(_extra(relative, f"cannot be listed ({exc.strerror or exc})"))
+        return folders
+    for entry in entries:
+        path = f"{relative}/{entry.name}"
+        if entry.is_dir(follow_symlinks=False):
+            folders.append(entry.name)
+        elif path not in claimed:
+            found.append(
+                _extra(path, "was added after harvest; remove it or find who put it there")
+            )
+    return folders[::-1]
+
+
+def _extra(relative: str, why: str) -> ArtifactProblem:
+    return ArtifactProblem(
+        "artifact-extra",
+        relative,
+        None,
+        f"{relative} is in the run's {ARTIFACTS}/ but no record claims it: it {why}",
+    )

@@ -28,6 +28,7 @@ from ledger.format import (
     RecordEnvelope,
 )
 from ledger.reasons import VERIFICATION_REASONS
+from ledger.receipts import ReceiptClaim, check_receipt
 from ledger.records import ledger_catalog
 from ledger.signing import canonical_public_key, decode_ledger_key
 
@@ -88,10 +89,13 @@ def verify_ledger(
     strict_catalog: bool = False,
     require_catalog: bool = True,
     allow_incomplete: bool = False,
+    receipt: ReceiptClaim | None = None,
 ) -> Verification:
     """Check everything a ledger directory claims; raise ``LedgerVerificationError`` on the first
     failure. ``require_catalog=False`` keeps events of tags the catalog lacks undecoded instead of
-    refusing the ledger (their envelopes, digests and chain are still checked)."""
+    refusing the ledger (their envelopes, digests and chain are still checked). With ``receipt``
+    (what the run that wrote it returned), the verified ledger must match its run id, record
+    count, head digest, public key and completeness last (``receipt-mismatch``)."""
     directory = Path(ledger_dir)
     reader = EventCatalog.merge(ledger_catalog, *([catalog] if catalog is not None else []))
     manifest_bytes = _read(directory / MANIFEST, "manifest-missing", "the ledger directory")
@@ -139,13 +143,24 @@ def verify_ledger(
     if completion is not None:
         _check_completion(completion, chain, data, directory)
         signed_by, signed_records = "completion", chain.count
-    elif chain.last_checkpoint is not None:
+    elif chain.last_checkpoint:
         # A checkpoint signs the records before it, not its own line: a crash, or anyone who
-        # deleted completion.json, may have left unsigned lines after it.
+        # deleted completion.json, may have left unsigned lines after it. One on line 0 signs
+        # no record at all, so it leaves the ledger unsigned.
         signed_by, signed_records = "checkpoint", chain.last_checkpoint
     signature: SignatureMode = "unsigned"
     if signed_by is not None:
         signature = "pinned" if pinned is not None else "self"
+    if receipt is not None:
+        check_receipt(
+            receipt,
+            directory=directory,
+            run_id=manifest.run_id,
+            public_key=manifest.public_key,
+            record_count=chain.count,
+            head_digest=chain.head,
+            complete=completion is not None,
+        )
     return Verification(
         directory=directory,
         manifest=manifest,

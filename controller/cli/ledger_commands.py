@@ -16,9 +16,11 @@ from pydantic_core import from_json
 from controller.cli import compare_command
 from controller.cli.ledger_catalogs import ledger_runtimes, reader_catalog
 from controller.stores.gcs import DEFAULT_DEADLINE_S
-from ledger import LedgerError, LedgerVerificationError
+from ledger import EventCatalog, LedgerError, LedgerVerificationError
+from ledger.event_schemas import check_event_schemas, export_event_schemas
 from ledger.format import MANIFEST, RECORDS
 from ledger.grading import catalog_of, grade_ledger, grader_definition_id, load_module
+from ledger.receipts import read_receipt
 from ledger.run_artifacts import ArtifactCheck, check_run_artifacts, locate_ledger
 from ledger.signing import load_trusted_key
 from ledger.tail import follow_ledger, wait_for_ledger
@@ -60,6 +62,12 @@ def add_commands(subparsers: Any) -> None:
     _trusted_key_option(verify)
     verify.add_argument("--definition", metavar="ID", help="the definition id the ledger must hold")
     verify.add_argument(
+        "--receipt",
+        metavar="RESULT",
+        help="the run's result line (its text, or a file such as RUN_DIR/result.json): the "
+        "ledger's run id, record count, head digest and public key must match it",
+    )
+    verify.add_argument(
         "--strict-catalog",
         action="store_true",
         help="require the catalog to hold exactly the ledger's tags (default: at least them)",
@@ -89,10 +97,25 @@ def add_commands(subparsers: Any) -> None:
 
     schema = commands.add_parser(
         "schema",
-        help="print the JSON Schema of a module's event catalog",
-        description="MODULE.py defines `catalog` (an EventCatalog) or `run_spec`.",
+        help="print the JSON Schema of a module's event catalog; gate its event shapes",
+        description=(
+            "MODULE.py defines `catalog` (an EventCatalog) or `run_spec`. With --write, freeze "
+            "each of its own event tags' schema as DIR/<tag>.schema.json (a breaking change under "
+            "a tag is refused); with --check, exit 1 when one is missing, differs, or is broken by "
+            "its class (a removed or retyped field, a new required one: give it a new tag)."
+        ),
     )
     schema.add_argument("module", type=Path, metavar="MODULE.py")
+    gate = schema.add_mutually_exclusive_group()
+    gate.add_argument("--check", action="store_true", help="compare with DIR; change nothing")
+    gate.add_argument("--write", action="store_true", help="write the missing or changed files")
+    schema.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("schemas") / "events",
+        metavar="DIR",
+        help="where the committed event schemas live (default: schemas/events)",
+    )
     schema.set_defaults(handler=schema_command)
 
     schemas = commands.add_parser(
@@ -258,6 +281,7 @@ def verify_command(args: argparse.Namespace) -> int:
         runtimes = (ledger_runtimes(ledger_dir) or []) if args.strict_catalog else None
         catalog = reader_catalog(args.catalog, runtimes=runtimes)
         trusted = load_trusted_key(args.trusted_key) if args.trusted_key else None
+        receipt = read_receipt(args.receipt) if args.receipt else None
         verified = verify_ledger(
             catalog,
             ledger_dir,
@@ -266,10 +290,13 @@ def verify_command(args: argparse.Namespace) -> int:
             strict_catalog=args.strict_catalog,
             require_catalog=args.catalog is not None,
             allow_incomplete=args.allow_incomplete,
+            receipt=receipt,
         )
     except LedgerError as exc:
         return _print_invalid(exc)
     summary = verification_summary(verified, decoded_all=args.catalog is not None)
+    if receipt is not None:
+        summary["receipt"] = "matched"
     if run_dir is None:
         _print_json(summary)
         return 0
@@ -387,12 +414,31 @@ def schema_command(args: argparse.Namespace) -> int:
         catalog = catalog_of(load_module(args.module))
     except LedgerError as exc:
         return _print_invalid(exc)
-    print(json.dumps(catalog.json_schema(), indent=2, ensure_ascii=False))
-    return 0
+    if not (args.check or args.write):
+        print(json.dumps(catalog.json_schema(), indent=2, ensure_ascii=False))
+        return 0
+    kernel = set(reader_catalog(None).tags)
+    own = EventCatalog.make(*(cls for tag, cls in catalog.items() if tag not in kernel))
+    if args.check:
+        problems = check_event_schemas([own], args.dir)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 1 if problems else 0
+    written, refused = export_event_schemas([own], args.dir)
+    for path in written:
+        print(path)
+    for refusal in refused:
+        print(f"not written: {refusal}", file=sys.stderr)
+    return 1 if refused else 0
 
 
 def schemas_command(args: argparse.Namespace) -> int:
-    from controller.cli.schema_export import SCHEMAS_DIR, check_schemas, export_schemas
+    from controller.cli.schema_export import (
+        SCHEMAS_DIR,
+        check_schemas,
+        export_event_files,
+        export_schemas,
+    )
 
     directory = args.out or SCHEMAS_DIR
     if args.check:
@@ -400,9 +446,12 @@ def schemas_command(args: argparse.Namespace) -> int:
         for problem in problems:
             print(problem, file=sys.stderr)
         return 1 if problems else 0
-    for path in export_schemas(directory):
+    written, refused = export_event_files(directory)
+    for path in [*export_schemas(directory), *written]:
         print(path)
-    return 0
+    for refusal in refused:
+        print(f"not written: {refusal}", file=sys.stderr)
+    return 1 if refused else 0
 
 
 def follow_command(args: argparse.Namespace) -> int:
@@ -439,8 +488,9 @@ def grade_command(args: argparse.Namespace) -> int:
         trusted = load_trusted_key(args.trusted_key) if args.trusted_key else None
         if grader_definition_id(grader) is None:
             print(
-                f"note: {args.grader} names no `run_spec`, so the ledger's definition id is not "
-                f"checked; import the RunSpec the grader was written for as `run_spec`",
+                f"note: {args.grader} names no `run_spec` and no `definition_id`, so the ledger's "
+                f"definition id is not checked; import the RunSpec the grader was written for as "
+                f"`run_spec`, or set `definition_id = \"...\"`",
                 file=sys.stderr,
             )
         result = grade_ledger(

@@ -4,6 +4,8 @@
 is the schema as it stood when format version N was first exported; it is never rewritten. The
 check fails when a current file differs from the code (regenerate it) or when the code's schema
 breaks the frozen one of the same version (``ledger.schemas.breaking_changes``: move the version).
+``schemas/events/<tag>.schema.json`` freezes each event shape (core, shipped runtimes, examples)
+under its tag the same way (``ledger.event_schemas``): a breaking change needs a new tag.
 
     society ledger schemas [--check] [--out DIR]
 """
@@ -16,6 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from ledger.event_schemas import EventSchemaProblem, check_event_schemas, export_event_schemas
+from ledger.events import Event, EventCatalog
+from ledger.grading import load_module
 from ledger.schemas import DRAFT, breaking_changes, ledger_schemas
 
 RESULT_LINE_VERSION = 2
@@ -23,6 +28,9 @@ RESULT_LINE_VERSION = 2
 
 SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
 FROZEN = "frozen"
+EVENTS = "events"
+"""``schemas/events/<tag>.schema.json``: each persisted event shape, frozen under its tag."""
+EXAMPLES_DIR = SCHEMAS_DIR.parent / "examples"
 
 
 class ResultLine(BaseModel):
@@ -39,6 +47,8 @@ class ResultLine(BaseModel):
     publicKey: str | None
     usage: dict[str, Any] | None
     """Model tokens and cost per agent and in total; null without a model-using agent."""
+    headDigest: str | None = None
+    """SHA-256 of the ledger's last record line (the receipt `ledger verify --receipt` checks)."""
 
 
 def code_schemas() -> dict[str, tuple[dict[str, Any], int]]:
@@ -52,6 +62,45 @@ def code_schemas() -> dict[str, tuple[dict[str, Any], int]]:
         "run-result-line": (result_line, RESULT_LINE_VERSION),
         "wire-protocol": (protocol_json_schema(), PROTOCOL_VERSION),
     }
+
+
+def event_catalogs(examples: Path = EXAMPLES_DIR) -> list[EventCatalog]:
+    """The core events, every shipped runtime's, and every catalog the examples define."""
+    from controller.agents.shipped import shipped_runtime_catalogs
+    from controller.events import core_events
+
+    return [core_events, *shipped_runtime_catalogs().values(), *example_catalogs(examples)]
+
+
+def example_catalogs(examples: Path = EXAMPLES_DIR) -> list[EventCatalog]:
+    """Each example module's ``run_spec.catalog``, its module-level catalogs and event classes."""
+    catalogs = []
+    for path in sorted(examples.glob("*.py")):
+        module = load_module(path)
+        spec_catalog = getattr(getattr(module, "run_spec", None), "catalog", None)
+        found = [value for value in vars(module).values() if isinstance(value, EventCatalog)]
+        classes = [
+            value
+            for value in vars(module).values()
+            if isinstance(value, type) and issubclass(value, Event) and "tag" in vars(value)
+        ]
+        if isinstance(spec_catalog, EventCatalog):
+            found.append(spec_catalog)
+        catalogs += [*found, EventCatalog.make(*classes)]
+    return catalogs
+
+
+def export_event_files(
+    directory: Path = SCHEMAS_DIR, catalogs: list[EventCatalog] | None = None
+) -> tuple[list[Path], list[EventSchemaProblem]]:
+    """Write ``directory/events/``; a breaking change under a tag is refused, not written."""
+    return export_event_schemas(catalogs or event_catalogs(), directory / EVENTS)
+
+
+def check_event_files(
+    directory: Path = SCHEMAS_DIR, catalogs: list[EventCatalog] | None = None
+) -> list[str]:
+    return [str(p) for p in check_event_schemas(catalogs or event_catalogs(), directory / EVENTS)]
 
 
 def _document(name: str, schema: dict[str, Any], version: int) -> bytes:
@@ -111,4 +160,6 @@ def check_schemas(
                 f"{name}: breaking change without a new format version (still v{version}): "
                 f"{change}; move the version, or make the change compatible"
             )
+    if schemas is None:
+        problems += check_event_files(directory)
     return problems

@@ -59,7 +59,8 @@ def add_commands(subparsers: Any) -> None:
         help="re-verify every ledger, re-grade, recompute suite.json and leaderboard.md",
         description=(
             "Recomputes every field of DIR/<suite id>/suite.json (except `timing`) and all of "
-            "leaderboard.md from the ledgers and the grader. Prints one JSON line; exit 0 when "
+            "leaderboard.md from the ledgers and the grader of SUITE.py (the module you trust; "
+            "nothing the folder names is imported). Prints one JSON line; exit 0 when "
             '{"valid": true}, 1 on any difference.'
         ),
     )
@@ -67,9 +68,15 @@ def add_commands(subparsers: Any) -> None:
     verify.add_argument(
         "--suite",
         type=Path,
-        default=None,
+        required=True,
         metavar="SUITE.py",
-        help="the suite module (default: the one recorded in SUITE_DIR/plan.json)",
+        help="the suite module you trust (nothing SUITE_DIR names is imported)",
+    )
+    verify.add_argument(
+        "--trusted-key",
+        type=Path,
+        metavar="FILE",
+        help="public key (ed25519:<base64> or PEM) every run's ledger must be signed by",
     )
     verify.set_defaults(handler=_verify)
 
@@ -152,10 +159,13 @@ def _run(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from controller.suites.definition import SuiteError
     from controller.suites.verify import verify_suite
+    from ledger import LedgerError
+    from ledger.signing import load_trusted_key
 
     try:
-        result = verify_suite(args.directory, module=args.suite)
-    except SuiteError as error:
+        key = load_trusted_key(args.trusted_key) if args.trusted_key else None
+        result = verify_suite(args.directory, module=args.suite, trusted_key=key)
+    except (SuiteError, LedgerError) as error:
         _print({"valid": False, "reason": error.reason, "detail": str(error)})
         return EXIT_FAILURE
     _print(result.as_json())

@@ -64,6 +64,9 @@ class RunReport:
     cause: str | None = None
     usage: dict[str, Any] | None = None
     """Model tokens and cost per agent and in total (``RunResult.usage``)."""
+    head_digest: str | None = None
+    """SHA-256 of the ledger's last record line: with ``records`` and ``publicKey``, the receipt
+    that ``society ledger verify --receipt`` binds the ledger to."""
 
     def line(self) -> dict[str, Any]:
         return {
@@ -75,6 +78,7 @@ class RunReport:
             "records": self.records,
             "publicKey": self.public_key,
             "usage": self.usage,
+            "headDigest": self.head_digest,
         }
 
     @classmethod
@@ -89,6 +93,7 @@ class RunReport:
             public_key=result.public_key,
             cause=result.cause,
             usage=result.usage,
+            head_digest=result.receipt.head_digest,
         )
 
     @classmethod
@@ -107,6 +112,7 @@ class RunReport:
             public_key=ledger.public_key,
             cause=cause,
             usage=_usage_on_disk(ledger.directory),
+            head_digest=ledger.head_digest,
         )
 
 

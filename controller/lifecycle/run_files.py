@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ class LedgerState:
     complete: bool
     records: int
     public_key: str | None
+    head_digest: str | None = None
 
 
 def read_ledger_state(run_dir: Path) -> LedgerState:
@@ -59,12 +61,24 @@ def read_ledger_state(run_dir: Path) -> LedgerState:
     public_key = _json_file(directory / MANIFEST).get("publicKey")
     completion = _json_file(directory / COMPLETION)
     if "recordCount" in completion:
-        return LedgerState(str(directory), True, int(completion["recordCount"]), public_key)
+        head = completion.get("headDigest")
+        return LedgerState(
+            str(directory), True, int(completion["recordCount"]), public_key,
+            head if isinstance(head, str) else None,
+        )  # fmt: skip
     try:
-        records = (directory / RECORDS).read_bytes().count(b"\n")
+        data = (directory / RECORDS).read_bytes()
     except OSError:
-        records = 0
-    return LedgerState(str(directory), False, records, public_key)
+        data = b""
+    return LedgerState(str(directory), False, data.count(b"\n"), public_key, _head(data))
+
+
+def _head(records: bytes) -> str | None:
+    """SHA-256 of the last complete line of records.ndjson (None when there is none)."""
+    end = records.rfind(b"\n")
+    if end < 0:
+        return None
+    return hashlib.sha256(records[records.rfind(b"\n", 0, end) + 1 : end]).hexdigest()
 
 
 def _json_file(path: Path) -> dict[str, Any]:

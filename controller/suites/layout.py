@@ -1,7 +1,7 @@
 """Where a suite keeps its evidence under ``--artifacts DIR``, and the journal of its attempts.
 
 DIR/<suite id>/
-  plan.json          which suite module this folder belongs to
+  plan.json          which suite module this folder was run from (a note: never imported)
   attempts.jsonl     one line when a run starts (slot, run id), one when it ends (seconds)
   matchups/<m>.py    the generated RunSpec module of matchup m (what `society run` loads)
   runs/<run id>/     each run's artifacts and ledger (the artifact root of `society run`)
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.run.kernel import DEFAULT_LEDGER_REF
-from controller.suites.definition import Slot, Suite, SuiteError
+from controller.suites.definition import Slot, Suite
 from ledger.format import ledger_directory
 
 PLAN = "plan.json"
@@ -60,18 +60,6 @@ class SuiteFolder:
         self.root.mkdir(parents=True, exist_ok=True)
         plan = {"suite": suite.id, "module": str(suite.source)}
         write_atomically(self.root / PLAN, json.dumps(plan, indent=2) + "\n")
-
-    def plan_module(self) -> Path:
-        """The suite module this folder was run from."""
-        try:
-            plan = json.loads((self.root / PLAN).read_text(encoding="utf-8"))
-            return Path(plan["module"])
-        except (OSError, ValueError, KeyError, TypeError):
-            raise SuiteError(
-                f"{self.root} holds no readable {PLAN}; pass the folder `society suite run` "
-                f"wrote (DIR/<suite id>), or name the module with --suite SUITE.py",
-                reason="not-a-suite-folder",
-            ) from None
 
     def matchup_module(self, suite: Suite, slot: Slot) -> Path:
         """Write (once) the module whose ``run_spec`` is this matchup's RunSpec."""

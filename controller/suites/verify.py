@@ -1,7 +1,8 @@
 """``society suite verify``: re-verify every ledger, re-run the grader, recompute both files.
 
 ``suite.json`` must equal, byte for byte, what the evidence gives with its own ``timing``
-section kept; ``leaderboard.md`` must equal it entirely. Any difference fails and is named.
+section kept; ``leaderboard.md`` must equal it entirely. Any difference fails and is named. The
+suite module is the caller's argument, never one the folder names: a handed-over folder is data.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from controller.suites.definition import SuiteError, load_suite
+from controller.suites.evidence import RunEvidence
 from controller.suites.layout import Journal, SuiteFolder
 from controller.suites.report import compute, render_json, render_leaderboard
+from ledger import LedgerError
+from ledger.verification import verify_ledger
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,26 +26,38 @@ class SuiteVerification:
     runs: int
     ranked: int
     differences: list[str] = field(default_factory=list)
+    trusted_key: str | None = None
+    pinned: int | None = None
+    """Runs whose ledger the trusted key signs wholly (None without a trusted key)."""
 
     @property
     def valid(self) -> bool:
         return not self.differences
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        line: dict[str, Any] = {
             "valid": self.valid,
             "suite": self.suite,
             "runs": self.runs,
             "ranked": self.ranked,
             "differences": self.differences,
         }
+        if self.trusted_key is not None:
+            line.update(trustedKey=self.trusted_key, pinned=self.pinned)
+        return line
 
 
-def verify_suite(directory: Path, *, module: Path | None = None) -> SuiteVerification:
+def verify_suite(
+    directory: Path, *, module: Path, trusted_key: str | None = None
+) -> SuiteVerification:
     """Recompute ``directory``'s suite.json and leaderboard.md and compare; raises
-    ``SuiteError`` when the folder or its suite module cannot be read at all."""
+    ``SuiteError`` when the folder or the suite module cannot be read at all.
+
+    ``module`` is the suite module the caller trusts: nothing the folder names is imported (its
+    plan.json and generated matchup modules are data). With ``trusted_key`` every run's ledger
+    must also be signed by that key, each one that is not is named as a difference."""
     folder = SuiteFolder(directory.resolve())
-    suite = load_suite(module or folder.plan_module())
+    suite = load_suite(module)
     if suite.id != folder.root.name:
         raise SuiteError(
             f"{folder.root} is not the folder of suite {suite.id!r} (pass DIR/{suite.id})",
@@ -66,7 +82,39 @@ def verify_suite(directory: Path, *, module: Path | None = None) -> SuiteVerific
             differences.append("suite.json: same values, different bytes")
     if render_leaderboard(report) != written_board:
         differences.append("leaderboard.md: differs from the recomputed leaderboard")
-    return SuiteVerification(suite.id, len(report.runs), report.ranked, differences)
+    pinned = None
+    if trusted_key is not None:
+        pinned, unpinned = _pinned(folder, report.runs, trusted_key)
+        differences += unpinned
+    return SuiteVerification(
+        suite.id, len(report.runs), report.ranked, differences, trusted_key, pinned
+    )
+
+
+def _pinned(folder: SuiteFolder, runs: list[RunEvidence], key: str) -> tuple[int, list[str]]:
+    """How many runs' ledgers a signature by ``key`` wholly covers; a line for each other run."""
+    pinned, problems = 0, []
+    for run in runs:
+        if run.run_id is None:
+            continue
+        try:
+            verified = verify_ledger(
+                None, folder.ledger(run.run_id), trusted_key=key, require_catalog=False
+            )
+        except LedgerError as exc:
+            problems.append(
+                f"runs[{run.slot.key}] ledger {run.run_id} is not signed by the trusted key "
+                f"({exc.reason}: {exc.detail})"
+            )
+            continue
+        if verified.signature == "pinned" and verified.unsigned_records == 0:
+            pinned += 1
+        else:
+            problems.append(
+                f"runs[{run.slot.key}] ledger {run.run_id} is only partly covered by the "
+                f"trusted key ({verified.unsigned_records} unsigned records)"
+            )
+    return pinned, problems
 
 
 def _where(expected: dict[str, Any], written: dict[str, Any]) -> list[str]:

@@ -270,6 +270,21 @@ def signature_invalid(d: Path, key: SigningKey) -> dict[str, Any]:
     return {}
 
 
+def receipt_mismatch(d: Path, key: SigningKey) -> dict[str, Any]:
+    # The key holder rewrote one record and re-signed: the ledger verifies, its receipt does not.
+    completion = json.loads((d / COMPLETION).read_bytes())
+    manifest = json.loads((d / MANIFEST).read_bytes())
+    receipt = {
+        "runId": manifest["runId"],
+        "records": completion["recordCount"],
+        "headDigest": completion["headDigest"],
+        "publicKey": manifest["publicKey"],
+        "receipt": "complete",
+    }
+    forge(d, key, records=lambda rows: [*rows[:-2], {**rows[-2], "producer": "forger"}, rows[-1]])
+    return {"receipt": receipt}
+
+
 SCENARIOS: dict[str, Scenario] = {
     "manifest-missing": manifest_missing,
     "manifest-invalid": manifest_invalid,
@@ -301,6 +316,7 @@ SCENARIOS: dict[str, Scenario] = {
     "head-digest-mismatch": head_digest_mismatch,
     "records-digest-mismatch": records_digest_mismatch,
     "signature-invalid": signature_invalid,
+    "receipt-mismatch": receipt_mismatch,
 }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
+from deep_tree import make_deep_tree, remove_deep_tree
 from ledger_testkit import write_ledger
 from test_ledger_cli import society
 from test_ledger_export_cli import BUCKET, gcs  # noqa: F401 (fixture)
@@ -334,3 +335,67 @@ def test_export_names_the_run_by_its_id_from_a_run_directory_or_its_ledger_direc
     assert json.loads(capsys.readouterr().out)["exported"] == f"gs://{BUCKET}/ledgers/{run_id}/"
     code, alone = _verify(f"gs://{BUCKET}/ledgers/{run_id}", capsys)
     assert code == 0 and alone["runId"] == run_id and "artifacts" not in alone, alone
+
+
+# A run directory's layout is read strictly, and a hostile artifacts/ tree stays data.
+
+DEPTH = 1500
+
+
+def _changed_artifact(run_dir: Path) -> Path:
+    target = run_dir / "artifacts" / "alice" / "workspace" / "policy.json"
+    target.write_bytes(target.read_bytes() + b" ")
+    return target
+
+
+def test_ledger_files_copied_to_a_run_directorys_top_level_do_not_skip_its_artifact_check(
+    run_dir: Path, capsys: Any
+) -> None:
+    _changed_artifact(run_dir)
+    for name in ("manifest.json", "records.ndjson", "completion.json"):
+        shutil.copy(run_dir / "ledger" / "main" / name, run_dir / name)
+    code, line = _verify(run_dir, capsys)
+    assert code == 1 and line["valid"] is False and line["reason"] == "run-layout-invalid", line
+    grader = run_dir.parents[1] / "grader.py"
+    assert society("grade", str(grader), str(run_dir)) == 1
+    assert json.loads(capsys.readouterr().out)["reason"] == "run-layout-invalid"
+
+
+def test_a_run_directory_without_its_ledger_folder_is_not_read_as_a_ledger(
+    run_dir: Path, capsys: Any
+) -> None:
+    _changed_artifact(run_dir)
+    for name in ("manifest.json", "records.ndjson", "completion.json"):
+        shutil.copy(run_dir / "ledger" / "main" / name, run_dir / name)
+    shutil.rmtree(run_dir / "ledger")
+    code, line = _verify(run_dir, capsys)
+    assert code == 1 and line["reason"] == "run-layout-invalid", line
+
+
+def test_a_linked_ledger_folder_is_refused(run_dir: Path, tmp_path: Path, capsys: Any) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run_dir / "ledger" / "main", elsewhere)
+    os.symlink(elsewhere, run_dir / "ledger" / "main")
+    code, line = _verify(run_dir, capsys)
+    assert code == 1 and line["reason"] == "run-layout-invalid", line
+
+
+@pytest.fixture
+def deep_run(run_dir: Path) -> Any:
+    base = run_dir / "artifacts" / "alice" / "workspace"
+    make_deep_tree(base, DEPTH)
+    yield run_dir
+    remove_deep_tree(base)
+
+
+def test_an_artifacts_tree_1500_deep_gets_verifys_and_grades_one_line(
+    deep_run: Path, capsys: Any
+) -> None:
+    code, line = _verify(deep_run, capsys)
+    assert code == 1 and line["reason"] == "artifact-extra", line
+    (problem,) = line["artifactProblems"]
+    assert problem["path"].count("/d") == DEPTH and problem["path"].endswith("/planted")
+    grader = deep_run.parents[1] / "grader.py"
+    assert society("grade", str(grader), str(deep_run)) == 1
+    failure = json.loads(capsys.readouterr().out)
+    assert failure["reason"] == "artifact-extra" and failure["artifacts"]["extra"] == 1

@@ -16,7 +16,9 @@ from ledger import SigningKey
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-RESULT_KEYS = {"outcome", "exit", "runId", "ledger", "receipt", "records", "publicKey", "usage"}
+RESULT_KEYS = {
+    "outcome", "exit", "runId", "ledger", "receipt", "records", "publicKey", "usage", "headDigest"
+}  # fmt: skip
 
 
 def verify(society: SocietyCommand, ledger: object, *flags: str) -> dict[str, object]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from suite_support import SuiteFixture, copy_suite, society
+from suite_support import EXAMPLE, SuiteFixture, copy_suite, society
 
 from controller.suites import load_suite
 from controller.suites.layout import Journal, SuiteFolder
@@ -65,7 +65,7 @@ def test_the_example_suite_ranks_every_run_and_the_hardliner_first(
 
 
 def test_suite_verify_recomputes_both_files_byte_for_byte(example_suite: SuiteFixture) -> None:
-    verified = society("suite", "verify", str(example_suite.folder))
+    verified = society("suite", "verify", str(example_suite.folder), "--suite", str(EXAMPLE))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert json.loads(verified.stdout) == {
         "valid": True,
@@ -77,7 +77,7 @@ def test_suite_verify_recomputes_both_files_byte_for_byte(example_suite: SuiteFi
 
 
 def _verify(folder: Path) -> dict[str, object]:
-    result = society("suite", "verify", str(folder))
+    result = society("suite", "verify", str(folder), "--suite", str(EXAMPLE))
     document: dict[str, object] = json.loads(result.stdout)
     assert result.returncode == (0 if document["valid"] else 1)
     return document
@@ -150,5 +150,5 @@ def test_a_run_relabelled_as_another_matchup_is_caught(
 
 def _recompute(folder: Path) -> SuiteReport:
     suite_folder = SuiteFolder(folder)
-    suite = load_suite(suite_folder.plan_module())
+    suite = load_suite(EXAMPLE)
     return compute(suite, suite_folder, Journal.read(suite_folder))
