@@ -6,34 +6,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ledger_testkit import forge
+from real_runs import society_run
 from test_ledger_cli import society
 
 from controller.cli.ledger_catalogs import reader_catalog
 from ledger import LedgerError, LedgerVerificationError, SigningKey
 from ledger import open_ledger_artifacts as open_ledger
 from ledger.receipts import ReceiptClaim, read_receipt
-
-ROOT = Path(__file__).resolve().parents[2]
-HELLO = ROOT / "examples" / "hello.py"
-SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
-
-
-def _society_run(artifacts: Path, key: Path) -> dict[str, Any]:
-    env = {**__import__("os").environ, "SOCIETY_SIGNING_KEY": str(key)}
-    done = subprocess.run(
-        [*SOCIETY, "run", str(HELLO), "--artifacts", str(artifacts)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    line: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return line
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +28,8 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     key = folder / "operator.pem"
     key.write_bytes(SigningKey.generate().private_pem())
     artifacts = folder / "artifacts"
-    first = _society_run(artifacts, key)
-    second = _society_run(artifacts, key)
+    first = society_run(artifacts, key)
+    second = society_run(artifacts, key)
     return artifacts, first, artifacts / second["runId"], key
 
 

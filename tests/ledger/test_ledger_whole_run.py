@@ -399,3 +399,28 @@ def test_an_artifacts_tree_1500_deep_gets_verifys_and_grades_one_line(
     assert society("grade", str(grader), str(deep_run)) == 1
     failure = json.loads(capsys.readouterr().out)
     assert failure["reason"] == "artifact-extra" and failure["artifacts"]["extra"] == 1
+
+
+NAMED_GRADER = """
+from controller import EventCatalog
+from spec import Noted
+catalog = EventCatalog.make(Noted)
+definition_id = {ident!r}
+
+def grade(ledger):
+    return {{"graded": True}}
+"""
+
+
+def test_a_grader_that_names_a_definition_id_requires_it_and_says_nothing_unchecked(
+    run_dir: Path, capsys: Any
+) -> None:
+    grader = run_dir.parents[1] / "named_grader.py"
+    grader.write_text(NAMED_GRADER.format(ident="acme.someone-elses/v1"))
+    assert society("grade", str(grader), str(run_dir)) == 1
+    assert json.loads(capsys.readouterr().out)["reason"] == "definition-mismatch"
+    other = run_dir.parents[1] / "named_right.py"
+    other.write_text(NAMED_GRADER.format(ident="acme.whole-run/v1"))
+    assert society("grade", str(other), str(run_dir)) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"graded": True} and "not checked" not in captured.err
