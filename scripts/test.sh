@@ -13,6 +13,9 @@ if [ -x scripts/build-control-plane.sh ]; then
   scripts/install-node.sh
   scripts/build-control-plane.sh >/dev/null  # progress on stderr; stdout is its directory
   scripts/build-images.sh
+  # The kind test cluster (tests/kind): the kind CLI and its node image, built here.
+  scripts/install-kind.sh >/dev/null
+  scripts/build-kind-node-image.sh >/dev/null
 fi
 scripts/install-shellcheck.sh
 scripts/build-tools.sh >/dev/null  # helm, tofu, tflint, kubeconform, fake-gcs-server; one line each on stderr

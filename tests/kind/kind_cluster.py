@@ -1,0 +1,175 @@
+"""The tests' kind cluster: ``kind create`` from ``kind/cluster.yaml`` with the CI host's patches
+merged in (controller/ops/cluster/kind_patches.py), on the node image that
+scripts/build-kind-node-image.sh builds here, with kind's podman provider.
+
+Its names are its own (cluster and podman network ``society-kind-test``), so it runs beside
+tests/kubernetes's Go-built control plane and a user's ``society`` cluster. Its host ports are
+kind/cluster.yaml's (127.0.0.1:17233 and :18233), which no other test binds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controller.ops.cluster.kind_patches import CI_CONTAINERS_CONF, CI_HOST_PATCHES, patched_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_CONFIG = ROOT / "kind" / "cluster.yaml"
+NAME = "society-kind-test"
+ENABLE_HINT = (
+    "the kind tests need podman, mmdebstrap and Go >= 1.26: run scripts/install-node.sh, "
+    "scripts/install-kind.sh and scripts/build-kind-node-image.sh"
+)
+
+
+def script_output(*argv: str) -> str:
+    """The last stdout line of one of the repository's scripts (they print a path there)."""
+    done = subprocess.run([str(ROOT / "scripts" / argv[0]), *argv[1:]], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return done.stdout.strip().splitlines()[-1]
+
+
+def podman_names(kind: str, *filters: str) -> set[str]:
+    """The names of podman's containers, networks or volumes (``kind``), ``--filter`` applied."""
+    command = {"container": ["ps", "-a"], "network": ["network", "ls"], "volume": ["volume", "ls"]}
+    template = "{{.Names}}" if kind == "container" else "{{.Name}}"
+    argv = ["podman", *command[kind], "--format", template]
+    argv += [f"--filter={f}" for f in filters]
+    return set(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split())
+
+
+@dataclass(frozen=True)
+class HostFootprint:
+    """Where a cluster shows on this machine: its nodes' container ids and root filesystems, and
+    its podman network's bridge."""
+
+    container_ids: tuple[str, ...]
+    merged_dirs: tuple[str, ...]
+    bridge: str
+
+    def traces(self, name: str) -> dict[str, list[str]]:
+        """What of the cluster ``name`` is on this machine now (empty lists: nothing)."""
+        label = f"label=io.x-k8s.kind.cluster={name}"
+        traces = {
+            "container": sorted(podman_names("container", label) | {
+                n for n in podman_names("container") if n.startswith(f"{name}-")}),
+            "volume": sorted(podman_names("volume", label) | {
+                n for n in podman_names("volume") if n.startswith(f"{name}-")}),
+            "network": sorted(n for n in podman_names("network") if n == name),
+        }  # fmt: skip
+        marks = [*self.container_ids, *self.merged_dirs]
+        traces["mount"] = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                           if any(mark in line for mark in marks)]  # fmt: skip
+        links = json.loads(subprocess.run(["ip", "-j", "link"], capture_output=True, text=True,
+                                          check=True).stdout)  # fmt: skip
+        traces["interface"] = [link["ifname"] for link in links if self.bridge and self.bridge in
+                               (link["ifname"], link.get("master"))]  # fmt: skip
+        return traces
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float, every: float = 1.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+@dataclass
+class KindCluster:
+    """One kind cluster made by ``create`` and removed by ``delete``."""
+
+    kind: Path
+    kubectl_path: Path
+    image: str
+    workdir: Path
+    name: str = NAME
+    created_s: float = 0.0
+    deleted: bool = False
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    def env(self) -> dict[str, str]:
+        """kind's podman provider on a network of this cluster's own, with the host's ulimits."""
+        return {
+            **os.environ,
+            "KIND_EXPERIMENTAL_PROVIDER": "podman",
+            "KIND_EXPERIMENTAL_PODMAN_NETWORK": self.name,
+            "CONTAINERS_CONF": str(CI_CONTAINERS_CONF),
+        }
+
+    def create(self) -> None:
+        config = self.workdir / "kind-config.yaml"
+        config.write_text(patched_config(CLUSTER_CONFIG.read_text(), CI_HOST_PATCHES))
+        started = time.monotonic()
+        self._run([str(self.kind), "create", "cluster", "--name", self.name, "--config",
+                   str(config), "--image", self.image, "--kubeconfig", str(self.kubeconfig),
+                   "--wait", "10m"])  # fmt: skip
+        self.created_s = time.monotonic() - started
+
+    def footprint(self) -> HostFootprint:
+        nodes = self.nodes()
+        inspected = json.loads(self._podman("inspect", *nodes))
+        network = json.loads(self._podman("network", "inspect", self.name))[0]
+        return HostFootprint(
+            container_ids=tuple(c["Id"] for c in inspected),
+            merged_dirs=tuple(c["GraphDriver"]["Data"]["MergedDir"] for c in inspected),
+            bridge=network.get("network_interface", ""),
+        )
+
+    def delete(self) -> None:
+        """``kind delete cluster``, then the podman network kind made for it."""
+        if self.deleted:
+            return
+        self.deleted = True
+        self._run([str(self.kind), "delete", "cluster", "--name", self.name])
+        if self.name in podman_names("network"):
+            self._podman("network", "rm", self.name)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        done = subprocess.run([str(self.kubectl_path), "--kubeconfig", str(self.kubeconfig),
+                               *args], input=input, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+        return done
+
+    def apply(self, *objects: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
+
+    def nodes(self) -> list[str]:
+        return self._run([str(self.kind), "get", "nodes", "--name", self.name]).split()
+
+    def import_image(self, ref: str, archive: Path) -> None:
+        """Import one of scripts/build-images.sh's OCI archives into every node's containerd
+        under ``ref`` (``name@sha256:...``), as ``society cluster`` does for existing nodes."""
+        name = ref.split("@", 1)[0]
+        ctr = ["ctr", "-n", "k8s.io", "images"]
+        for node in self.nodes():
+            with archive.open("rb") as stream:
+                done = subprocess.run(["podman", "exec", "-i", node, *ctr, "import",
+                                       "--base-name", name, "-"], stdin=stream,
+                                      capture_output=True, env=self.env())  # fmt: skip
+            if done.returncode != 0:
+                raise AssertionError(f"importing {archive} into {node}: {done.stderr!r}")
+            self._podman("exec", node, *ctr, "tag", "--force", f"{name}:build", ref)
+
+    def _podman(self, *args: str) -> str:
+        return self._run(["podman", *args])
+
+    def _run(self, argv: list[str]) -> str:
+        done = subprocess.run(argv, capture_output=True, text=True, env=self.env())
+        if done.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} failed ({done.returncode}):\n"
+                                 f"{done.stderr.strip()[-3000:]}")  # fmt: skip
+        return done.stdout

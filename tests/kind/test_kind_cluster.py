@@ -1,0 +1,134 @@
+"""A real kind cluster, made here: ``kind create`` from ``kind/cluster.yaml`` on the locally built
+node image, a pod on the agents' node answering a pod on the control-plane node, a default-deny
+NetworkPolicy that kube-router enforces (the probe that got through before is refused), and
+``kind delete`` leaving nothing of the cluster on this machine.
+
+The tests run in file order on one session cluster; the last one deletes it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kind_cluster import KindCluster, wait_until
+
+pytestmark = pytest.mark.slow
+
+NAMESPACE = "kind-probe"
+PORT = 8080
+IMAGES = Path.home() / ".cache" / "society-runner" / "images" / "images.json"
+PROBE = (
+    "import socket, sys\n"
+    "try:\n"
+    f"    socket.create_connection((sys.argv[1], {PORT}), timeout=3).close()\n"
+    "except OSError as error:\n"
+    "    sys.exit(f'refused: {error}')\n"
+)
+
+
+def _python_image(cluster: KindCluster) -> str:
+    """scripts/build-images.sh's python image, imported into the nodes once."""
+    built = json.loads(IMAGES.read_text())
+    ref: str = built["images"]["society/scripted:dev"]
+    present = cluster.kubectl("get", "nodes", "-o", "json").stdout
+    if ref.split("@")[1] not in present:
+        cluster.import_image(ref, Path(built["archives"][ref]))
+    return ref
+
+
+def _pod(name: str, image: str, command: list[str], on: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": name}},
+        "spec": {
+            "nodeSelector": on,
+            "tolerations": [{"operator": "Exists"}],
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": name, "image": image, "command": command}],
+        },
+    }
+
+
+def _probe(cluster: KindCluster, target: str) -> bool:
+    """Whether the client pod opens a TCP connection to ``target``:PORT."""
+    done = cluster.kubectl("-n", NAMESPACE, "exec", "client", "--", "python", "-c", PROBE, target,
+                           check=False, timeout=30)  # fmt: skip
+    return done.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def server_ip(kind_cluster: KindCluster) -> str:
+    """A server pod on the agents' node and a client pod on the control-plane node, both ready;
+    the server's pod IP."""
+    image = _python_image(kind_cluster)
+    kind_cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    kind_cluster.apply(
+        _pod("server", image, ["python", "-m", "http.server", str(PORT)],
+             {"society.run/pool": "agents"}),
+        _pod("client", image, ["sleep", "infinity"],
+             {"node-role.kubernetes.io/control-plane": ""}),
+    )  # fmt: skip
+    kind_cluster.kubectl("-n", NAMESPACE, "wait", "--for=condition=Ready", "pod/server",
+                         "pod/client", "--timeout=300s", timeout=320)  # fmt: skip
+    pod = json.loads(kind_cluster.kubectl("-n", NAMESPACE, "get", "pod", "server", "-o",
+                                          "json").stdout)  # fmt: skip
+    return str(pod["status"]["podIP"])
+
+
+def test_a_pod_on_the_agents_node_answers_a_pod_on_the_control_plane_node(
+    kind_cluster: KindCluster, server_ip: str
+) -> None:
+    nodes = json.loads(kind_cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    assert len(nodes) == 2 and all(
+        any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
+        for n in nodes
+    )
+    pod = json.loads(kind_cluster.kubectl("-n", NAMESPACE, "get", "pod", "server", "-o",
+                                          "json").stdout)  # fmt: skip
+    agents = [n["metadata"]["name"] for n in nodes
+              if n["metadata"]["labels"].get("society.run/pool") == "agents"]  # fmt: skip
+    assert pod["spec"]["nodeName"] in agents
+    wait_until("the client's probe to reach the server", lambda: _probe(kind_cluster, server_ip),
+               timeout=60)  # fmt: skip
+
+
+def test_a_default_deny_policy_refuses_the_probe_that_reached_the_pod_before(
+    kind_cluster: KindCluster, server_ip: str
+) -> None:
+    assert _probe(kind_cluster, server_ip), "the probe must reach the server before any policy"
+    kind_cluster.apply({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "default-deny", "namespace": NAMESPACE},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+    })  # fmt: skip
+    wait_until("the default-deny policy to refuse the probe",
+               lambda: not _probe(kind_cluster, server_ip), timeout=60)  # fmt: skip
+    # Refused by the policy, not a broken pod: allowing the client lets the same probe through.
+    kind_cluster.apply({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "allow-client", "namespace": NAMESPACE},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "server"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}]}],
+        },
+    })  # fmt: skip
+    wait_until("the allow policy to let the probe through", lambda: _probe(kind_cluster, server_ip),
+               timeout=60)  # fmt: skip
+
+
+def test_deleting_the_cluster_leaves_no_container_network_volume_mount_or_interface(
+    kind_cluster: KindCluster,
+) -> None:
+    footprint = kind_cluster.footprint()
+    before = footprint.traces(kind_cluster.name)
+    assert before["container"] and before["network"] and before["mount"] and before["interface"]
+    kind_cluster.delete()
+    after = footprint.traces(kind_cluster.name)
+    assert after == {kind: [] for kind in before}, after
