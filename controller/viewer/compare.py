@@ -9,11 +9,15 @@ divergence.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ledger.verification import verify_ledger
+from ledger import EventCatalog
+from ledger.format import RecordEnvelope
+from ledger.verification import Verification, verify_ledger
 
 COMMITTED = "society.router-message-committed/v1"
 DELIVERED = "society.router-messages-delivered/v1"
@@ -37,14 +41,37 @@ class Divergence:
     b: Any
 
 
+@cache
+def _reader_catalog() -> EventCatalog:
+    from controller.agents.shipped import shipped_runtime_catalogs
+    from controller.events import core_events
+
+    return EventCatalog.merge(core_events, *shipped_runtime_catalogs().values())
+
+
+def verified_ledger(ledger_dir: Path) -> Verification:
+    """Verify ``ledger_dir`` decoding every core and shipped runtime event: each such record is
+    validated against its class (``event-invalid`` otherwise), as ``society ledger verify`` does."""
+    return verify_ledger(_reader_catalog(), ledger_dir, require_catalog=False)
+
+
+def validated_records(verified: Verification) -> Iterator[RecordEnvelope]:
+    """The records a comparison may read: decoded (so validated) ones, and the experiment's own
+    events, which it only copies. A ``society.`` or ``ledger.`` record no class decoded is
+    skipped: its fields were never checked."""
+    for envelope, event in zip(verified.envelopes, verified.events, strict=True):
+        if event is not None or not envelope.tag.startswith(("society.", "ledger.")):
+            yield envelope
+
+
 def streams(ledger_dir: Path) -> dict[str, list[Any]]:
     """The ledger's comparable streams; raises ``LedgerVerificationError`` if it does not verify."""
-    verified = verify_ledger(None, ledger_dir, require_catalog=False)
+    verified = verified_ledger(ledger_dir)
     conversations: dict[str, list[dict[str, Any]]] = {}
     names: dict[str, str] = {}
     messages: dict[str, dict[str, Any]] = {}
     program: list[Any] = []
-    for envelope in verified.envelopes:
+    for envelope in validated_records(verified):
         tag, event = envelope.tag, envelope.event
         if tag == OPENED:
             names[event["conversationId"]] = f"conversation {len(names) + 1}"

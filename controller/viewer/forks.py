@@ -13,9 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.viewer.compare import COMMITTED, DELIVERED, DELIVERED_ONE, DROPPED, OPENED
+from controller.viewer.compare import (
+    COMMITTED,
+    DELIVERED,
+    DELIVERED_ONE,
+    DROPPED,
+    OPENED,
+    validated_records,
+    verified_ledger,
+)
 from ledger.run_artifacts import locate_ledger
-from ledger.verification import Verification, verify_ledger
+from ledger.verification import Verification
 
 RUN_STARTED = "society.run-started/v1"
 
@@ -90,7 +98,7 @@ def messages_in_order(verified: Verification) -> list[dict[str, Any]]:
     sender, parts, and who received or lost it (sorted)."""
     conversations: dict[str, str] = {}
     messages: dict[str, dict[str, Any]] = {}
-    for envelope in verified.envelopes:
+    for envelope in validated_records(verified):
         tag, event = envelope.tag, envelope.event
         if tag == OPENED:
             conversations[event["conversationId"]] = f"conversation {len(conversations) + 1}"
@@ -121,11 +129,11 @@ def messages_in_order(verified: Verification) -> list[dict[str, Any]]:
 
 def _verified(path: Path) -> Verification:
     ledger, _ = locate_ledger(path)
-    return verify_ledger(None, ledger, require_catalog=False)
+    return verified_ledger(ledger)
 
 
 def _origin(verified: Verification) -> dict[str, Any] | None:
-    for envelope in verified.envelopes:
+    for envelope in validated_records(verified):
         if envelope.tag == RUN_STARTED:
             fork = envelope.event.get("fork")
             return fork if isinstance(fork, dict) else None
