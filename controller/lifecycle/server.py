@@ -9,7 +9,9 @@ release its lease stops it; a ``society`` start stops one whose leases all belon
 
 The dev server authenticates no client (its ``start-dev`` has no TLS options), so the state
 directory is its owner's only (0700, ``server.json`` 0600) and each run's worker refuses what its
-own ``society run`` did not submit (``submission``).
+own ``society run`` did not submit (``submission``). A root or state directory that another user
+owns or may write is refused before anything in it is read (``artifact_root``), and every file in
+the state directory is opened without following a link.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from controller.errors import LifecycleError
+from controller.run.artifact_root import check_private
 
 ADDRESS_ENV = "TEMPORAL_ADDRESS"
 NAMESPACE_ENV = "TEMPORAL_NAMESPACE"
@@ -174,11 +177,18 @@ class DevServer:
     """The dev server of one artifact root: found, started, leased and stopped through files."""
 
     def __init__(self, artifact_root: Path) -> None:
+        """Raises ``ArtifactRootUnsafe`` if the root or its state directory is not ours alone."""
         self.directory = artifact_root / ".temporal"
         self.state_file = self.directory / "server.json"
         self.leases = self.directory / "leases"
         self.db_file = self.directory / "dev.db"
         self.log_file = self.directory / "server.log"
+        check_private(artifact_root)
+        self._check_directory()
+
+    def _check_directory(self) -> None:
+        check_private(self.directory, "the dev server's state directory", link=False)
+        check_private(self.leases, "the dev server's lease directory", link=False)
 
     def live_endpoint(self) -> TemporalEndpoint | None:
         """The running server's endpoint, if the state file names a live one."""
@@ -196,8 +206,9 @@ class DevServer:
         """Lease the live server for ``run_id`` (the lease names this process), starting one."""
         async with self._locked():
             endpoint = self.live_endpoint() or await self._start()
-            self.leases.mkdir(parents=True, exist_ok=True)
-            (self.leases / run_id).write_text(str(os.getpid()), encoding="utf-8")
+            self.leases.mkdir(mode=STATE_DIRECTORY_MODE, exist_ok=True)
+            self._check_directory()
+            _write_private(self.leases / run_id, str(os.getpid()).encode())
             return endpoint
 
     async def release(self, run_id: str) -> None:
@@ -217,7 +228,7 @@ class DevServer:
         live = 0
         for lease in self.leases.glob("sr-*") if self.leases.exists() else ():
             try:
-                pid = int(lease.read_text(encoding="utf-8"))
+                pid = int(_read_private(lease))
             except (OSError, ValueError):
                 pid = 0
             if pid_alive(pid):
@@ -251,7 +262,7 @@ class DevServer:
         for attempt in range(1, PORT_ATTEMPTS + 1):
             # The ports are free when chosen, but another program may take one before the server
             # binds it (the server also picks internal ports of its own): then start again.
-            log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+            log_offset = _size(self.log_file)
             process, endpoint = self._spawn(binary)
             try:
                 await self._wait_ready(process, endpoint)
@@ -269,12 +280,7 @@ class DevServer:
             "uiUrl": endpoint.ui_url,
             "binary": str(binary),
         }
-        descriptor = os.open(
-            self.state_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, STATE_FILE_MODE
-        )
-        with os.fdopen(descriptor, "w", encoding="utf-8") as state_file:
-            os.fchmod(descriptor, STATE_FILE_MODE)  # also when an older file was wider
-            state_file.write(json.dumps(state))
+        _write_private(self.state_file, json.dumps(state).encode())
         return endpoint
 
     def _spawn(self, binary: Path) -> tuple[subprocess.Popen[bytes], TemporalEndpoint]:
@@ -294,7 +300,7 @@ class DevServer:
     def _lost_a_port(self, log_offset: int) -> bool:
         """Did the attempt whose log starts at ``log_offset`` fail because a port was taken?"""
         try:
-            with self.log_file.open("rb") as log:
+            with os.fdopen(os.open(self.log_file, _READ), "rb") as log:
                 log.seek(log_offset)
                 return b"address already in use" in log.read()
         except OSError:
@@ -303,7 +309,8 @@ class DevServer:
     def _make_directory(self) -> None:
         """The state directory, its owner's only (also when an older one was wider)."""
         self.directory.mkdir(mode=STATE_DIRECTORY_MODE, parents=True, exist_ok=True)
-        os.chmod(self.directory, STATE_DIRECTORY_MODE)
+        self._check_directory()
+        os.chmod(self.directory, STATE_DIRECTORY_MODE, follow_symlinks=False)
 
     async def _wait_ready(
         self, process: subprocess.Popen[bytes], endpoint: TemporalEndpoint
@@ -327,7 +334,7 @@ class DevServer:
 
     def _read_state(self) -> dict[str, Any] | None:
         try:
-            state = json.loads(self.state_file.read_text(encoding="utf-8"))
+            state = json.loads(_read_private(self.state_file))
         except (OSError, ValueError):
             return None
         return state if isinstance(state, dict) else None
@@ -335,7 +342,8 @@ class DevServer:
     @contextlib.asynccontextmanager
     async def _locked(self) -> AsyncIterator[None]:
         self._make_directory()
-        with (self.directory / "lock").open("a") as lock:
+        lock_fd = os.open(self.directory / "lock", _APPEND, STATE_FILE_MODE)
+        with os.fdopen(lock_fd, "a") as lock:
             await anyio.to_thread.run_sync(fcntl.flock, lock.fileno(), fcntl.LOCK_EX)
             try:
                 yield
@@ -408,9 +416,37 @@ def _terminate(pid: int, grace_s: float = 5.0) -> None:
         os.waitpid(pid, 0)
 
 
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _read_private(path: Path) -> str:
+    with os.fdopen(os.open(path, _READ), "rb") as handle:
+        return handle.read(1 << 20).decode("utf-8")
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (mode 0600): a new file renamed over it, never through a
+    link that stands there."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(temporary, flags, STATE_FILE_MODE), "wb") as handle:
+        handle.write(data)
+    os.replace(temporary, path)
+
+
 def _spawn_detached(command: list[str], log_file: Path) -> subprocess.Popen[bytes]:
     """Start ``command`` in its own session, so a terminal's Ctrl-C does not reach it."""
-    with log_file.open("ab") as log:
+    with os.fdopen(os.open(log_file, _APPEND, STATE_FILE_MODE), "ab") as log:
         return subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -428,5 +464,8 @@ def _free_port() -> int:
 
 def _tail(path: Path, lines: int = 5) -> str:
     with contextlib.suppress(OSError):
-        return " | ".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+        with os.fdopen(os.open(path, _READ), "rb") as log:
+            log.seek(max(0, os.fstat(log.fileno()).st_size - 65536))
+            text = log.read().decode("utf-8", errors="replace")
+        return " | ".join(text.splitlines()[-lines:])
     return "(no log)"

@@ -23,6 +23,7 @@ from controller.lifecycle.remote import SubmittedRun, check_authenticated
 from controller.lifecycle.server import TemporalEndpoint
 from controller.profiles import profile_named, reap_stale_here
 from controller.run import Progress, RunRequest, RunSpec
+from controller.run.artifact_root import check_private
 
 Temporal = tuple[Client, TemporalEndpoint]
 
@@ -48,6 +49,7 @@ async def submit(
     """Run ``request`` where ``where`` says and wait for its report; raises a ``SocietyError``
     (nothing was started) when it cannot be submitted."""
     root = Path(request.artifact_root)
+    check_private(root)  # before anything under it is read or written
     if where.task_queue is not None:
         return await _submit_to_queue(request, where, progress, interrupts)
     await reap_stale(root, await live_temporal(root))

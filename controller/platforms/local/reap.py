@@ -23,6 +23,7 @@ from controller.platforms.local.cgroup import layout_or_none
 from controller.platforms.local.launch import RUN_MARK
 from controller.platforms.local.sockets import SOCKETS_DIR
 from controller.platforms.local.trees import remove_tree
+from controller.run.artifact_root import check_private
 from controller.run.runid import RUN_ID_PATTERN
 
 PIDS_DIR = "pids"
@@ -156,8 +157,10 @@ def reap_run(run_id: str, artifact_root: str | Path) -> ReapReport:
 
 
 def reap_stale_runs(artifact_root: str | Path) -> list[ReapReport]:
-    """Reap every run under ``artifact_root`` whose controller process is gone."""
+    """Reap every run under ``artifact_root`` whose controller process is gone; raises
+    ``ArtifactRootUnsafe`` for a root that is not this user's alone."""
     root = Path(artifact_root)
+    check_private(root)
     reports: list[ReapReport] = []
     if not root.is_dir():
         return reports
