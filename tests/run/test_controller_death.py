@@ -15,7 +15,7 @@ import pytest
 from run_support import processes_of
 
 from controller.platforms.local import reap_run, reap_stale_runs
-from controller.platforms.local.cgroup import CgroupLayout
+from controller.platforms.local.cgroup import CgroupLayout, run_group
 from controller.platforms.local.launch import RUN_MARK
 from controller.platforms.local.reap import ProcessRecord, agent_record, boot_id, write_record
 from controller.run import new_run_id
@@ -96,7 +96,9 @@ def test_agents_do_not_outlive_a_killed_controller_and_the_next_start_reaps_the_
     assert [(r.run_id, r.skipped) for r in reports] == [(run_id, None)]
     assert not (run_dir / "sandboxes").exists() and not (run_dir / "pids").exists()
     assert (run_dir / "ledger" / "main" / "records.ndjson").is_file()  # evidence stays
-    assert all(not d.exists() for d in CgroupLayout.detect().run_directories(run_id))
+    group = run_group(run_dir)
+    assert group is not None
+    assert all(not d.exists() for d in CgroupLayout.detect().run_directories(group))
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from controller.agents import scripted
 from controller.events.run import AgentIsolation
 from controller.platforms.local import LocalPlatform
 from controller.platforms.local import sandbox as local_sandbox
-from controller.platforms.local.cgroup import CgroupLayout
+from controller.platforms.local.cgroup import CgroupLayout, run_group
 from controller.platforms.local.launch import in_cgroups
 from controller.platforms.local.sandbox import FIRST_AGENT_UID, UNSANDBOXED_ENV
 from controller.run import PlatformLost, RunContext, new_run_id
@@ -200,7 +200,9 @@ def test_a_spy_agent_is_refused_or_contained_at_every_step(
     assert report["start a process that outlives the run"]["got"] == "started"
     run_id = spy.run_dir.name
     assert processes_of(run_id) == []
-    assert all(not d.exists() for d in CgroupLayout.detect().run_directories(run_id))
+    group = run_group(spy.run_dir)
+    assert group is not None
+    assert all(not d.exists() for d in CgroupLayout.detect().run_directories(group))
     isolation = spy.isolation
     assert (isolation.sandbox, isolation.uid, isolation.cgroups) == ("bubblewrap", None, "v1")
 

@@ -1,14 +1,19 @@
 """Per-agent cgroups of the local profile: a pids limit, a memory limit, and kill-by-membership.
 
-Each agent gets ``society/<run_id>/<agent>`` in the cgroup v1 ``pids`` and ``memory`` hierarchies
+Each agent gets ``society/<run group>/<agent>`` in the cgroup v1 ``pids`` and ``memory`` hierarchies
 (root may write them), or under the controller's own delegated cgroup v2 (a desktop session:
 ``systemd-run --user --scope -p Delegate=yes``). Its first process joins the group before it
 execs anything, so every process it ever starts is a member; killing the members is how a run is
 reaped. Membership lives in the kernel, which no agent can write: nothing here trusts a file.
+
+A run's group is named by its run id and the identity of its run directory (``run_group``):
+cgroups are global to the machine, so a directory that merely bears a live run's id, under
+another artifact root, names no group of that run and reaping it kills nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
@@ -22,6 +27,17 @@ GROUP = "society"
 DEFAULT_PIDS_MAX = 256
 """Processes and threads one agent may hold at once."""
 _KILL_ROUNDS = 200
+
+
+def run_group(run_dir: Path) -> str | None:
+    """``<run_id>.<16 hex>``: the run id and its directory's device and inode, or ``None`` when
+    there is no such directory (then no group of it can exist)."""
+    try:
+        info = os.stat(run_dir, follow_symlinks=False)
+    except OSError:
+        return None
+    identity = hashlib.sha256(f"{info.st_dev}:{info.st_ino}".encode()).hexdigest()[:16]
+    return f"{run_dir.name}.{identity}"
 
 
 class CgroupUnavailable(PlatformError):
@@ -84,7 +100,7 @@ class CgroupLayout:
     version: str
     """``"v1"`` or ``"v2"``."""
     bases: tuple[Path, ...]
-    """The directories under which ``<run_id>/<agent>`` groups are made (one per hierarchy)."""
+    """The directories under which ``<run group>/<agent>`` groups are made (one per hierarchy)."""
 
     @classmethod
     def detect(cls) -> CgroupLayout:
@@ -102,12 +118,12 @@ class CgroupLayout:
             reason="cgroup-unavailable",
         )
 
-    def run_directories(self, run_id: str) -> tuple[Path, ...]:
-        return tuple(base / run_id for base in self.bases)
+    def run_directories(self, group: str) -> tuple[Path, ...]:
+        return tuple(base / group for base in self.bases)
 
-    def create(self, run_id: str, agent: str, *, pids_max: int, memory_bytes: int) -> AgentCgroup:
+    def create(self, group: str, agent: str, *, pids_max: int, memory_bytes: int) -> AgentCgroup:
         """Make the agent's groups with their limits (raises ``OSError``)."""
-        directories = tuple(d / agent for d in self.run_directories(run_id))
+        directories = tuple(d / agent for d in self.run_directories(group))
         for directory in directories:
             directory.mkdir(parents=True, exist_ok=True)
         if self.version == "v1":
@@ -121,29 +137,29 @@ class CgroupLayout:
             (directory / "memory.swap.max").write_text("0")
         return AgentCgroup(directories)
 
-    def agents_of(self, run_id: str) -> list[AgentCgroup]:
+    def agents_of(self, group: str) -> list[AgentCgroup]:
         per_agent: dict[str, list[Path]] = {}
-        for run_directory in self.run_directories(run_id):
+        for run_directory in self.run_directories(group):
             for child in sorted(run_directory.iterdir()) if run_directory.is_dir() else []:
                 if child.is_dir():
                     per_agent.setdefault(child.name, []).append(child)
         return [AgentCgroup(tuple(d)) for d in per_agent.values()]
 
     def runs(self) -> list[str]:
-        """Run ids that still have groups here."""
+        """Run groups that still exist here."""
         names: set[str] = set()
         for base in self.bases:
             if base.is_dir():
                 names.update(p.name for p in base.iterdir() if p.is_dir())
         return sorted(names)
 
-    def destroy(self, run_id: str) -> list[int]:
+    def destroy(self, group: str) -> list[int]:
         """Kill every member of the run's groups, then remove the groups; idempotent."""
         killed: list[int] = []
-        for group in self.agents_of(run_id):
-            killed.extend(group.kill())
-            group.remove()
-        AgentCgroup(self.run_directories(run_id)).remove()
+        for agent in self.agents_of(group):
+            killed.extend(agent.kill())
+            agent.remove()
+        AgentCgroup(self.run_directories(group)).remove()
         for base in self.bases:
             try:
                 base.rmdir()  # only once no run of any artifact root uses it

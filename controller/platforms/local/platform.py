@@ -33,6 +33,7 @@ from agent_images.packages import unmet
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.platforms.local.capacity import LocalCapacity
+from controller.platforms.local.cgroup import run_group
 from controller.platforms.local.harvest import copy_declared
 from controller.platforms.local.isolation import LocalIsolation, LocalSandbox, reap_child
 from controller.platforms.local.launch import (
@@ -237,6 +238,9 @@ class LocalSession(PlatformSession):
         self._sockets = _RunSockets(placement.run_dir / SOCKETS_DIR)
         self._sandboxes: list[LocalSandbox] = []
         self._uids = AgentUids(placement.run_id)
+        group = run_group(placement.run_dir)
+        assert group is not None, "the run directory exists before its session"
+        self._group = group
 
     async def start(self, launch: AgentLaunch) -> Sandbox:
         placement = self.placement
@@ -254,7 +258,7 @@ class LocalSession(PlatformSession):
             )
             cgroup = (
                 isolation.cgroups.create(
-                    placement.run_id,
+                    self._group,
                     launch.name,
                     pids_max=isolation.pids_max,
                     memory_bytes=descriptor.resources.memory_limit_mib * MIB,
@@ -424,7 +428,7 @@ class LocalSession(PlatformSession):
             for sandbox in self._sandboxes:
                 await sandbox.access.exit
         if self._isolation.cgroups is not None:
-            await anyio.to_thread.run_sync(self._isolation.cgroups.destroy, self.placement.run_id)
+            await anyio.to_thread.run_sync(self._isolation.cgroups.destroy, self._group)
         for handle in self._sockets.handles:
             handle.close()
         run_dir = self.placement.run_dir

@@ -1,5 +1,10 @@
 """Pid records of a local run, and reaping what a dead run left behind.
 
+Reaping acts only on what this artifact root's own run directory owns: its cgroups are named by
+the directory's identity (``cgroup.run_group``), and its pid records count only beside a
+controller record of ours from this boot. A directory that merely bears a live run's id (under
+another root, or handed over) kills nothing.
+
 An agent's processes are found through its cgroups (``local_cgroup``): membership is the
 kernel's, so nothing an agent writes can point the reaper at another process. Where no cgroup
 was available (``--unsandboxed`` without one), the reaper falls back to the pid records under
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from controller.platforms.local.cgroup import layout_or_none
+from controller.platforms.local.cgroup import layout_or_none, run_group
 from controller.platforms.local.launch import RUN_MARK
 from controller.platforms.local.sockets import SOCKETS_DIR
 from controller.platforms.local.trees import remove_tree
@@ -144,9 +149,10 @@ def reap_run(run_id: str, artifact_root: str | Path) -> ReapReport:
     pids = run_dir / PIDS_DIR
     killed: list[int] = []
     layout = layout_or_none()
-    if layout is not None:
-        killed.extend(layout.destroy(run_id))
-    for path in sorted(pids.glob("*.json")) if pids.is_dir() else []:
+    group = run_group(run_dir)  # this directory's run only, never another root's of that id
+    if layout is not None and group is not None:
+        killed.extend(layout.destroy(group))
+    for path in sorted(pids.glob("*.json")) if _owned(pids) else []:
         record = ProcessRecord.read(path)
         if record is not None and record.kind == "agent":
             killed.extend(_kill_agent(record, run_id))
@@ -154,6 +160,13 @@ def reap_run(run_id: str, artifact_root: str | Path) -> ReapReport:
     remove_tree(run_dir / SOCKETS_DIR)
     remove_tree(pids)
     return ReapReport(run_id, tuple(killed))
+
+
+def _owned(pids: Path) -> bool:
+    """Whether the run's controller record is one of ours from this boot: pid records of a
+    folder that some other controller (or no controller) wrote nominate nothing."""
+    record = ProcessRecord.read(pids / CONTROLLER_RECORD) if pids.is_dir() else None
+    return record is not None and record.uid == os.getuid() and record.boot_id == boot_id()
 
 
 def reap_stale_runs(artifact_root: str | Path) -> list[ReapReport]:
