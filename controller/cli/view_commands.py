@@ -71,7 +71,9 @@ def _view(args: argparse.Namespace) -> int:
     except LedgerError as exc:
         print(json.dumps({"written": False, "reason": exc.reason, "detail": exc.detail}))
         return 1
-    args.output.write_text(render_page(run), encoding="utf-8")
+    from controller.suites.layout import write_atomically
+
+    write_atomically(args.output, render_page(run))  # a page appears whole or not at all
     print(
         json.dumps(
             {

@@ -7,6 +7,7 @@ one JSON document; the script draws only the rows in view.
 from __future__ import annotations
 
 import json
+import re
 from html import escape
 from importlib import resources
 from typing import Any
@@ -51,10 +52,22 @@ def _asset(name: str) -> str:
     return resources.files("controller.viewer").joinpath(name).read_text(encoding="utf-8")
 
 
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+"""In a Python string every code point in this range is unpaired: UTF-8 cannot encode it, and a
+failed ledger, shown as found, may hold one (a JSON ``\\ud800`` escape)."""
+
+
 def embedded_json(value: Any) -> str:
-    """JSON safe inside a ``<script>`` element: no ``<`` can close it or open a comment."""
+    """JSON safe inside a ``<script>`` element: no ``<`` can close it or open a comment, and a
+    lone surrogate stays the escape it was (the page is UTF-8 and holds only encodable text)."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    text = text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return _LONE_SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+def _text(value: object) -> str:
+    """``value`` as HTML text; a lone surrogate becomes U+FFFD, as an HTML parser makes it."""
+    return _LONE_SURROGATE.sub("\ufffd", escape(str(value)))
 
 
 def render_page(run: RunLedger, *, live_events: str | None = None) -> str:
@@ -76,14 +89,14 @@ def render_page(run: RunLedger, *, live_events: str | None = None) -> str:
         "live": {"events": live_events} if live_events else None,
     }
     return _TEMPLATE.format(
-        title=escape(f"replay {manifest.get('runId', '?')}"),
+        title=_text(f"replay {manifest.get('runId', '?')}"),
         connect=" connect-src 'self';" if live_events else "",
         css=_asset("replay.css"),
-        run_id=escape(str(manifest.get("runId", "?"))),
-        definition=escape(str(manifest.get("definitionId", "?"))),
-        created=escape(str(manifest.get("createdAt", "?"))),
-        profile=escape(str(metadata.get("profile", "?"))),
-        seed=escape(str(metadata.get("seed", "?"))),
+        run_id=_text(manifest.get("runId", "?")),
+        definition=_text(manifest.get("definitionId", "?")),
+        created=_text(manifest.get("createdAt", "?")),
+        profile=_text(metadata.get("profile", "?")),
+        seed=_text(metadata.get("seed", "?")),
         records=f"{len(run.records.rows):,}",
         data=embedded_json(data),
         script=_asset("replay.js"),

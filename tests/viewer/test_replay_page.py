@@ -172,3 +172,29 @@ def test_the_agent_filter_hides_rows_of_unchecked_agents(
     texts = page.locator(".row .text").all_inner_texts()
     assert not any(text.startswith("dropped") for text in texts)  # ann <-> ben only
     page.close()
+
+
+def test_a_lone_surrogate_escape_in_a_failed_ledger_gives_a_whole_page_not_a_traceback(
+    browser: Any, run_copy: Path, tmp_path: Path
+) -> None:
+    ledger = run_copy / "ledger" / "main"
+    records = ledger / RECORDS
+    records.write_text(records.read_text().replace("tick 2", "tick \\ud800 \\udfff", 1))
+    manifest = ledger / "manifest.json"
+    manifest.write_text(
+        manifest.read_text().replace('"definitionId":"', '"definitionId":"\\udc80', 1)
+    )
+    output = tmp_path / "replay.html"
+    output.write_text("an older page")
+    result = society("view", str(run_copy), "-o", str(output))
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    written = json.loads(result.stdout)
+    assert (result.returncode, written["verification"]) == (1, "failed")
+    html = output.read_bytes().decode("utf-8")  # whole, and UTF-8
+    assert html.rstrip().endswith("</html>") and written["bytes"] == len(output.read_bytes())
+    assert "tick \\ud800 \\udfff" in html  # the escape as the ledger holds it
+    page, _ = _open(browser, output)
+    assert page.locator("#verification").get_attribute("data-status") == "failed"
+    assert page.evaluate("window.societyReplay.rows()") > 0
+    assert page.locator("#definition").inner_text().startswith("\ufffd")
+    page.close()
