@@ -33,7 +33,12 @@ from controller.platforms.local import LocalPlatform
 from controller.platforms.local import sandbox as local_sandbox
 from controller.platforms.local.cgroup import CgroupLayout, run_group
 from controller.platforms.local.launch import in_cgroups
-from controller.platforms.local.sandbox import FIRST_AGENT_UID, UNSANDBOXED_ENV
+from controller.platforms.local.sandbox import (
+    FIRST_AGENT_UID,
+    UID_BLOCK,
+    UNSANDBOXED_ENV,
+    AgentUids,
+)
 from controller.run import PlatformLost, RunContext, new_run_id
 from controller.run.spec import load_run_spec
 from ledger import open_ledger_artifacts
@@ -316,3 +321,21 @@ def test_the_bubblewrap_probe_binds_an_empty_home_never_the_host_root(
     home = probe.index(local_sandbox.HOME)
     assert probe[home - 2] == "--ro-bind" and probe[home - 1] != "/"
     assert not Path(probe[home - 1]).exists()  # a private empty directory, removed afterwards
+
+
+def test_two_live_runs_that_draw_the_same_uid_block_get_different_uids(tmp_path: Path) -> None:
+    """The block comes from the run id: two ids alike in their first 8 hex digits draw one block,
+    and the second run, finding it held, takes the next free one; released, it is free again."""
+    first_id, second_id = (f"sr-0000abcd{secrets.token_hex(12)}" for _ in range(2))
+    first, second = (AgentUids(i, claims=tmp_path) for i in (first_id, second_id))
+    try:
+        taken = [first.take(), first.take(), second.take()]
+        assert taken == [first.first, first.first + 1, first.first + UID_BLOCK]
+    finally:
+        first.release()
+        second.release()
+    third = AgentUids(f"sr-0000abcd{secrets.token_hex(12)}", claims=tmp_path)
+    try:
+        assert third.take() == first.first
+    finally:
+        third.release()

@@ -431,6 +431,7 @@ class LocalSession(PlatformSession):
             await anyio.to_thread.run_sync(self._isolation.cgroups.destroy, self._group)
         for handle in self._sockets.handles:
             handle.close()
+        self._uids.release()
         run_dir = self.placement.run_dir
         for directory in (run_dir / SANDBOXES_DIR, self._sockets.directory):
             await anyio.to_thread.run_sync(remove_tree, directory)  # agents' trees: hostile

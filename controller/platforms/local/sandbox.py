@@ -23,6 +23,7 @@ What an agent sees and may do:
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import shutil
@@ -40,6 +41,8 @@ FIRST_AGENT_UID = 1 << 24
 UID_BLOCK = 4096
 """Uids one run may hand out: its roster never holds more agents than this."""
 UID_BLOCKS = 1 << 18
+UID_CLAIMS = Path("/run/society-runner/uid-blocks")
+"""As root: one lock file per uid block, held by the live run that uses it."""
 HOME = "/home/agent"
 SOCKETS = "/run/society"
 ROUTER_SOCKET = f"{SOCKETS}/router.sock"
@@ -196,24 +199,63 @@ def _memory_file(name: str, data: bytes) -> int:
 
 
 class AgentUids:
-    """The uids of one run's agents: a block of its own among ``UID_BLOCKS``, one uid per agent.
+    """The uids of one run's agents: a block of ``UID_BLOCK`` among ``UID_BLOCKS``, one per agent.
 
-    The block comes from the run id's random bits; two runs that drew the same block would still
-    not reach each other's keyrings (the seccomp filter refuses every keyring call)."""
+    The block is drawn from the run id's random bits; as root, the run holds a lock on it
+    (``UID_CLAIMS``) while it lives, so two live runs never share a block (a run that finds its
+    block held takes the next free one). Inside a user namespace (not root) the uids map to the
+    user anyway, and each agent's namespace has keyrings of its own."""
 
-    def __init__(self, run_id: str) -> None:
-        block = int(run_id.removeprefix("sr-")[:8] or "0", 16) % UID_BLOCKS
-        self.first = FIRST_AGENT_UID + block * UID_BLOCK
-        self._next = self.first
+    def __init__(self, run_id: str, *, claims: Path | None = None) -> None:
+        self._block = int(run_id.removeprefix("sr-")[:8] or "0", 16) % UID_BLOCKS
+        self._claims = claims if claims is not None else (UID_CLAIMS if os.geteuid() == 0 else None)
+        self._claim: int | None = None
+        self._next: int | None = None
+        self._first = 0
+
+    @property
+    def first(self) -> int:
+        if self._next is None:
+            self._next = FIRST_AGENT_UID + self._claimed_block() * UID_BLOCK
+            self._first = self._next
+        return self._first
 
     def take(self) -> int:
-        if self._next >= self.first + UID_BLOCK:
+        first = self.first
+        assert self._next is not None
+        if self._next >= first + UID_BLOCK:
             raise SandboxUnavailable(
                 f"a local run hands out at most {UID_BLOCK} agent uids; shrink the roster",
                 reason="sandbox-unavailable",
             )
         uid, self._next = self._next, self._next + 1
         return uid
+
+    def release(self) -> None:
+        """Let another run have the block (the lock also ends with this process)."""
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None
+
+    def _claimed_block(self) -> int:
+        if self._claims is None:
+            return self._block
+        self._claims.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for offset in range(UID_BLOCKS):
+            block = (self._block + offset) % UID_BLOCKS
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(self._claims / str(block), flags, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._claim = fd
+            return block
+        raise SandboxUnavailable(
+            f"every block of agent uids under {self._claims} is held by a live run",
+            reason="sandbox-unavailable",
+        )
 
 
 def _parents_to_create(destinations: Iterable[str]) -> list[str]:
