@@ -93,10 +93,14 @@ def rlimits(resources: Resources) -> dict[str, int]:
 
 
 FRESH_KEYRING = """\
-import ctypes, os, sys
-number = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)  # SYS_keyctl
-if number is None or ctypes.CDLL(None, use_errno=True).syscall(number, 1, None) < 0:
-    sys.exit("society: no fresh session keyring: " + os.strerror(ctypes.get_errno()))
+import ctypes, errno, os, sys
+machine = os.uname().machine
+number = {"x86_64": 250, "aarch64": 219, "riscv64": 219}.get(machine)  # SYS_keyctl
+if number is None:
+    sys.exit(f"society: no fresh session keyring: keyctl's number on {machine} is not known")
+if ctypes.CDLL(None, use_errno=True).syscall(number, 1, None) < 0:
+    if ctypes.get_errno() != errno.ENOSYS:  # ENOSYS: a kernel without keyrings, none to inherit
+        sys.exit("society: no fresh session keyring: " + os.strerror(ctypes.get_errno()))
 os.execv(sys.argv[1], sys.argv[1:])
 """
 """Joins a new, empty, anonymous session keyring (``KEYCTL_JOIN_SESSION_KEYRING``), then execs
