@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from controller.cli import compare_command
+from controller.cli import compare_command, inspect_command
 from controller.cli.ledger_catalogs import ledger_runtimes, reader_catalog
 from controller.stores.gcs import DEFAULT_DEADLINE_S
 from ledger import EventCatalog, LedgerError, LedgerVerificationError
@@ -44,6 +44,7 @@ def add_commands(subparsers: Any) -> None:
     )
     commands = ledger.add_subparsers(dest="ledger_command", required=True, metavar="SUBCOMMAND")
     compare_command.add_compare(commands)
+    inspect_command.add_export_inspect(commands)
 
     verify = commands.add_parser(
         "verify",

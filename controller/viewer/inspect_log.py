@@ -1,0 +1,282 @@
+"""A run or a suite as an Inspect AI evaluation log, written with ``inspect_ai``'s own log API.
+
+One sample per roster agent of a run (per run and agent of a suite): its transcript as chat
+messages (what it sent as the assistant's, what was delivered to it as the user's), each model
+gateway call as a ``ModelEvent`` with its usage and cost, each link drop or hold and each failed
+call as an ``InfoEvent``; a grader's output as the sample's score; in metadata the ledger's head
+digest, signature status, definition id, run id and seed. Every ledger is verified (and every
+harvested file re-hashed) before anything is written, so a tampered one leaves no log behind.
+``inspect_ai`` is the optional ``inspect`` extra: ``pip install 'society-runner[inspect]'``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from controller.errors import SetupError
+from controller.viewer.transcripts import (
+    PROGRAM_SUCCEEDED,
+    RunTranscripts,
+    Transcript,
+    read_transcripts,
+)
+
+if TYPE_CHECKING:
+    from inspect_ai.log import EvalLog, EvalSample
+    from inspect_ai.model import ModelUsage
+
+SUITE_FILE = "suite.json"
+GRADER_SCORE = "grader"
+
+
+class InspectUnavailable(SetupError):
+    """``inspect_ai`` is not installed here."""
+
+    reason = "inspect-unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class GradedRun:
+    transcripts: RunTranscripts
+    grade: dict[str, Any] | None
+    extra: dict[str, Any]
+    """What the log's sample metadata adds (a suite's slot, competitors and status)."""
+
+
+def export_inspect(
+    source: Path,
+    output: Path,
+    *,
+    grader: Path | None = None,
+    trusted_key: str | None = None,
+) -> dict[str, Any]:
+    """Write ``source`` (a run or ledger directory, or a suite folder) to ``output`` (an
+    ``.eval`` or ``.json`` log); returns what was written. Raises ``LedgerError`` for a ledger
+    that does not verify, before writing anything."""
+    try:
+        from inspect_ai.log import write_eval_log
+    except ImportError:
+        raise InspectUnavailable(
+            "exporting to Inspect needs inspect_ai, which is not installed for this interpreter",
+            next_step="pip install 'society-runner[inspect]' (scripts/bootstrap.sh --all does)",
+        ) from None
+    if (source / SUITE_FILE).is_file():
+        document = json.loads((source / SUITE_FILE).read_text(encoding="utf-8"))
+        runs = _suite_runs(source, document, grader, trusted_key)
+        log = _log(runs, task=f"society/{document['suite']}", suite=document)
+    else:
+        graded = _graded(read_transcripts(source, trusted_key=trusted_key), source, grader)
+        log = _log([graded], task=f"society/{graded.transcripts.definition_id}", suite=None)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_eval_log(log, str(output))
+    samples = log.samples or []
+    return {"written": str(output), "samples": len(samples), "runs": len(log.eval.metadata or {})}
+
+
+def _graded(transcripts: RunTranscripts, run_dir: Path, grader: Path | None) -> GradedRun:
+    if grader is None:
+        return GradedRun(transcripts, None, {})
+    from ledger.grading import grade_ledger, load_module
+
+    return GradedRun(transcripts, grade_ledger(load_module(grader), run_dir), {})
+
+
+def _suite_runs(
+    folder: Path, document: dict[str, Any], grader: Path | None, trusted_key: str | None
+) -> list[GradedRun]:
+    """Every run of the suite that has a ledger, verified; graded by ``grader`` if given, else
+    as ``suite.json`` recorded it."""
+    runs = []
+    for run in document["runs"]:
+        if run.get("runId") is None:
+            continue
+        run_dir = folder / "runs" / run["runId"]
+        transcripts = read_transcripts(run_dir, trusted_key=trusted_key)
+        graded = _graded(transcripts, run_dir, grader)
+        extra = {
+            "slot": run["slot"],
+            "competitors": run["competitors"],
+            "status": run["status"],
+            "reason": run.get("reason"),
+        }
+        runs.append(GradedRun(transcripts, graded.grade or run.get("result"), extra))
+    return runs
+
+
+def _log(runs: list[GradedRun], *, task: str, suite: dict[str, Any] | None) -> EvalLog:
+    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalResults, EvalSpec, EvalStats
+
+    samples = [
+        _sample(run, transcript, many=suite is not None)
+        for run in runs
+        for transcript in run.transcripts.agents.values()
+    ]
+    first = runs[0].transcripts if runs else None
+    metadata: dict[str, Any] = {run.transcripts.run_id: _run_metadata(run) for run in runs}
+    results_metadata = None if suite is None else {"rankings": suite.get("rankings")}
+    usage: dict[str, ModelUsage] = {}
+    for sample in samples:
+        for model, used in sample.model_usage.items():
+            usage[model] = _add(usage.get(model), used)
+    return EvalLog(
+        status="success"
+        if all(r.transcripts.outcome == PROGRAM_SUCCEEDED for r in runs)
+        else "error",
+        eval=EvalSpec(
+            created=first.created_at if first else datetime.now().astimezone().isoformat(),
+            task=task,
+            dataset=EvalDataset(name=task, samples=len(samples)),
+            model="none",
+            config=EvalConfig(),
+            metadata=metadata,
+        ),
+        results=EvalResults(
+            total_samples=len(samples), completed_samples=len(samples), metadata=results_metadata
+        ),
+        stats=EvalStats(model_usage=usage),
+        samples=samples,
+        metadata={"suite": suite["suite"]}
+        if suite is not None
+        else {"runId": first and first.run_id},
+    )
+
+
+def _run_metadata(run: GradedRun) -> dict[str, Any]:
+    t = run.transcripts
+    return {
+        "runId": t.run_id,
+        "definitionId": t.definition_id,
+        "seed": t.seed,
+        "headDigest": t.head_digest,
+        "signature": t.signature,
+        "signedRecords": t.signed_records,
+        "records": t.records,
+        "outcome": t.outcome,
+        **run.extra,
+    }
+
+
+def _sample(run: GradedRun, transcript: Transcript, *, many: bool) -> EvalSample:
+    from inspect_ai.log import EvalSample
+
+    t = run.transcripts
+    usage: dict[str, ModelUsage] = {}
+    for call in transcript.calls:
+        key = f"{call.provider}/{call.model}"
+        usage[key] = _add(
+            usage.get(key), _usage(call.prompt_tokens, call.completion_tokens, call.cost_usd)
+        )
+    return EvalSample(
+        id=f"{t.run_id}/{transcript.agent}" if many else transcript.agent,
+        epoch=1,
+        input=f"agent {transcript.agent} ({transcript.runtime}) in {t.definition_id}",
+        target="",
+        messages=_messages(transcript),
+        events=[*_model_events(transcript), *_info_events(transcript)],
+        model_usage=usage,
+        scores=None if run.grade is None else {GRADER_SCORE: _score(run.grade)},
+        metadata={**_run_metadata(run), "agent": transcript.agent, "runtime": transcript.runtime},
+    )
+
+
+def _messages(transcript: Transcript) -> list[Any]:
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser
+
+    messages: list[Any] = []
+    for direction, message in transcript.messages:
+        metadata = {
+            "sender": message.sender,
+            "conversationId": message.conversation_id,
+            "messageId": message.message_id,
+            "routerSequence": message.sequence,
+        }
+        if direction == "sent":
+            messages.append(ChatMessageAssistant(content=message.text, metadata=metadata))
+        else:
+            messages.append(ChatMessageUser(content=message.text, metadata=metadata))
+    return messages
+
+
+def _model_events(transcript: Transcript) -> list[Any]:
+    from inspect_ai.event import ModelEvent
+    from inspect_ai.model import GenerateConfig, ModelOutput
+
+    events = []
+    for call in transcript.calls:
+        usage = _usage(call.prompt_tokens, call.completion_tokens, call.cost_usd)
+        events.append(
+            ModelEvent(
+                timestamp=_time(call.observed_at),
+                model=f"{call.provider}/{call.model}",
+                input=[],
+                tools=[],
+                tool_choice="none",
+                config=GenerateConfig(),
+                output=ModelOutput(model=call.model, usage=usage),
+                working_time=call.latency_ms / 1000,
+                metadata={
+                    "promptTokens": call.prompt_tokens,
+                    "completionTokens": call.completion_tokens,
+                    "costUsd": call.cost_usd,
+                    "latencyMs": call.latency_ms,
+                    "attempts": call.attempts,
+                },
+            )
+        )
+    return events
+
+
+def _info_events(transcript: Transcript) -> list[Any]:
+    from inspect_ai.event import InfoEvent
+
+    return [
+        InfoEvent(timestamp=_time(notice.observed_at), source=notice.tag, data=notice.event)
+        for notice in transcript.notices
+    ]
+
+
+def _usage(prompt: int | None, completion: int | None, cost: float | None) -> ModelUsage:
+    from inspect_ai.model import ModelUsage
+
+    return ModelUsage(
+        input_tokens=prompt or 0,
+        output_tokens=completion or 0,
+        total_tokens=(prompt or 0) + (completion or 0),
+        total_cost=cost,
+    )
+
+
+def _add(total: ModelUsage | None, used: ModelUsage) -> ModelUsage:
+    if total is None:
+        return used
+    cost = (
+        None
+        if total.total_cost is None or used.total_cost is None
+        else total.total_cost + used.total_cost
+    )
+    return total.model_copy(
+        update={
+            "input_tokens": total.input_tokens + used.input_tokens,
+            "output_tokens": total.output_tokens + used.output_tokens,
+            "total_tokens": total.total_tokens + used.total_tokens,
+            "total_cost": cost,
+        }
+    )
+
+
+def _score(grade: dict[str, Any]) -> Any:
+    """The grader's output: its scalar fields as the score's value, all of it as metadata."""
+    from inspect_ai.scorer import Score
+
+    scalars = {
+        k: v for k, v in grade.items() if v is None or isinstance(v, str | int | float | bool)
+    }
+    return Score(value=scalars or json.dumps(grade, sort_keys=True), metadata={"output": grade})
+
+
+def _time(observed_at: str) -> datetime:
+    return datetime.fromisoformat(observed_at.replace("Z", "+00:00"))
