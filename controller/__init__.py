@@ -1,9 +1,9 @@
 """Society Runner's controller: the experiment API, the router, runtimes, profiles and the CLI.
 
 A RunSpec module imports what it needs from here: ``RunSpec`` and ``RunContext``, the runtimes
-(``scripted``, ``llm``, ``openclaw``, ``peer``), the scripted policy's parts (``ScriptedPolicy``,
-``Rule``, ``Opening``, ``ReplyDelay``), events (``Event``, ``EventCatalog``, ``core_events``) and
-the outcomes. Graders open ledgers with ``ledger`` and decode core events from
+(``scripted``, ``llm``, ``openclaw``, ``nanoclaw``, ``peer``), the scripted policy's parts
+(``ScriptedPolicy``, ``Rule``, ``Opening``, ``ReplyDelay``), events (``Event``, ``EventCatalog``,
+``core_events``) and the outcomes. Graders open ledgers with ``ledger`` and decode core events from
 ``controller.events``; a peer's policy module imports ``agent_images.peer.policy``.
 
 Public names load lazily so that an agent program importing only ``controller.network.client``
@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # static checkers see the real names; at run time they load o
     from agent_images.scripted.policy import Opening, ReplyDelay, Rule, ScriptedPolicy
     from controller.agents import peer, scripted
     from controller.agents.llm import llm
+    from controller.agents.nanoclaw import nanoclaw
     from controller.agents.openclaw import openclaw
     from controller.events import core_events
     from controller.run import (
@@ -46,6 +47,7 @@ _EXPORTS = {
     "peer": "controller.agents",
     "llm": "controller.agents.llm",
     "openclaw": "controller.agents.openclaw",
+    "nanoclaw": "controller.agents.nanoclaw",
     "ScriptedPolicy": "agent_images.scripted.policy",
     "Rule": "agent_images.scripted.policy",
     "Opening": "agent_images.scripted.policy",
@@ -67,6 +69,7 @@ __all__ = [
     "core_events",
     "llm",
     "load_run_spec",
+    "nanoclaw",
     "openclaw",
     "peer",
     "scripted",

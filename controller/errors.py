@@ -45,6 +45,7 @@ beside the code that raises it (the module named after it):
     │   └── TerraformUnreadable  controller.ops.checks.terraform_checks
     ├── NetworkError  controller.network.errors
     ├── OwnerError  controller.agents.bridge
+    │   └── NanoClawGatewayError  controller.agents.nanoclaw_gateway
     ├── OwnerTypeError  controller.agents.roster  (also a TypeError)
     ├── RuntimeDescriptorError  controller.agents.runtime
     ├── LedgerExportError  controller.stores.gcs

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Idempotent install into ./.venv (safe to run again).
 #   scripts/bootstrap.sh         the core: society-runner and its Python dependencies, bubblewrap
-#   scripts/bootstrap.sh --all   also the dev tools (.[dev]), the local model (scripts/install-llm.sh)
-#                                and OpenClaw (scripts/install-openclaw.sh)
-# Without --all, `society run` installs the local model or OpenClaw when a roster first needs one.
+#   scripts/bootstrap.sh --all   also the dev tools (.[dev]), the local model (scripts/install-llm.sh),
+#                                OpenClaw (scripts/install-openclaw.sh) and NanoClaw's Node side
+#                                (scripts/install-nanoclaw.sh)
+# Without --all, `society run` installs the local model, OpenClaw or NanoClaw when a roster first
+# needs one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every line of install chatter (pip, apt, the llama.cpp build) goes to stderr: stdout stays
@@ -43,4 +45,8 @@ fi
 
 if $all && [ -x scripts/install-openclaw.sh ]; then
   scripts/install-openclaw.sh
+fi
+
+if $all && [ -x scripts/install-nanoclaw.sh ]; then
+  scripts/install-nanoclaw.sh
 fi

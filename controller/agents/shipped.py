@@ -18,6 +18,7 @@ SHIPPED_RUNTIMES: Mapping[str, str] = {
     "scripted": "controller.agents.scripted:ScriptedRuntime",
     "llm": "controller.agents.llm:LLMRuntime",
     "openclaw": "controller.agents.openclaw:OpenClawRuntime",
+    "nanoclaw": "controller.agents.nanoclaw:NanoClawRuntime",
     "peer": "controller.agents.peer:PeerRuntime",
 }
 """Runtime name -> ``module:class`` of its descriptor (imported when asked: llm and openclaw

@@ -1,9 +1,11 @@
-"""The optional parts of a local run, the local model and OpenClaw: which a roster needs, whether
-they are installed here, and their install by this checkout's own script when a run first needs one.
+"""The optional parts of a local run, the local model, OpenClaw and NanoClaw: which a roster
+needs, whether they are installed here, and their install by this checkout's own script when a run
+first needs one.
 
 Checking starts no process: the local model is import specs and a file list in this interpreter,
-OpenClaw two files where ``agent_images.openclaw.config.install_dir`` looks. Installing runs the
-part's script (``scripts/install-llm.sh``, ``scripts/install-openclaw.sh``) with its output on
+OpenClaw (and NanoClaw) two files where ``agent_images.<runtime>.config.install_dir`` looks.
+Installing runs the part's script (``scripts/install-llm.sh``, ``scripts/install-openclaw.sh``,
+``scripts/install-nanoclaw.sh``) with its output on
 stderr, one install of a part per environment at a time (a suite starts runs in parallel).
 """
 
@@ -22,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent_images.nanoclaw import config as nanoclaw_config
 from agent_images.openclaw.config import (
     INSTALL_DIR_VARIABLE,
     install_dir,
@@ -116,7 +119,9 @@ def installs_allowed() -> bool:
 
 def needed_parts(agents: Mapping[str, object]) -> list[Part]:
     """The parts the roster ``agents`` needs, installed or not: the local model for every model
-    user that names no provider, OpenClaw for every OpenClaw agent."""
+    user that names no provider, OpenClaw for every OpenClaw agent, NanoClaw's Node side for
+    every NanoClaw agent."""
+    from controller.agents.nanoclaw import NanoClawRuntime
     from controller.agents.openclaw import OpenClawRuntime
     from controller.modelgateway.service import ModelUser
 
@@ -126,11 +131,14 @@ def needed_parts(agents: Mapping[str, object]) -> list[Part]:
         if isinstance(descriptor, ModelUser) and descriptor.model_provider is None
     )
     claws = tuple(name for name, d in agents.items() if isinstance(d, OpenClawRuntime))
+    nanos = tuple(name for name, d in agents.items() if isinstance(d, NanoClawRuntime))
     parts = []
     if local:
         parts.append(_local_model(local))
     if claws:
         parts.append(_openclaw(claws))
+    if nanos:
+        parts.append(_nanoclaw(nanos))
     return parts
 
 
@@ -236,6 +244,31 @@ def _openclaw(agents: tuple[str, ...]) -> Part:
         agents=agents,
         installed=installed,
         estimate=lambda: "about 2 min, mostly download",
+    )
+
+
+def _nanoclaw(agents: tuple[str, ...]) -> Part:
+    directory = nanoclaw_config.install_dir()
+
+    def installed() -> bool:
+        return all(
+            path.is_file()
+            for path in (
+                nanoclaw_config.node_executable(directory),
+                nanoclaw_config.claude_code_executable(directory),
+            )
+        )
+
+    return Part(
+        key="nanoclaw",
+        title="NanoClaw's Node side",
+        contents="Node 24 and @anthropic-ai/claude-agent-sdk from npm, ~650 MB",
+        script="install-nanoclaw.sh",
+        variables={nanoclaw_config.INSTALL_DIR_VARIABLE: str(directory)},
+        target=directory.parent,
+        agents=agents,
+        installed=installed,
+        estimate=lambda: "about 1 min, mostly download",
     )
 
 

@@ -1,0 +1,1 @@
+"""The NanoClaw runtime's agent program (see ``agent``)."""

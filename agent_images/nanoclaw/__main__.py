@@ -1,0 +1,3 @@
+from agent_images.nanoclaw.agent import main
+
+main()

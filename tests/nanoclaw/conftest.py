@@ -1,0 +1,41 @@
+"""Fixtures for the NanoClaw runtime: the pinned install and the local model are required (a
+failure under CI, a skip on a developer's partial machine)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+import pytest
+
+from agent_images.nanoclaw.config import claude_code_executable, node_executable
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> Any:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def require_nanoclaw() -> None:
+    """NanoClaw's Node side (scripts/install-nanoclaw.sh) and the local model (install-llm.sh)."""
+    missing = [
+        what
+        for what, present in (
+            (
+                "NanoClaw's Node side (scripts/install-nanoclaw.sh)",
+                node_executable().is_file() and claude_code_executable().is_file(),
+            ),
+            (
+                "llama_cpp (scripts/install-llm.sh)",
+                importlib.util.find_spec("llama_cpp") is not None,
+            ),
+        )
+        if not present
+    ]
+    if not missing:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"missing {', '.join(missing)} (CI must run the NanoClaw tests)")
+    pytest.skip(f"missing {', '.join(missing)}")
