@@ -36,10 +36,10 @@ def remove_tree(path: Path) -> list[str]:
         return [f"{path}: {exc.strerror or exc}"]
     if not stat.S_ISDIR(info.st_mode):
         return _unlink(path, None, str(path))
-    try:
-        fd = os.open(path, _DIRECTORY)
-    except OSError as exc:
-        return [f"{path}: {exc.strerror or exc}"]
+    opened = _open_directory(str(path), None)
+    if isinstance(opened, str):
+        return [f"{path}: {opened}"]
+    fd = opened
     problems: list[str] = []
     levels = [_Level(str(path), (info.st_dev, info.st_ino))]
     while True:
@@ -103,7 +103,7 @@ def _empty_out(
     return None
 
 
-def _open_directory(name: str, parent: int) -> int | str:
+def _open_directory(name: str, parent: int | None) -> int | str:
     """A descriptor for ``name`` (made searchable first if the agent locked it), or why not."""
     for attempt in range(2):
         try:
