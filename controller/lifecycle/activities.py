@@ -122,9 +122,9 @@ class LifecycleActivities:
         request = self._placed(request)
         directory = run_directory(request.artifact_root, request.run_id)
         workflow_run_id = activity.info().workflow_run_id
-        directory.parent.mkdir(parents=True, exist_ok=True)
+        directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new root: ours only
         try:
-            directory.mkdir()
+            directory.mkdir(mode=0o700)  # its ledger and artifacts: the submitter's only
         except FileExistsError:
             # a retry of this very prepare finds its own directory; anything else is a clash
             if run_record(directory.parent, request.run_id).get("workflowRunId") != workflow_run_id:

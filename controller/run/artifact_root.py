@@ -9,7 +9,9 @@ under it (``.temporal/``) must also be no link.
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -56,6 +58,19 @@ def _problem(info: os.stat_result) -> str | None:
         return "is not a directory"
     if info.st_uid != os.geteuid():
         return f"is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if info.st_mode & stat.S_IWOTH or (info.st_mode & stat.S_IWGRP and not _own_group(info)):
         return f"may be written by others (mode {stat.S_IMODE(info.st_mode):04o})"
     return None
+
+
+def _own_group(info: os.stat_result) -> bool:
+    """A group-writable directory is still ours alone when its group is our own private group
+    (``umask 002`` desktops make every directory so): our gid, and no other listed member."""
+    if info.st_gid != os.getegid():
+        return False
+    try:
+        members = set(grp.getgrgid(info.st_gid).gr_mem)
+        me = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return False
+    return members <= {me}

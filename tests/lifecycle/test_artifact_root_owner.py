@@ -10,6 +10,7 @@ it was.
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ from lifecycle_support import SOCIETY
 from other_user import LocalUser, other_user
 
 from controller.run import new_run_id
+from controller.run.artifact_root import ArtifactRootUnsafe, check_private
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hello.py"
 
@@ -103,3 +105,16 @@ def test_a_root_others_may_write_is_refused_even_when_it_is_yours(
     assert_refused(society("run", str(EXAMPLE), root=root), "may be written by others", 2)
     assert json.loads(victim.read_text()) == {"mine": True}
     assert sorted(p.name for p in root.iterdir()) == [".temporal"]
+
+
+def test_a_root_only_your_own_private_group_may_write_is_yours(tmp_path: Path) -> None:
+    """A ``umask 002`` desktop makes every directory group-writable by the user's own group."""
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    os.chmod(root, 0o775)
+    os.chown(root, os.geteuid(), os.getegid())
+    assert not grp.getgrgid(os.getegid()).gr_mem  # this user's group: no other member
+    check_private(root)  # accepted
+    os.chmod(root, 0o777)
+    with pytest.raises(ArtifactRootUnsafe, match="may be written by others"):
+        check_private(root)
