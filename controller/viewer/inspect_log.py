@@ -69,7 +69,8 @@ def export_inspect(
         runs = _suite_runs(source, document, grader, trusted_key)
         log = _log(runs, task=f"society/{document['suite']}", suite=document)
     else:
-        graded = _graded(read_transcripts(source, trusted_key=trusted_key), source, grader)
+        transcripts = read_transcripts(source, trusted_key=trusted_key)
+        graded = _graded(transcripts, source, grader, trusted_key)
         log = _log([graded], task=f"society/{graded.transcripts.definition_id}", suite=None)
     output.parent.mkdir(parents=True, exist_ok=True)
     write_eval_log(log, str(output))
@@ -77,12 +78,21 @@ def export_inspect(
     return {"written": str(output), "samples": len(samples), "runs": len(log.eval.metadata or {})}
 
 
-def _graded(transcripts: RunTranscripts, run_dir: Path, grader: Path | None) -> GradedRun:
+def _graded(
+    transcripts: RunTranscripts, run_dir: Path, grader: Path | None, trusted_key: str | None
+) -> GradedRun:
+    """The run graded as ``society grade`` grades it (core and shipped runtimes' events beside
+    the grader's catalog)."""
     if grader is None:
         return GradedRun(transcripts, None, {})
+    from controller.agents.shipped import shipped_runtime_catalogs
+    from controller.events import core_events
+    from ledger import EventCatalog
     from ledger.grading import grade_ledger, load_module
 
-    return GradedRun(transcripts, grade_ledger(load_module(grader), run_dir), {})
+    reader = EventCatalog.merge(core_events, *shipped_runtime_catalogs().values())
+    grade = grade_ledger(load_module(grader), run_dir, base_catalog=reader, trusted_key=trusted_key)
+    return GradedRun(transcripts, grade, {})
 
 
 def _suite_runs(
@@ -96,7 +106,7 @@ def _suite_runs(
             continue
         run_dir = folder / "runs" / run["runId"]
         transcripts = read_transcripts(run_dir, trusted_key=trusted_key)
-        graded = _graded(transcripts, run_dir, grader)
+        graded = _graded(transcripts, run_dir, grader, trusted_key)
         extra = {
             "slot": run["slot"],
             "competitors": run["competitors"],
