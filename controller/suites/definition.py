@@ -26,8 +26,11 @@ SUITE_ID = re.compile(r"^[a-z][a-z0-9.-]{0,62}$")
 TIE = "tie"
 """What a pairs grader's result field may hold (besides ``None``) when nobody won."""
 
-Matchups = Literal["single", "pairs"]
+Matchups = Literal["single", "pairs", "round-robin"]
+Ranking = Literal["bradley-terry", "score"]
 Build = Callable[[Mapping[str, Any]], RunSpec]
+TWIN = "-twin"
+"""A self-play run's second seat is the competitor's name with this suffix (roster names differ)."""
 
 
 class SuiteError(SocietyError):
@@ -44,6 +47,20 @@ class Slot:
     seed: int
 
     @property
+    def seats(self) -> tuple[str, ...]:
+        """The roster names: the competitors, a self-play run's second seat as ``<name>-twin``."""
+        if len(self.competitors) == 2 and self.competitors[0] == self.competitors[1]:
+            return (self.competitors[0], self.competitors[0] + TWIN)
+        return self.competitors
+
+    @property
+    def self_play(self) -> bool:
+        return len(self.seats) != len(set(self.competitors))
+
+    def competitor_of(self, seat: str) -> str:
+        return seat.removesuffix(TWIN) if self.self_play else seat
+
+    @property
     def matchup(self) -> str:
         """``a`` or ``a.b``: competitor names never hold a dot, so the key is unambiguous."""
         return ".".join(self.competitors)
@@ -57,7 +74,8 @@ class Slot:
 class Suite:
     """Competitors, a ``build`` that makes the RunSpec for those taking part, matchups, seeds, and
     the grader module (a path, relative to the suite module) with the result field that scores
-    (``single``) or names the winner (``pairs``)."""
+    (``single``), names the winner (``pairs``, ``round-robin``), or, with ``ranking="score"``,
+    maps each seat to its payoff."""
 
     id: str
     competitors: Mapping[str, Any]
@@ -66,6 +84,8 @@ class Suite:
     seeds: tuple[int, ...]
     grader: Path
     result: str
+    ranking: Ranking = "bradley-terry"
+    self_play: bool = False
     source: Path | None = None
     """The module that defined the suite, once ``load_suite`` loaded it."""
 
@@ -80,6 +100,8 @@ class Suite:
         seeds: Iterable[int],
         grader: str | Path,
         result: str,
+        ranking: Ranking = "bradley-terry",
+        self_play: bool = False,
     ) -> Suite:
         """Check and freeze a suite; raises ``SuiteError``."""
         if not isinstance(id, str) or not SUITE_ID.match(id):
@@ -89,6 +111,7 @@ class Suite:
                 reason="bad-id",
             )
         roster = _check_competitors(competitors, matchups)
+        _check_ranking(matchups, ranking, self_play, roster)
         if not callable(build) or inspect.iscoroutinefunction(build):
             raise SuiteError(
                 "build must be a plain function taking the competitors of one run (name -> "
@@ -124,6 +147,8 @@ class Suite:
             seeds=chosen,
             grader=grader_path,
             result=result,
+            ranking=ranking,
+            self_play=self_play,
         )
 
     def slots(self) -> list[Slot]:
@@ -131,8 +156,15 @@ class Suite:
         names = list(self.competitors)
         if self.matchups == "single":
             lineups: list[tuple[str, ...]] = [(name,) for name in names]
-        else:
+        elif self.matchups == "pairs":
             lineups = list(itertools.permutations(names, 2))
+        else:  # each unordered pair once, seated in the order the competitors were given
+            pairs = (
+                itertools.combinations_with_replacement
+                if self.self_play
+                else itertools.combinations
+            )
+            lineups = list(pairs(names, 2))
         return [Slot(lineup, seed) for lineup in lineups for seed in self.seeds]
 
     def run_spec_for(self, competitors: Iterable[str]) -> RunSpec:
@@ -145,7 +177,12 @@ class Suite:
                 f"{', '.join(self.competitors)})",
                 reason="unknown-competitor",
             )
-        spec = self.build(MappingProxyType({name: self.competitors[name] for name in names}))
+        seats = Slot(names, 0).seats
+        spec = self.build(
+            MappingProxyType(
+                {seat: self.competitors[name] for seat, name in zip(seats, names, strict=True)}
+            )
+        )
         if not isinstance(spec, RunSpec):
             raise SuiteError(
                 f"build({', '.join(names)}) returned {type(spec).__name__}, not a RunSpec; "
@@ -166,10 +203,11 @@ class Suite:
 
 
 def _check_competitors(competitors: Mapping[str, Any], matchups: str) -> Mapping[str, Any]:
-    if matchups not in ("single", "pairs"):
+    if matchups not in ("single", "pairs", "round-robin"):
         raise SuiteError(
-            f"matchups must be 'single' (one competitor per run, ranked by score) or 'pairs' "
-            f"(every ordered pair meets once per seed), got {matchups!r}",
+            f"matchups must be 'single' (one competitor per run, ranked by score), 'pairs' "
+            f"(every ordered pair meets once per seed) or 'round-robin' (every unordered pair "
+            f"once per seed), got {matchups!r}",
             reason="bad-matchups",
         )
     if not isinstance(competitors, Mapping) or not competitors:
@@ -184,9 +222,38 @@ def _check_competitors(competitors: Mapping[str, Any], matchups: str) -> Mapping
                 f"{TIE!r} (a roster name, so a grader can name the winner)",
                 reason="bad-competitor-name",
             )
-    if matchups == "pairs" and len(competitors) < 2:
-        raise SuiteError("'pairs' needs at least two competitors", reason="bad-competitors")
+    if matchups != "single" and len(competitors) < 2:
+        raise SuiteError(f"{matchups!r} needs at least two competitors", reason="bad-competitors")
     return MappingProxyType(dict(competitors))
+
+
+def _check_ranking(
+    matchups: str, ranking: str, self_play: bool, competitors: Mapping[str, Any]
+) -> None:
+    if ranking not in ("bradley-terry", "score"):
+        raise SuiteError(
+            f"ranking must be 'bradley-terry' (the result field names the winner) or 'score' "
+            f"(it maps each seat to its payoff; competitors ranked by total), got {ranking!r}",
+            reason="bad-ranking",
+        )
+    if matchups == "single" and ranking != "bradley-terry":
+        raise SuiteError(
+            "'single' suites are ranked by their score field already; ranking= is for pairs",
+            reason="bad-ranking",
+        )
+    if self_play and matchups != "round-robin":
+        raise SuiteError(
+            "self_play=True needs matchups='round-robin' (each competitor meets its twin once per "
+            "seed)",
+            reason="bad-self-play",
+        )
+    too_long = [name for name in competitors if self_play and len(name) + len(TWIN) > 63]
+    if too_long:
+        raise SuiteError(
+            f"competitor {too_long[0]!r} is too long for self-play: its twin seat "
+            f"{too_long[0] + TWIN!r} must be a roster name of at most 63 characters",
+            reason="bad-competitor-name",
+        )
 
 
 def load_suite(path: str | Path) -> Suite:

@@ -47,7 +47,8 @@ class RunEvidence:
     result: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
     value: Any = None
-    """The result field: a score (single) or the winner, ``None`` for a tie (pairs)."""
+    """The result field: a score (single), the winner's competitor name, ``None`` for a tie
+    (pairs, round-robin), or each seat's payoff (``ranking="score"``)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -167,18 +168,34 @@ def _result_value(suite: Suite, slot: Slot, result: dict[str, Any]) -> tuple[Any
         return None, f"the grader's result has no field {suite.result!r}"
     value = result[suite.result]
     if suite.matchups == "single":
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
+        if not _finite(value):
             return None, f"{suite.result}={value!r} is not a finite number (a score)"
         return value, None
+    if suite.ranking == "score":
+        return _payoffs(suite, slot, value)
     if value is None or value == TIE:
         return None, None
-    if value not in slot.competitors:
+    if value not in slot.seats:
         return None, (
             f"{suite.result}={value!r} names no competitor of this run "
-            f"({', '.join(slot.competitors)}) and is not {TIE!r} or null"
+            f"({', '.join(slot.seats)}) and is not {TIE!r} or null"
         )
-    return value, None
+    return slot.competitor_of(value), None
+
+
+def _payoffs(suite: Suite, slot: Slot, value: Any) -> tuple[Any, str | None]:
+    """A score suite's result: every seat of the run mapped to a finite payoff, nothing else."""
+    if (
+        not isinstance(value, dict)
+        or set(value) != set(slot.seats)
+        or not all(_finite(points) for points in value.values())
+    ):
+        return None, (
+            f"{suite.result}={str(value)[:200]} does not map each seat of this run "
+            f"({', '.join(slot.seats)}) to a finite number (its payoff)"
+        )
+    return {seat: float(value[seat]) for seat in slot.seats}, None
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)

@@ -103,7 +103,9 @@ class Rating:
 
 
 def rate(names: Sequence[str], games: Sequence[Game]) -> list[Rating]:
-    """Strengths with bootstrap intervals (resampling seeds), best first; ties broken by name."""
+    """Strengths with bootstrap intervals (resampling seeds), best first, equal strengths in name
+    order (``shared_ranks`` gives them one rank). With fewer than two seeds no interval can be
+    estimated: ``low`` and ``high`` are then the strength itself (``estimable_interval`` False)."""
     strengths = fit_strengths(win_matrix(names, games))
     by_seed: dict[int, list[Game]] = {}
     for game in games:
@@ -111,7 +113,7 @@ def rate(names: Sequence[str], games: Sequence[Game]) -> list[Rating]:
     seeds = sorted(by_seed)
     rng = random.Random(BOOTSTRAP_SEED)
     samples: list[list[float]] = [[] for _ in names]
-    for _ in range(BOOTSTRAP_SAMPLES if seeds else 0):
+    for _ in range(BOOTSTRAP_SAMPLES if len(seeds) > 1 else 0):
         drawn = [seeds[rng.randrange(len(seeds))] for _ in seeds]
         resampled = [game for seed in drawn for game in by_seed[seed]]
         for i, value in enumerate(fit_strengths(win_matrix(names, resampled))):
@@ -122,6 +124,53 @@ def rate(names: Sequence[str], games: Sequence[Game]) -> list[Rating]:
         record = _record(name, games)
         ratings.append(Rating(name, _round(strengths[i]), _round(low), _round(high), *record))
     return sorted(ratings, key=lambda rating: (-rating.strength, rating.name))
+
+
+def shared_ranks(values: Sequence[float]) -> list[int]:
+    """Competition ranks, best (largest) first: equal values share a rank (1, 1, 3)."""
+    return [1 + sum(1 for other in values if other > value) for value in values]
+
+
+def estimable_interval(seeds: Iterable[int]) -> bool:
+    """A bootstrap over seeds says something only when there are at least two seeds."""
+    return len(set(seeds)) > 1
+
+
+NO_INTERVAL = "one seed: no interval can be estimated (run more seeds)"
+
+
+@dataclass(frozen=True, slots=True)
+class Total:
+    """A competitor's total payoff over every game it played, with a bootstrap interval."""
+
+    name: str
+    total: float
+    low: float
+    high: float
+    games: int
+
+
+def rank_totals(names: Sequence[str], payoffs: Sequence[tuple[str, int, float]]) -> list[Total]:
+    """Totals of ``(competitor, seed, points)`` (one entry per competitor per game), best first,
+    equal totals in name order; the interval resamples seeds (all games of a drawn seed)."""
+    per_seed: dict[str, dict[int, list[float]]] = {name: {} for name in names}
+    for name, seed, points in payoffs:
+        per_seed[name].setdefault(seed, []).append(points)
+    sums = {name: {s: math.fsum(p) for s, p in seeds.items()} for name, seeds in per_seed.items()}
+    seeds = sorted({seed for _, seed, _ in payoffs})
+    rng = random.Random(BOOTSTRAP_SEED)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(BOOTSTRAP_SAMPLES if len(seeds) > 1 else 0):
+        drawn = [seeds[rng.randrange(len(seeds))] for _ in seeds]
+        for name in names:
+            samples[name].append(math.fsum(sums[name].get(seed, 0.0) for seed in drawn))
+    totals = []
+    for name in names:
+        total = math.fsum(sums[name].values())
+        low, high = percentile_interval(samples[name]) if samples[name] else (total, total)
+        games = sum(len(points) for points in per_seed[name].values())
+        totals.append(Total(name, _round(total), _round(low), _round(high), games))
+    return sorted(totals, key=lambda row: (-row.total, row.name))
 
 
 def percentile_interval(values: Iterable[float]) -> tuple[float, float]:

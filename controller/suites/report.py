@@ -20,10 +20,14 @@ from controller.suites.ratings import (
     BOOTSTRAP_SEED,
     DECIMALS,
     INTERVAL,
+    NO_INTERVAL,
     PRIOR,
     Game,
+    estimable_interval,
     mean_interval,
+    rank_totals,
     rate,
+    shared_ranks,
 )
 from ledger.grading import load_module
 
@@ -88,37 +92,74 @@ def _method(suite: Suite) -> dict[str, Any]:
         "bootstrap": {"samples": BOOTSTRAP_SAMPLES, "seed": BOOTSTRAP_SEED, "over": "seeds"},
         "interval": INTERVAL,
         "decimals": DECIMALS,
+        "ranks": "shared by equal values",
     }
     if suite.matchups == "single":
         return {"ranking": "mean score", **common}
-    return {"ranking": "bradley-terry", "prior": PRIOR, "ties": "half a win each", **common}
+    if suite.ranking == "score":
+        method: dict[str, Any] = {"ranking": "total score", **common}
+    else:
+        method = {"ranking": "bradley-terry", "prior": PRIOR, "ties": "half a win each", **common}
+    if suite.self_play:
+        method["selfPlay"] = "played and reported, not ranked (a competitor against its twin)"
+    return method
 
 
 def _rankings(suite: Suite, runs: list[RunEvidence]) -> list[dict[str, Any]]:
     ranked = [run for run in runs if run.status == "ranked"]
     names = list(suite.competitors)
-    if suite.matchups == "pairs":
-        games = [
-            Game(run.slot.competitors[0], run.slot.competitors[1], run.slot.seed, run.value)
+    seeds = [run.slot.seed for run in ranked]
+    if suite.matchups == "single":
+        return _mean_rows(names, ranked)
+    if suite.ranking == "score":
+        payoffs = [
+            (run.slot.competitor_of(seat), run.slot.seed, points)
             for run in ranked
+            if not run.slot.self_play
+            for seat, points in run.value.items()
         ]
-        playing = [n for n in names if any(n in (g.first, g.second) for g in games)]
-        return [
-            {"rank": place, "competitor": rating.name, **rating.as_json()}
-            for place, rating in enumerate(rate(playing, games), start=1)
+        playing = [n for n in names if any(n == name for name, _, _ in payoffs)]
+        rows = [
+            {"competitor": t.name, "total": t.total, "interval": [t.low, t.high], "games": t.games}
+            for t in rank_totals(playing, payoffs)
         ]
+        return _ranked(rows, "total", estimable_interval(seeds))
+    games = [
+        Game(run.slot.competitors[0], run.slot.competitors[1], run.slot.seed, run.value)
+        for run in ranked
+        if not run.slot.self_play
+    ]
+    playing = [n for n in names if any(n in (g.first, g.second) for g in games)]
+    rows = [{"competitor": rating.name, **rating.as_json()} for rating in rate(playing, games)]
+    return _ranked(rows, "strength", estimable_interval(game.seed for game in games))
+
+
+def _mean_rows(names: list[str], ranked: list[RunEvidence]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    estimable = True
     for name in names:
         scores = {
             run.slot.seed: float(run.value) for run in ranked if run.slot.competitors[0] == name
         }
         if scores:
             mean, low, high = mean_interval(scores)
+            estimable = estimable and estimable_interval(scores)
             rows.append(
                 {"competitor": name, "score": mean, "interval": [low, high], "runs": len(scores)}
             )
     rows.sort(key=lambda row: (-float(row["score"]), str(row["competitor"])))
-    return [{"rank": place, **row} for place, row in enumerate(rows, start=1)]
+    return _ranked(rows, "score", estimable)
+
+
+def _ranked(rows: list[dict[str, Any]], key: str, estimable: bool) -> list[dict[str, Any]]:
+    """``rows`` (best first) with shared ranks, and no interval where none can be estimated."""
+    ranks = shared_ranks([float(row[key]) for row in rows])
+    out = []
+    for rank, row in zip(ranks, rows, strict=True):
+        if not estimable:
+            row = {**row, "interval": None, "intervalNote": NO_INTERVAL}
+        out.append({"rank": rank, **row})
+    return out
 
 
 def render_json(document: dict[str, Any], timing: dict[str, Any]) -> bytes:
@@ -130,7 +171,6 @@ def render_json(document: dict[str, Any], timing: dict[str, Any]) -> bytes:
 
 def render_leaderboard(report: SuiteReport) -> bytes:
     doc = report.document
-    method = doc["method"]
     lines = [f"# Suite `{doc['suite']}`", ""]
     lines.append(
         f"{len(doc['runs'])} runs ({doc['matchups']}, {len(doc['competitors'])} competitors, "
@@ -139,40 +179,7 @@ def render_leaderboard(report: SuiteReport) -> bytes:
         f"field `{doc['grader']['result']}`."
     )
     lines.append("")
-    interval = f"{method['interval']:.0%} interval"
-    if doc["matchups"] == "pairs":
-        lines.append(
-            f"Bradley-Terry log-strengths (prior {method['prior']}, a tie is half a win each "
-            f"side), {interval} from {method['bootstrap']['samples']} bootstrap resamples of the "
-            f"seeds (seed {method['bootstrap']['seed']}), rounded to {method['decimals']} places."
-        )
-        lines += [
-            "",
-            "| rank | competitor | strength | interval | W | L | T |",
-            "|---:|---|---:|---|---:|---:|---:|",
-        ]
-        for row in doc["rankings"]:
-            low, high = row["interval"]
-            lines.append(
-                f"| {row['rank']} | {row['competitor']} | {row['strength']:.{method['decimals']}f} "
-                f"| [{low:.{method['decimals']}f}, {high:.{method['decimals']}f}] "
-                f"| {row['wins']} | {row['losses']} | {row['ties']} |"
-            )
-    else:
-        lines.append(
-            f"Mean score over seeds, {interval} from {method['bootstrap']['samples']} bootstrap "
-            f"resamples (seed {method['bootstrap']['seed']}), rounded to {method['decimals']} "
-            "places."
-        )
-        lines += ["", "| rank | competitor | score | interval | runs |", "|---:|---|---:|---|---:|"]
-        for row in doc["rankings"]:
-            low, high = row["interval"]
-            lines.append(
-                f"| {row['rank']} | {row['competitor']} | {row['score']:.{method['decimals']}f} "
-                f"| [{low:.{method['decimals']}f}, {high:.{method['decimals']}f}] | {row['runs']} |"
-            )
-    if not doc["rankings"]:
-        lines.append("| - | no ranked runs | | | | | |")
+    lines += _ranking_lines(doc)
     lines += [
         "",
         "## Runs",
@@ -199,9 +206,54 @@ def render_leaderboard(report: SuiteReport) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def _ranking_lines(doc: dict[str, Any]) -> list[str]:
+    method = doc["method"]
+    places = method["decimals"]
+    resamples = (
+        f"{method['interval']:.0%} interval from {method['bootstrap']['samples']} bootstrap "
+        f"resamples of the seeds (seed {method['bootstrap']['seed']}), rounded to {places} "
+        f"places; equal values share a rank."
+    )
+    if method["ranking"] == "bradley-terry":
+        self_play = " Self-play games are played and reported, not rated." * ("selfPlay" in method)
+        head = (
+            f"Bradley-Terry log-strengths (prior {method['prior']}, a tie is half a win each "
+            f"side), {resamples}{self_play}"
+        )
+        columns, value = ["W", "L", "T"], "strength"
+    elif method["ranking"] == "total score":
+        twin = " Self-play games are played and reported, not counted." * ("selfPlay" in method)
+        head = f"Total payoff over every game against another competitor, {resamples}{twin}"
+        columns, value = ["games"], "total"
+    else:
+        head = f"Mean score over seeds, {resamples}"
+        columns, value = ["runs"], "score"
+    lines = [head, "", f"| rank | competitor | {value} | interval | {' | '.join(columns)} |"]
+    lines.append("|---:|---|---:|---|" + "---:|" * len(columns))
+    keys = {"W": "wins", "L": "losses", "T": "ties", "games": "games", "runs": "runs"}
+    notes = set()
+    for row in doc["rankings"]:
+        if row["interval"] is None:
+            shown = "n/a (one seed)"
+            notes.add(row["intervalNote"])
+        else:
+            low, high = row["interval"]
+            shown = f"[{low:.{places}f}, {high:.{places}f}]"
+        cells = " | ".join(str(row[keys[column]]) for column in columns)
+        lines.append(
+            f"| {row['rank']} | {row['competitor']} | {row[value]:.{places}f} | {shown} | {cells} |"
+        )
+    if not doc["rankings"]:
+        lines.append("| - | no ranked runs | | | | | |")
+    lines += [f"\nNote: {note}." for note in sorted(notes)]
+    return lines
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "tie"
+    if isinstance(value, dict):
+        value = ", ".join(f"{seat}={points}" for seat, points in value.items())
     return str(value).replace("|", "\\|")
 
 
