@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -130,6 +131,8 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 
 def orphan(root: Path, run_id: str, agent: ProcessRecord, controller_alive: bool) -> None:
     pids = root / run_id / "pids"
+    pids.mkdir(parents=True)
+    agent = dataclasses.replace(agent, run_group=run_group(root / run_id) or "")
     controller = (
         ProcessRecord.of(os.getpid(), "controller")
         if controller_alive
@@ -269,3 +272,22 @@ def test_a_run_starting_beside_another_is_never_reaped_while_its_record_is_publi
     # a retried start writes into the directory it finds, still without a reap
     local_reap.write_controller_record(run_dir, record)
     assert reaped == [] and (run_dir / "sockets" / "router.sock").exists()
+
+
+def test_a_record_copied_from_another_run_directory_nominates_nothing(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """A handed-over folder's pid records name the live agent's pid, start time and run, but
+    were written for the directory they came from, not for the one they were copied into."""
+    run_id = sleeper.run_id  # type: ignore[attr-defined]
+    record = ProcessRecord.of(sleeper.pid, "agent", "alice")
+    assert record is not None
+    elsewhere = tmp_path / "elsewhere" / run_id
+    elsewhere.mkdir(parents=True)
+    root = tmp_path / "artifacts"
+    orphan(root, run_id, record, controller_alive=False)
+    copied = dataclasses.replace(record, run_group=run_group(elsewhere) or "")
+    write_record(root / run_id / "pids", copied)
+    (report,) = reap_stale_runs(root)
+    assert report.killed == ()
+    assert sleeper.poll() is None

@@ -194,7 +194,9 @@ class LocalPlatform(Platform):
     async def session(self, placement: RunPlacement) -> AsyncIterator[PlatformSession]:
         reap_stale_runs(placement.run_dir.parent)  # what dead runs left on this machine
         os.chmod(placement.run_dir, 0o700)  # its ledger and artifacts: the submitter's only
-        record = ProcessRecord.of(os.getpid(), "controller")
+        record = ProcessRecord.of(
+            os.getpid(), "controller", run_group=run_group(placement.run_dir) or ""
+        )
         if record is not None:
             await anyio.to_thread.run_sync(write_controller_record, placement.run_dir, record)
         watch_read, watch_write = os.pipe()  # the controller holds the only write end
@@ -314,7 +316,7 @@ class LocalSession(PlatformSession):
             for fd in spawn.owned_fds:
                 os.close(fd)
             log.close()
-        record = ProcessRecord.of(process.pid, "agent", launch.name)
+        record = ProcessRecord.of(process.pid, "agent", launch.name, self._group)
         if record is not None:
             write_record(placement.run_dir / PIDS_DIR, record)
         exited: Observation[ProcessExit] = Observation()

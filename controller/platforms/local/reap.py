@@ -47,6 +47,9 @@ class ProcessRecord:
     kind: Literal["controller", "agent"]
     name: str = ""
     """The agent's roster name."""
+    run_group: str = ""
+    """The run directory it was written for (``cgroup.run_group``): a record copied into
+    another directory nominates nothing there."""
 
     @property
     def file_name(self) -> str:
@@ -61,6 +64,7 @@ class ProcessRecord:
                 "uid": self.uid,
                 "kind": self.kind,
                 "name": self.name,
+                "runGroup": self.run_group,
             }
         ).encode()
 
@@ -78,18 +82,19 @@ class ProcessRecord:
                 uid=int(body["uid"]),
                 kind=kind,
                 name=str(body.get("name", "")),
+                run_group=str(body.get("runGroup", "")),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
     @classmethod
     def of(
-        cls, pid: int, kind: Literal["controller", "agent"], name: str = ""
+        cls, pid: int, kind: Literal["controller", "agent"], name: str = "", run_group: str = ""
     ) -> ProcessRecord | None:
         start = process_start_time(pid)
         if start is None:
             return None
-        return cls(pid, start, boot_id(), os.getuid(), kind, name)
+        return cls(pid, start, boot_id(), os.getuid(), kind, name, run_group)
 
     def is_alive(self) -> bool:
         """Whether this very process (not a reuse of its pid) still exists."""
@@ -154,7 +159,7 @@ def reap_run(run_id: str, artifact_root: str | Path) -> ReapReport:
         killed.extend(layout.destroy(group))
     for path in sorted(pids.glob("*.json")) if _owned(pids) else []:
         record = ProcessRecord.read(path)
-        if record is not None and record.kind == "agent":
+        if record is not None and record.kind == "agent" and group and record.run_group == group:
             killed.extend(_kill_agent(record, run_id))
     remove_tree(run_dir / SANDBOXES_DIR)  # working dirs hold secrets files, and agents' trees
     remove_tree(run_dir / SOCKETS_DIR)
