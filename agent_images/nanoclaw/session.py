@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,8 +123,11 @@ async def open_runner(
     environment: Mapping[str, str],
     model: str,
     log: IO[bytes],
+    prefix: Sequence[str] = (),
 ) -> AsyncIterator[Runner]:
-    """Start one runner for ``prompt``; leaving the block closes its session and reaps it."""
+    """Start one runner for ``prompt``; leaving the block closes its session and reaps it.
+
+    ``prefix`` runs it under another program (``strace -f``, to watch what it connects to)."""
     (workdir / "tmp").mkdir(exist_ok=True)
     first = {
         "prompt": prompt,
@@ -134,7 +137,7 @@ async def open_runner(
         "claudeCode": str(claude_code_executable()),
     }
     process = await anyio.open_process(
-        [str(node_executable()), str(RUNNER_SCRIPT)],
+        [*prefix, str(node_executable()), str(RUNNER_SCRIPT)],
         env=dict(environment),
         cwd=workdir,
         stderr=log,
@@ -147,6 +150,7 @@ async def open_runner(
         with anyio.CancelScope(shield=True):
             await runner.close()
             await _stop(process)
+            await process.aclose()
 
 
 async def _stop(process: Process) -> None:
