@@ -12,8 +12,8 @@ import os
 import secrets
 import socket
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,9 @@ from ledger.verification import verify_ledger
 
 RUN_FILE, RESULT_FILE = "run.json", "result.json"
 WAIT_FOR_LEDGER_S = 0.1
+MAX_LIVE_STREAMS = 32
+"""Live-event streams served at once (each holds a worker thread while it follows a ledger);
+one more gets a ``failed`` event (``too-many-streams``) and ends."""
 AGENT_STATES = {
     "society.agent-runtime-ready/v1": "ready",
     "society.agent-runtime-start-failed/v1": "start-failed",
@@ -121,14 +124,16 @@ def create_app(root: Path, token: str) -> ASGIApp:
             return JSONResponse({"error": str(exc)}, status_code=404)
         return JSONResponse(await anyio.to_thread.run_sync(run_snapshot, directory))
 
+    streams = LiveStreams(MAX_LIVE_STREAMS)
+
     async def run_events(request: Request) -> Response:
         try:
             directory = run_dir(request)
             skip = max(0, int(request.query_params.get("from", "0")))
         except (LookupError, ValueError) as exc:
             return PlainTextResponse(f"404: {exc}", status_code=404)
-        return StreamingResponse(
-            sse_records(directory, skip),
+        return LiveEventStream(
+            streams.follow(directory, skip),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -144,11 +149,93 @@ def create_app(root: Path, token: str) -> ASGIApp:
     return TokenGate(app, token)
 
 
+class LiveEventStream(StreamingResponse):
+    """A streaming response that ends when its client disconnects, even while it writes nothing.
+
+    Under ASGI 2.4 Starlette notices a disconnect only when a write fails, and an abandoned run's
+    stream writes nothing: its follower would poll for ever. This one also waits for the
+    server's ``http.disconnect`` and then cancels the stream.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tasks:
+
+            async def until_disconnected() -> None:
+                await self.listen_for_disconnect(receive)
+                tasks.cancel_scope.cancel()
+
+            tasks.start_soon(until_disconnected)
+            try:
+                await self.stream_response(send)
+            except OSError:
+                pass  # the client went away while a record was written
+            tasks.cancel_scope.cancel()
+
+
+class LiveStreams:
+    """The open live-event streams, at most ``most`` at once."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.open = 0
+
+    async def follow(self, run_dir: Path, skip: int) -> AsyncIterator[str]:
+        """``sse_records``, counted from its first event to its end, however it ends.
+
+        Counted inside the stream, not at the request: a stream Starlette never starts (its
+        client left at once) is never counted, so none can leak a count.
+        """
+        if self.open >= self.most:
+            failure = {"reason": "too-many-streams", "detail": f"{self.most} streams are open"}
+            yield f"event: failed\ndata: {json.dumps(failure)}\n\n"
+            return
+        self.open += 1
+        try:
+            async for event in sse_records(run_dir, skip):
+                yield event
+        finally:
+            self.open -= 1
+
+
+class _StreamClosed(Exception):
+    """The client closed its stream: the thread following the ledger for it stops."""
+
+
+def _sleep_until_closed(closed: threading.Event) -> Callable[[float], None]:
+    """A ``sleep`` for the follower's polls that ends the follower once ``closed`` is set."""
+
+    def sleep(seconds: float) -> None:
+        if closed.wait(seconds):
+            raise _StreamClosed
+
+    return sleep
+
+
 async def sse_records(run_dir: Path, skip: int) -> AsyncIterator[str]:
     """``record`` events for each durable record after the first ``skip``, then ``complete``
-    (the finished ledger verified) or ``failed`` (with the reason)."""
-    directory = await anyio.to_thread.run_sync(_await_ledger, run_dir, abandon_on_cancel=True)
-    records: Iterator[RecordEnvelope] = follow_ledger(directory)
+    (the finished ledger verified) or ``failed`` (with the reason).
+
+    The follower's thread polls with a sleep that ends it once the stream closes (cancelled,
+    closed or done), so a client that goes away leaves no thread polling an abandoned ledger.
+    """
+    closed = threading.Event()
+    try:
+        async for event in _sse_records(run_dir, skip, _sleep_until_closed(closed)):
+            yield event
+    finally:
+        closed.set()
+
+
+async def _sse_records(
+    run_dir: Path, skip: int, sleep: Callable[[float], None]
+) -> AsyncIterator[str]:
+    try:
+        directory = await anyio.to_thread.run_sync(
+            _await_ledger, run_dir, sleep, abandon_on_cancel=True
+        )
+    except _StreamClosed:
+        return
+    records: Iterator[RecordEnvelope] = follow_ledger(directory, sleep=sleep)
     done = object()
     try:
         while True:
@@ -180,11 +267,11 @@ def _verify_finished(directory: Path) -> None:
     verify_ledger(None, directory, require_catalog=False)
 
 
-def _await_ledger(run_dir: Path) -> Path:
+def _await_ledger(run_dir: Path, sleep: Callable[[float], None]) -> Path:
     """The run's ledger directory, once the writer created it (polling: a run being prepared
     has none yet)."""
     while not any(run_dir.glob(LEDGER_GLOB)):
-        time.sleep(WAIT_FOR_LEDGER_S)
+        sleep(WAIT_FOR_LEDGER_S)
     return find_ledger(run_dir)
 
 

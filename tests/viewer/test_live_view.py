@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -16,6 +19,8 @@ from typing import Any
 
 import pytest
 from viewer_support import ROOT, SOCIETY
+
+from controller.viewer.server import MAX_LIVE_STREAMS
 
 SLOW_TICKS = Path(__file__).resolve().parent / "programs" / "slow_ticks.py"
 NEW_MESSAGE_BOUND_S = 5.0
@@ -177,3 +182,70 @@ def test_serving_a_run_never_writes_to_it(partition_run: Path) -> None:
     finally:
         server.stop()
     assert _digests(partition_run) == before
+
+
+def _switches(pid: int) -> dict[str, int]:
+    """Each thread's (but the event loop's) voluntary context switches so far."""
+    counts = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        if tid == str(pid):
+            continue  # the event loop's own thread ticks by design
+        try:
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except OSError:
+            continue  # the thread ended
+        [line] = [x for x in status.splitlines() if x.startswith("voluntary_ctxt_switches:")]
+        counts[tid] = int(line.split()[1])
+    return counts
+
+
+def _polling_threads(pid: int, over_s: float = 2.0) -> int:
+    """Threads that woke more than a few times in ``over_s`` (an idle worker thread sleeps)."""
+    before = _switches(pid)
+    time.sleep(over_s)
+    after = _switches(pid)
+    return sum(1 for tid, n in after.items() if n - before.get(tid, 0) > 4)
+
+
+def _open_stream(server: Server, run_id: str) -> tuple[socket.socket, bytes]:
+    """A live-event stream of ``run_id`` and what it sent up to its first event (so it has
+    started)."""
+    host, port = server.base.removeprefix("http://").split(":")
+    client = socket.create_connection((host, int(port)), timeout=30)
+    client.sendall(
+        f"GET /runs/{run_id}/events?from=0&token={server.token} HTTP/1.1\r\n"
+        f"host: {host}\r\n\r\n".encode()
+    )
+    seen = b""
+    while b"\n\n" not in seen.partition(b"\r\n\r\n")[2]:
+        chunk = client.recv(65536)
+        assert chunk, seen
+        seen += chunk
+    return client, seen
+
+
+def test_closed_live_streams_of_an_abandoned_run_leave_no_thread_and_streams_are_capped(
+    partition_run: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "artifacts"
+    abandoned = root / partition_run.name
+    shutil.copytree(partition_run, abandoned)
+    (abandoned / "result.json").unlink()  # its controller died: no result, no completion
+    (abandoned / "ledger" / "main" / "completion.json").unlink()
+    server = Server(root)
+    try:
+        assert server.get("/")[0] == 200
+        streams = [_open_stream(server, abandoned.name)[0] for _ in range(MAX_LIVE_STREAMS)]
+        assert _polling_threads(server.process.pid) >= MAX_LIVE_STREAMS  # each follows its ledger
+        one_more, said = _open_stream(server, abandoned.name)
+        assert b"event: failed" in said and b"too-many-streams" in said  # past the cap
+        one_more.close()
+        for stream in streams:
+            stream.close()  # as a browser does when its tab closes
+        time.sleep(0.5)
+        assert _polling_threads(server.process.pid) == 0  # before: one per closed stream
+        again, said = _open_stream(server, abandoned.name)  # the count went back down too
+        assert b"event: record" in said
+        again.close()
+    finally:
+        server.stop()
