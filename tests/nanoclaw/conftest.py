@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "modelgateway"))
+
+from fake_provider import FakeProviderServer
 
 from agent_images.nanoclaw.config import claude_code_executable, node_executable
 
@@ -39,3 +46,10 @@ def require_nanoclaw() -> None:
     if os.environ.get("CI"):
         pytest.fail(f"missing {', '.join(missing)} (CI must run the NanoClaw tests)")
     pytest.skip(f"missing {', '.join(missing)}")
+
+
+@pytest.fixture
+def fake_provider() -> Iterator[FakeProviderServer]:
+    """A scripted OpenAI-compatible provider: what no local model does (tool calls) on demand."""
+    with FakeProviderServer() as server:
+        yield server
