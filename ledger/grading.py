@@ -20,6 +20,7 @@ from typing import Any
 from ledger.artifacts import LedgerArtifacts, open_ledger_artifacts
 from ledger.errors import LedgerError
 from ledger.events import EventCatalog
+from ledger.receipts import ReceiptClaim
 from ledger.run_artifacts import locate_ledger, require_run_artifacts
 
 
@@ -88,12 +89,14 @@ def grade_ledger(
     *,
     base_catalog: EventCatalog | None = None,
     trusted_key: str | Path | None = None,
+    receipt: ReceiptClaim | None = None,
 ) -> dict[str, Any]:
     """Verify ``ledger_dir`` with the grader's catalog (merged with ``base_catalog``), then grade.
 
     ``ledger_dir`` may be a run directory: its harvested artifacts are then re-hashed against the
     ledger first (``RunArtifactsError`` on any missing, changed or extra one). When the grader
-    names a ``run_spec``, the ledger must hold its definition id (``definition-mismatch``).
+    names a definition (``grader_definition_id``), the ledger must hold it
+    (``definition-mismatch``); with ``receipt``, it must be the ledger that receipt names.
     Verification failures raise ``LedgerVerificationError``; a grader without ``grade``, or one
     that returns something other than a JSON object, raises ``LedgerError("grader-invalid")``.
     """
@@ -110,6 +113,7 @@ def grade_ledger(
         directory,
         expected_definition_id=grader_definition_id(grader),
         trusted_key=trusted_key,
+        receipt=receipt,
     )
     if run_dir is not None:
         require_run_artifacts(run_dir, tuple(record.envelope for record in artifacts.records))

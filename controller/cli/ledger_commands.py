@@ -170,6 +170,11 @@ def add_commands(subparsers: Any) -> None:
         "directory", type=_location, metavar="DIR", help=LEDGER_OR_RUN + ", or gs://BUCKET/RUN_ID"
     )
     _trusted_key_option(grade)
+    grade.add_argument(
+        "--receipt",
+        metavar="RESULT",
+        help="the run's result line (text or file): grade only the ledger it names",
+    )
     grade.set_defaults(handler=grade_command)
 
     export = commands.add_parser(
@@ -494,8 +499,13 @@ def grade_command(args: argparse.Namespace) -> int:
                 f"`run_spec`, or set `definition_id = \"...\"`",
                 file=sys.stderr,
             )
+        receipt = read_receipt(args.receipt) if args.receipt else None
         result = grade_ledger(
-            grader, args.directory, base_catalog=reader_catalog(None), trusted_key=trusted
+            grader,
+            args.directory,
+            base_catalog=reader_catalog(None),
+            trusted_key=trusted,
+            receipt=receipt,
         )
     except LedgerError as exc:
         return _print_invalid(exc)

@@ -150,3 +150,15 @@ def test_a_receipt_that_is_no_result_line_is_a_typed_input_error(
     with pytest.raises(LedgerError) as refused:
         ReceiptClaim.of({"runId": "x", "records": True, "headDigest": "h", "publicKey": "k"})
     assert refused.value.reason == "receipt-invalid"
+
+
+def test_grade_with_a_receipt_grades_only_the_ledger_it_names(
+    two_runs: tuple[Path, dict[str, Any], Path, Path], run_dir: Path, capsys: Any
+) -> None:
+    _, first, second_dir, _ = two_runs
+    grader = Path(__file__).resolve().parents[2] / "examples" / "graders" / "hello.py"
+    assert society("grade", str(grader), str(run_dir), "--receipt", json.dumps(first)) == 0
+    assert json.loads(capsys.readouterr().out)["bothGreeted"] is True
+    other = str(second_dir / "result.json")
+    assert society("grade", str(grader), str(run_dir), "--receipt", other) == 1
+    assert json.loads(capsys.readouterr().out)["reason"] == "receipt-mismatch"
