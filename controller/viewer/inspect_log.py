@@ -147,7 +147,11 @@ def _log(runs: list[GradedRun], *, task: str, suite: dict[str, Any] | None) -> E
         results=EvalResults(
             total_samples=len(samples), completed_samples=len(samples), metadata=results_metadata
         ),
-        stats=EvalStats(model_usage=usage),
+        stats=EvalStats(
+            started_at=min((t for r in runs if (t := r.transcripts.first_at)), default=""),
+            completed_at=max((t for r in runs if (t := r.transcripts.last_at)), default=""),
+            model_usage=usage,
+        ),
         samples=samples,
         metadata={"suite": suite["suite"]}
         if suite is not None

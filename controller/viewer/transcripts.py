@@ -80,6 +80,9 @@ class RunTranscripts:
     definition_id: str
     seed: int
     created_at: str
+    first_at: str | None
+    """When its first record was observed, and its last (``observedAt``)."""
+    last_at: str | None
     head_digest: str | None
     signature: str
     signed_records: int
@@ -150,6 +153,8 @@ def _transcripts(verified: Verification) -> RunTranscripts:
         definition_id=verified.manifest.definition_id,
         seed=int(started.get("seed", 0)),
         created_at=verified.manifest.created_at,
+        first_at=verified.envelopes[0].observed_at if verified.envelopes else None,
+        last_at=verified.envelopes[-1].observed_at if verified.envelopes else None,
         head_digest=None if completion is None else completion.head_digest,
         signature=verified.signature,
         signed_records=verified.signed_records,
