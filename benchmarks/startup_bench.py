@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/startup_bench.py            # 10 and 100 agents, 3 rounds each
     .venv/bin/python benchmarks/startup_bench.py --agents 100 --rounds 5
     .venv/bin/python benchmarks/startup_bench.py --openclaw  # 1 and 5 OpenClaw agents, 1 round
+    .venv/bin/python benchmarks/startup_bench.py --nanoclaw  # 1 and 5 NanoClaw agents
 
 The run figure is the time from calling ``Run.execute`` to the program's first line (the gate
 passed and the program was dispatched): ledger creation, router start, admission, N agent
@@ -18,6 +19,11 @@ config, timed until each answers its RPC handshake. The run's figure also holds 
 agent needs beyond the bare gateway: the run's model service (the local model server and the
 model gateway), the sandbox, the adapter and its relay, the bridge, the router session. Each
 gateway holds ~730 MB, so the sizes that do not fit the free memory are skipped, and said so.
+
+With ``--nanoclaw`` the roster is N NanoClaw agents, and the baseline is N bare Claude Agent SDK
+processes (default options) started at once, timed until each sends its first request; it also
+prints the first turn's prompt tokens (SDK defaults against the runtime's trimmed options) and
+memory per agent (``nanoclaw_bench.py``).
 """
 
 from __future__ import annotations
@@ -158,6 +164,10 @@ def _agent(runtime: str, index: int) -> RuntimeDescriptor:
         from controller.agents.openclaw import openclaw
 
         return openclaw(f"You are agent {index}.", ready_timeout_s=900)
+    if runtime == "nanoclaw":
+        from controller.agents.nanoclaw import nanoclaw
+
+        return nanoclaw(f"You are agent {index}.")
     return scripted()
 
 
@@ -199,7 +209,16 @@ def main() -> None:
     parser.add_argument(
         "--openclaw", action="store_true", help="OpenClaw agents (1 and 5) vs bare gateways"
     )
+    parser.add_argument(
+        "--nanoclaw", action="store_true", help="NanoClaw agents (1 and 5) vs bare SDK processes"
+    )
     args = parser.parse_args()
+    if args.nanoclaw:
+        from nanoclaw_bench import nanoclaw_main
+
+        with tempfile.TemporaryDirectory(prefix="startup-bench-nanoclaw-") as scratch:
+            nanoclaw_main(args.agents or [1, 5], run_to_gate_s, Path(scratch))
+        return
     if args.openclaw:
         openclaw_main(args.agents or [1, 5], args.rounds or 1)
         return
