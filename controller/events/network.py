@@ -102,6 +102,21 @@ class RouterMessageRefused(Event):
     detail: str
 
 
+class RouterSendsRefused(Event):
+    """``sender_id``'s sends refused over its ``MessageLimits`` since its last such record.
+
+    ``reason`` is ``message-rate`` or ``message-volume``; the refused messages were never
+    committed. One record covers at most a second of refusals, so a flood's evidence is bounded.
+    """
+
+    tag: ClassVar[str] = "society.router-sends-refused/v1"
+
+    sender_id: str
+    reason: str
+    messages: int = Field(ge=1)
+    bytes: int = Field(ge=0)
+
+
 class RouterMessagesDelivered(Event):
     """``receiver_id`` acknowledged the delivery of each of ``message_ids``, in that order.
 
@@ -226,8 +241,9 @@ class LinkPolicyCleared(Event):
 class LinkMessageDropped(Event):
     """One delivery reached its receiver's link stage and was discarded; it is never delivered.
 
-    ``reason`` is the dropping policy's reason, ``link-down`` for ``disable``, or
-    ``receiver-overflow`` when the receiver's bounded queue was full.
+    ``reason`` is the dropping policy's reason, ``link-down`` for ``disable``,
+    ``receiver-overflow`` when the receiver's bounded queue was full, or ``sender-share`` when
+    the sender already held its share of that queue.
     """
 
     tag: ClassVar[str] = "society.link-message-dropped/v1"
@@ -267,6 +283,7 @@ network_events = EventCatalog.make(
     ConversationOpened,
     RouterMessageCommitted,
     RouterMessageRefused,
+    RouterSendsRefused,
     RouterMessagesDelivered,
     RouterMessageDelivered,
     EndpointOpened,

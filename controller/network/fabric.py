@@ -4,13 +4,16 @@ A committed message enters each receiver's inbox through the lane of its sender.
 that sender's order; a lane whose pair has policies is driven by its own task, so a delayed or
 held sender never blocks the other senders' lanes, the receiver, or the router. Everything an
 inbox holds counts against its capacity: deliveries in the link stage (delayed or held), ready to
-send, and sent but not yet acknowledged. An offer to a full inbox is a recorded drop with reason
-``receiver-overflow``.
+send, and sent but not yet acknowledged. Each sender may hold only its share of an inbox (the
+capacity over the run's other participants), so one sender's flood cannot crowd out another's
+messages: an offer past the sender's share is a recorded drop with reason ``sender-share``, and
+one to a full inbox a recorded drop with reason ``receiver-overflow``.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -41,6 +44,7 @@ from ledger.writer import LedgerWriter
 __all__ = ["DEFAULT_RECEIVER_CAPACITY", "Fabric", "Inbox", "Message", "Signal"]
 
 RECEIVER_OVERFLOW = "receiver-overflow"
+SENDER_SHARE = "sender-share"
 DELIVERED_LINGER_SECONDS = 0.05
 """How long an acknowledged delivery waits for others to the same receiver to share its record."""
 DELIVERED_PER_RECORD = 512
@@ -94,6 +98,8 @@ class Inbox:
         self._unacked: dict[str, Message] = {}
         self._acked: set[str] = set()
         self._size = 0
+        self._held: Counter[str] = Counter()
+        """Sender id -> deliveries of that sender this inbox holds (they count in ``_size``)."""
 
     def take(self, owner: object) -> Message | None:
         """The next ready delivery for ``owner``, now counted as sent and unacknowledged."""
@@ -114,8 +120,15 @@ class Inbox:
         if message is None:
             return "duplicate" if message_id in self._acked else "unknown"
         self._acked.add(message_id)
-        self._size -= 1
+        self._release(message)
         return "acknowledged"
+
+    def _release(self, message: Message) -> None:
+        self._size -= 1
+        sender_id = message.delivery.sender.id
+        self._held[sender_id] -= 1
+        if not self._held[sender_id]:
+            del self._held[sender_id]
 
     def attach(self, owner: object) -> None:
         """``owner`` consumes from now on; what the previous one left unacknowledged goes again."""
@@ -147,6 +160,9 @@ class Inbox:
         if self._size >= fabric.capacity:
             fabric.record(self._dropped(message, RECEIVER_OVERFLOW))
             return
+        if self._held[sender.id] >= fabric.share():
+            fabric.record(self._dropped(message, SENDER_SHARE))
+            return
         verdict: Verdict = Deliver()
         cleared = None
         pair = fabric.links.pair(sender.id, self.receiver.id)
@@ -157,6 +173,7 @@ class Inbox:
                 fabric.record(self._dropped(message, verdict.reason))
                 return
         self._size += 1
+        self._held[sender.id] += 1
         lane = self._lanes.get(sender.id)
         if lane is None and isinstance(verdict, Deliver):  # nothing ahead of it: straight through
             self._make_ready(message)
@@ -196,7 +213,7 @@ class Inbox:
                     continue
                 if isinstance(entry.verdict, Drop):
                     lane.entries.popleft()
-                    self._size -= 1
+                    self._release(entry.message)
                     continue
                 if isinstance(entry.verdict, Delay):
                     await anyio.sleep_until(entry.due)
@@ -238,19 +255,31 @@ class Fabric:
     """Every receiver's inbox, the link controller they consult and the tasks that drive lanes."""
 
     def __init__(
-        self, ledger: LedgerWriter, links: LinkController, tasks: TaskGroup, capacity: int
+        self,
+        ledger: LedgerWriter,
+        links: LinkController,
+        tasks: TaskGroup,
+        capacity: int,
+        *,
+        participants: Callable[[], int] = lambda: 2,
     ) -> None:
         if capacity < 1:
             raise ValueError("a receiver's queue holds at least one delivery")
         self.links = links
         self.tasks = tasks
         self.capacity = capacity
+        self._participants = participants
         self._ledger = ledger
         self._inboxes: dict[str, Inbox] = {}
         # receiver id -> (when its record is due, acknowledged message ids), in order of due time
         self._delivered: dict[str, tuple[float, list[str]]] = {}
         self._delivered_waiting = Signal()
         self._lingering = False
+
+    def share(self) -> int:
+        """The most deliveries one sender may hold in one receiver's inbox: the capacity over the
+        run's other participants (each of them a possible sender), at least one."""
+        return max(1, self.capacity // max(1, self._participants() - 1))
 
     def inbox(self, receiver: Participant) -> Inbox:
         inbox = self._inboxes.get(receiver.id)

@@ -52,6 +52,9 @@ class ParticipantRegistry:
     def __iter__(self) -> Iterator[Registration]:
         return iter(self._by_id.values())
 
+    def __len__(self) -> int:
+        return len(self._by_id)
+
     def register(self, name: str, *, kind: ParticipantKind = "agent") -> RouterCredential:
         """Issue an identity and a fresh 256-bit credential for ``name``.
 

@@ -25,6 +25,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve, unix_serv
 from controller.events.network import (
     ConversationOpened,
     RouterMessageCommitted,
+    RouterSendsRefused,
     RouterStarted,
     RouterStartFailed,
     RouterStopFailed,
@@ -47,6 +48,12 @@ from controller.network.identities import (
     ParticipantRegistry,
     Registration,
     RouterCredential,
+)
+from controller.network.limits import (
+    DEFAULT_MESSAGE_LIMITS,
+    REFUSALS_RECORD_INTERVAL_S,
+    MessageLimits,
+    SendLimiter,
 )
 from controller.network.links import LinkController
 from controller.network.open_files import raise_open_files_limit
@@ -86,6 +93,7 @@ class Router:
         heartbeat_interval: float,
         heartbeat_timeout: float,
         edge_limits: EdgeLimits = DEFAULT_EDGE_LIMITS,
+        message_limits: MessageLimits = DEFAULT_MESSAGE_LIMITS,
     ) -> None:
         from controller.network.endpoint import Network
 
@@ -101,7 +109,15 @@ class Router:
         self._dispatched = False
         self._stopping = False
         self.links = LinkController(ledger, self.participants.participant)
-        self.fabric = Fabric(ledger, self.links, tasks, receiver_capacity)
+        self.fabric = Fabric(
+            ledger,
+            self.links,
+            tasks,
+            receiver_capacity,
+            participants=lambda: len(self.participants),
+        )
+        self.limiter = SendLimiter(message_limits)
+        self._recording_refusals = False
         self.commits = MessageCommits(ledger, self.fabric, self._once)
         self.network = Network(self)
 
@@ -119,6 +135,7 @@ class Router:
         heartbeat_interval: float = 10.0,
         heartbeat_timeout: float = 30.0,
         edge_limits: EdgeLimits = DEFAULT_EDGE_LIMITS,
+        message_limits: MessageLimits = DEFAULT_MESSAGE_LIMITS,
         unix_socket: socket.socket | None = None,
     ) -> AsyncIterator[Router]:
         """Listen on ``host:port`` (0: any free port) until the block ends.
@@ -128,7 +145,8 @@ class Router:
 
         ``advertised_host`` is the host name clients use in ``router.url`` (default: ``host``,
         or 127.0.0.1 for a wildcard host); with TLS it must be one of the certificate's names.
-        ``edge_limits`` bounds what peers that have not authenticated yet may hold.
+        ``edge_limits`` bounds what peers that have not authenticated yet may hold;
+        ``message_limits`` what each agent may send (``limits``).
         """
         from controller.network.connection import serve_connection
 
@@ -141,6 +159,7 @@ class Router:
                 heartbeat_interval=heartbeat_interval,
                 heartbeat_timeout=heartbeat_timeout,
                 edge_limits=edge_limits,
+                message_limits=message_limits,
             )
 
             async def handler(websocket: ServerConnection) -> None:
@@ -220,6 +239,7 @@ class Router:
         for registration in self.participants:
             if registration.kind == "endpoint" and registration.connection is not None:
                 registration.connection.close_for("router-stopping")
+        self._record_refusals()
         with anyio.move_on_after(STOP_TIMEOUT_SECONDS):
             await self.fabric.settle()  # delivery records before RouterStopped
         try:
@@ -390,6 +410,8 @@ class Router:
                 f"{sender.id} is not a participant of {conversation_id}",
                 reason="not-a-participant",
             )
+        if sender.id.startswith("agent:"):  # the program's endpoints are the experimenter's
+            self._limit(sender, parts)
         self.commits.accept(
             sender,
             conversation_id,
@@ -398,6 +420,35 @@ class Router:
             client_message_id=client_message_id,
             then=then,
         )
+
+    def _limit(self, sender: Participant, parts: Sequence[str]) -> None:
+        """Refuse a send over the sender's ``MessageLimits``; the refusal is recorded soon."""
+        size = sum(len(part.encode("utf-8", "surrogatepass")) for part in parts)
+        reason = self.limiter.check(sender.id, size)
+        if reason is None:
+            return
+        if not self._recording_refusals:
+            self._recording_refusals = True
+            self.tasks.start_soon(self._record_refusals_soon)
+        raise NetworkError(
+            f"{sender.id} is over its {reason} limit; this message was not committed",
+            reason="rate-limited",
+        )
+
+    async def _record_refusals_soon(self) -> None:
+        try:
+            await anyio.sleep(REFUSALS_RECORD_INTERVAL_S)
+        finally:
+            self._recording_refusals = False
+            self._record_refusals()
+
+    def _record_refusals(self) -> None:
+        for sender_id, reason, messages, size in self.limiter.take_refusals():
+            self.fabric.record(
+                RouterSendsRefused(
+                    sender_id=sender_id, reason=reason, messages=messages, bytes=size
+                )
+            )
 
     async def _append(self, event: RouterMessageCommitted | ConversationOpened) -> None:
         # shielded: once queued the record commits, and the router must finish what follows

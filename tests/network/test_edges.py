@@ -151,13 +151,16 @@ async def test_sockets_that_never_finish_the_upgrade_count_against_the_cap_and_a
             for _ in range(40):
                 attack.start_soon(half_open_attacker)
             await poll_until(lambda: len(shut) >= 32, within=5)
+            # the 8 sockets the router still holds and their 8 client ends, once closes settle
+            bound = 2 * limits.max_unauthenticated + 2
+            with contextlib.suppress(TimeoutError):
+                await poll_until(lambda: open_descriptors() - before <= bound, within=3)
             held = open_descriptors() - before
             counted = router.edge.unauthenticated
             attack.cancel_scope.cancel()
     assert counted == limits.max_unauthenticated  # every accepted socket is counted
     assert len(shut) == 32 and max(shut) < limits.authenticate_within_s  # shut at accept
-    # the 8 sockets the router still holds and their 8 client ends, nothing more
-    assert held <= 2 * limits.max_unauthenticated + 2
+    assert held <= bound  # before: all 40 of them, and their 40 client ends
 
 
 async def test_a_huge_first_frame_is_refused_unread_but_authenticated_frames_keep_their_limit(
