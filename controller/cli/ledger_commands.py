@@ -441,19 +441,22 @@ def schema_command(args: argparse.Namespace) -> int:
 def schemas_command(args: argparse.Namespace) -> int:
     from controller.cli.schema_export import (
         SCHEMAS_DIR,
+        check_format_doc,
         check_schemas,
         export_event_files,
+        export_format_doc,
         export_schemas,
     )
 
     directory = args.out or SCHEMAS_DIR
     if args.check:
-        problems = check_schemas(directory)
+        problems = check_schemas(directory) + (check_format_doc() if args.out is None else [])
         for problem in problems:
             print(problem, file=sys.stderr)
         return 1 if problems else 0
     written, refused = export_event_files(directory)
-    for path in [*export_schemas(directory), *written]:
+    document = export_format_doc() if args.out is None else None
+    for path in [*export_schemas(directory), *written, *([document] if document else [])]:
         print(path)
     for refusal in refused:
         print(f"not written: {refusal}", file=sys.stderr)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ledger.event_schemas import EventSchemaProblem, check_event_schemas, export_event_schemas
+from ledger.event_tables import between_markers, catalog_markdown, with_tables
 from ledger.events import Event, EventCatalog
 from ledger.grading import load_module
 from ledger.schemas import DRAFT, breaking_changes, ledger_schemas
@@ -31,6 +32,8 @@ FROZEN = "frozen"
 EVENTS = "events"
 """``schemas/events/<tag>.schema.json``: each persisted event shape, frozen under its tag."""
 EXAMPLES_DIR = SCHEMAS_DIR.parent / "examples"
+FORMAT_DOC = SCHEMAS_DIR.parent / "docs" / "ledger-format.md"
+"""The normative format document: its core events' field tables are generated."""
 
 
 class ResultLine(BaseModel):
@@ -101,6 +104,28 @@ def check_event_files(
     directory: Path = SCHEMAS_DIR, catalogs: list[EventCatalog] | None = None
 ) -> list[str]:
     return [str(p) for p in check_event_schemas(catalogs or event_catalogs(), directory / EVENTS)]
+
+
+def core_event_tables() -> str:
+    from controller.events import core_events
+
+    return catalog_markdown(core_events)
+
+
+def export_format_doc(path: Path = FORMAT_DOC) -> Path | None:
+    """Rewrite the core events' tables in the format document; the path when it changed."""
+    text = path.read_text(encoding="utf-8")
+    updated = with_tables(text, core_event_tables())
+    if updated == text:
+        return None
+    path.write_text(updated, encoding="utf-8")
+    return path
+
+
+def check_format_doc(path: Path = FORMAT_DOC) -> list[str]:
+    if between_markers(path.read_text(encoding="utf-8")) == core_event_tables():
+        return []
+    return [f"{path}: the core events' tables differ from the code: run `society ledger schemas`"]
 
 
 def _document(name: str, schema: dict[str, Any], version: int) -> bytes:
