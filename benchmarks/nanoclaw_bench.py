@@ -7,11 +7,16 @@ recording Anthropic endpoint on loopback that notes when each process's first re
 answers it with a short Message. The runtime's own first request is recorded the same way from
 ``runner.mjs`` with the runtime's trimmed options. Both recorded requests are then counted in
 tokens by the run's local model behind the model gateway's Anthropic endpoint (``max_tokens`` 1).
+The local model's chat template leaves tool definitions out, so those counts hold the system
+prompt and messages only; the request bytes show what the tool definitions add.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -136,11 +141,20 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
+def _kill(pids: list[int]) -> None:
+    """SIGKILL a bare process tree this benchmark started (Node and the CLI it spawned)."""
+    for pid in reversed(pids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 async def bare_sdk_first_requests(agents: int) -> dict[str, Any]:
     """``agents`` bare SDK processes started at once: seconds until each sent its first request,
     and the peak memory of each process tree (Node host plus CLI) at that moment."""
     endpoint = RecordingEndpoint()
-    with tempfile.TemporaryDirectory(prefix="nanoclaw-bare-") as scratch:
+    with tempfile.TemporaryDirectory(
+        prefix="nanoclaw-bare-", ignore_cleanup_errors=True
+    ) as scratch:
         script = Path(scratch) / "bare.mjs"
         script.write_text(BARE_SDK)
         async with (
@@ -163,8 +177,9 @@ async def bare_sdk_first_requests(agents: int) -> dict[str, Any]:
                 ) as process:
                     with anyio.fail_after(300):
                         await endpoint.wait_first(key)
-                    memory.append(_peak_rss_mib(_tree(process.pid)))
-                    process.kill()
+                    tree = _tree(process.pid)
+                    memory.append(_peak_rss_mib(tree))
+                    _kill(tree)
 
             async with anyio.create_task_group() as starts:
                 for index in range(agents):
@@ -260,6 +275,7 @@ def nanoclaw_main(sizes: list[int], run_to_gate_s: Any, scratch: Path) -> list[d
     runner = anyio.run(runtime_first_request)
     bodies["runtimeOptions"] = runner.pop("runnerBody")
     runner["promptTokensFirstTurn"] = anyio.run(prompt_tokens, bodies)
+    runner["firstRequestBytes"] = {name: len(body) for name, body in bodies.items()}
     print(json.dumps(runner), flush=True)
     for result in results:
         print(
@@ -269,8 +285,10 @@ def nanoclaw_main(sizes: list[int], run_to_gate_s: Any, scratch: Path) -> list[d
         )
     tokens = runner["promptTokensFirstTurn"]
     print(
-        f"first-turn prompt: SDK defaults {tokens['defaultOptions']} tokens, the runtime's "
-        f"{tokens['runtimeOptions']}; one runner to its first request "
+        f"first-turn prompt: SDK defaults {tokens['defaultOptions']} tokens "
+        f"({runner['firstRequestBytes']['defaultOptions']} request bytes), the runtime's "
+        f"{tokens['runtimeOptions']} ({runner['firstRequestBytes']['runtimeOptions']} bytes); "
+        f"one runner to its first request "
         f"{runner['runnerFirstRequestS']} s, {runner['runnerMemoryMiB']} MiB peak (Node + CLI)"
     )
     return results
