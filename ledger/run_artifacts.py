@@ -292,7 +292,7 @@ def _walk(
         if not pending:
             frames.pop()
             os.close(fd)
-        frames.append((child, path, []))
+        frames.append((child, path, []))  # in place first: closed on any way out
         frames[-1] = (child, path, _list(child, path, claimed, found))
 
 
