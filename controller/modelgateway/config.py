@@ -6,6 +6,7 @@ Kept free of httpx so that runtime descriptors can name providers without loadin
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from controller.errors import ModelGatewayError
 
@@ -36,6 +37,10 @@ class ProviderConfig:
     """The one completion-limit field the provider honours, if it ignores the other: the
     forwarded limit is also written there (llama.cpp's server reads ``max_tokens`` only, and
     generated until its context was full for a call that sent ``max_completion_tokens``)."""
+    api: Literal["openai-chat", "anthropic-messages"] = "openai-chat"
+    """What the provider speaks: OpenAI chat completions (``base_url`` up to ``/v1``), or
+    Anthropic Messages (``base_url`` up to ``/v1``; the key goes as ``x-api-key``), to which the
+    gateway writes each call (``anthropic_provider``)."""
 
 
 NAMED_PROVIDERS: dict[str, ProviderConfig] = {

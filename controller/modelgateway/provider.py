@@ -10,6 +10,11 @@ from typing import Any
 import anyio
 import httpx
 
+from controller.modelgateway.anthropic_provider import (
+    ANTHROPIC_VERSION,
+    chat_completion_of,
+    messages_request,
+)
 from controller.modelgateway.budget import COMPLETION_FIELDS
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import ErrorClass
@@ -84,7 +89,7 @@ class ProviderConnection:
         self._limiter = anyio.CapacityLimiter(config.max_concurrency)
         self._pace_lock = anyio.Lock()
         self._next_start = 0.0
-        headers = {"authorization": f"Bearer {key.reveal()}"} if key is not None else {}
+        headers = _auth_headers(config, key)
         self._client = httpx.AsyncClient(
             base_url=config.base_url.rstrip("/"),
             headers=headers,
@@ -98,6 +103,9 @@ class ProviderConnection:
     async def chat_completion(self, request: dict[str, Any]) -> ProviderReply:
         """The provider's answer to one chat completion, or ``ProviderCallFailed``."""
         request = self._with_limit_field(request)
+        path, body = "/chat/completions", request
+        if self.config.api == "anthropic-messages":
+            path, body = "/messages", messages_request(request)
         attempt = 0
         while True:
             attempt += 1
@@ -106,12 +114,15 @@ class ProviderConnection:
                 async with self._limiter:
                     await self._pace()
                     with anyio.fail_after(self.config.timeout_s):
-                        response = await self._client.post("/chat/completions", json=request)
+                        response = await self._client.post(path, json=body)
             except (httpx.TransportError, TimeoutError) as exc:
                 failure = ProviderCallFailed("network", None, self._describe(exc), attempt)
             else:
                 payload = _json_or_none(response.content)
                 if response.is_success and isinstance(payload, dict):
+                    if self.config.api == "anthropic-messages":
+                        payload = chat_completion_of(payload)
+                        return ProviderReply(json.dumps(payload).encode(), payload, attempt)
                     return ProviderReply(response.content, payload, attempt)
                 if response.is_success:
                     failure = ProviderCallFailed(
@@ -174,6 +185,14 @@ class ProviderConnection:
         if self._key is not None:
             text = self._key.redact(text)
         return text[:_DETAIL_CHARS]
+
+
+def _auth_headers(config: ProviderConfig, key: ApiKey | None) -> dict[str, str]:
+    if key is None:
+        return {}
+    if config.api == "anthropic-messages":
+        return {"x-api-key": key.reveal(), "anthropic-version": ANTHROPIC_VERSION}
+    return {"authorization": f"Bearer {key.reveal()}"}
 
 
 def _quota_code(payload: object) -> str | None:
