@@ -14,6 +14,7 @@ beside the code that raises it (the module named after it):
     │   ├── RunRequestError  controller.run.request  (also a ValueError)
     │   ├── RunIdError  controller.run.runid  (also a ValueError)
     │   ├── ForkError  controller.run.fork
+    │   ├── InspectUnavailable  controller.viewer.inspect_log
     │   ├── ArtifactRootUnsafe  controller.run.artifact_root
     │   ├── UnknownProfile  controller.profiles
     │   ├── ClusterUnavailable  controller.platforms.kubernetes.preflight
