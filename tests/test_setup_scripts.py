@@ -29,7 +29,7 @@ FAKE_INSTALLER = """#!/bin/sh
 echo "$(basename "$0") PYTHON=${PYTHON:-}" >> "$(dirname "$0")/../calls.log"
 echo "$(basename "$0"): installing (stand-in chatter on stdout)"
 """
-INSTALLERS = ("install-sandbox.sh", "install-llm.sh", "install-openclaw.sh")
+INSTALLERS = ("install-sandbox.sh", "install-llm.sh", "install-openclaw.sh", "install-nanoclaw.sh")
 
 
 def _scratch_repo(tmp_path: Path) -> Path:
@@ -86,6 +86,7 @@ def test_setup_installs_only_the_core_and_the_sandbox_by_default(tmp_path: Path)
     programs = [call.split()[0] for call in calls]
     assert "install-sandbox.sh" in programs
     assert "install-llm.sh" not in programs and "install-openclaw.sh" not in programs
+    assert "install-nanoclaw.sh" not in programs
     assert not [call for call in calls if "[dev]" in call]
 
 
@@ -95,6 +96,7 @@ def test_setup_all_installs_the_dev_tools_the_local_model_and_openclaw(tmp_path:
     assert "install-llm.sh PYTHON=.venv/bin/python" in calls  # into the project's environment
     programs = [call.split()[0] for call in calls]
     assert "install-sandbox.sh" in programs and "install-openclaw.sh" in programs
+    assert "install-nanoclaw.sh" in programs
 
 
 def test_bootstrap_installs_the_package_once_and_the_dev_tools_once_asked(tmp_path: Path) -> None:
