@@ -100,3 +100,16 @@ def test_an_llm_society_at_temperature_0_reports_whether_it_replays_identically(
     assert line["outcome"] == "ProgramFinished" and line["exit"] == "success", replay.stderr
     assert line["replay"] == "identical", line.get("divergence")
     assert replay.code == 0
+
+
+def test_a_replay_runs_with_the_parameters_the_original_ran_with(society: Society) -> None:
+    original = society.run_dir(society.run(PROGRAMS / "parameterized.py", "--set", "times=2"))
+
+    replay = society("replay", original)
+
+    assert replay.code == 0, replay.stderr
+    line = replay.line()
+    assert line["replay"] == "identical" and line["messages"] == 4
+    first = (society.artifacts / line["runId"] / "ledger" / "main" / "records.ndjson").read_text()
+    started = json.loads(first.splitlines()[0])["event"]
+    assert started["parameters"] == {"word": "hello", "times": 2}
