@@ -234,7 +234,11 @@ class _Kernel:
             tls = self.platform.router_tls(self.writer.run_id)
             local = self.platform.router_socket(self.run_dir)
             async with Router.serve(
-                self.writer, host=self.platform.router_host, tls=tls, unix_socket=local
+                self.writer,
+                host=self.platform.router_host,
+                tls=tls,
+                unix_socket=local,
+                message_limits=self.spec.message_limits,
             ) as router:
                 return await self._admit(router)
         except LedgerError as exc:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from controller.agents.runtime import RuntimeDescriptor
 from controller.errors import SetupError
 from controller.events import core_events
+from controller.network.limits import DEFAULT_MESSAGE_LIMITS, MessageLimits
 from ledger.errors import CatalogError
 from ledger.events import TAG_PATTERN, Event, EventCatalog
 
@@ -60,6 +61,8 @@ class RunSpec:
     """The ``__name__`` of the module whose code called ``define``."""
     parameters: type[BaseModel] | None = None
     """The pydantic model of the run's parameters (``society run --set KEY=VALUE``), if any."""
+    message_limits: MessageLimits = DEFAULT_MESSAGE_LIMITS
+    """What each agent may send: the router refuses sends over it (``rate-limited``)."""
 
     @classmethod
     def define(
@@ -70,8 +73,12 @@ class RunSpec:
         execute: Execute,
         events: Iterable[EventCatalog | type[Event]] = (),
         parameters: type[BaseModel] | None = None,
+        message_limits: MessageLimits = DEFAULT_MESSAGE_LIMITS,
     ) -> RunSpec:
         """Check and freeze a definition; raises ``RunSpecError`` or ``CatalogError``.
+
+        ``message_limits`` is each agent's message rate and volume (``MessageLimits``: 50
+        messages a second, bursts of 200; 256 KiB a second, bursts of 2 MiB, by default).
 
         ``parameters`` is a pydantic model whose fields all have defaults: the program reads
         ``ctx.parameters`` (an instance), and ``society run --set KEY=VALUE`` sets its fields.
@@ -108,6 +115,7 @@ class RunSpec:
             catalog=catalog,
             defined_in=caller if isinstance(caller, str) else None,
             parameters=parameters,
+            message_limits=_check_message_limits(message_limits),
         )
 
     def parameters_from(self, values: Mapping[str, Any]) -> BaseModel | None:
@@ -158,6 +166,16 @@ def _check_roster(agents: Mapping[str, RuntimeDescriptor]) -> Mapping[str, Runti
                 reason="bad-runtime",
             )
     return MappingProxyType(dict(agents))
+
+
+def _check_message_limits(limits: object) -> MessageLimits:
+    if not isinstance(limits, MessageLimits):
+        raise RunSpecError(
+            f"message_limits must be a MessageLimits, got {type(limits).__name__}",
+            reason="bad-message-limits",
+            next_step="pass controller.network.limits.MessageLimits(...)",
+        )
+    return limits
 
 
 def _check_parameters(parameters: object) -> None:
