@@ -118,7 +118,12 @@ def compare(original: Path, replayed: Path) -> dict[str, Any]:
         return {"replay": "diverged", "reason": error.reason, "detail": error.detail}
     if divergence is None:
         messages = sum(len(v) for k, v in counted.items() if k != "program")
-        _say(f"identical: {messages} messages in {len(counted) - 1} conversations, and the program")
+        conversations = len(counted) - 1
+        plural = "" if conversations == 1 else "s"
+        _say(
+            f"identical: {messages} messages in {conversations} conversation{plural}, "
+            "and the program's own events and outcome"
+        )
         return {"replay": "identical", "messages": messages}
     a, b = divergence.a, divergence.b
     whose = next((x["sender"] for x in (a, b) if isinstance(x, dict) and "sender" in x), None)
