@@ -7,12 +7,15 @@
 #   wheels      the Python dependencies as wheels, built on the host (pip wheel; PyPI or pip's
 #               cache), so that the image builds need no network
 #   pause       kind/pause: the test node's pod sandbox, one static binary FROM scratch
-#   python, controller, worker, openclaw, temporal   agent_images/*/Dockerfile; the python image
+#   python, controller, worker, openclaw, nanoclaw, temporal   agent_images/*/Dockerfile; the python image
 #               serves the scripted, llm and peer runtimes (each descriptor carries its command),
 #               so the map names it three times: society/{scripted,llm,peer}:dev
 #   openclaw    also takes Node 24 and OpenClaw from the host's install of
 #               scripts/install-openclaw.sh (run here, idempotent; npm's registry and cache),
 #               hard-linked into the context, so npm never runs in a build
+#   nanoclaw    likewise takes Node 24 and the Claude Agent SDK from the host's install of
+#               scripts/install-nanoclaw.sh (proprietary: the image is for this machine's node,
+#               never to be published)
 #
 # Idempotent: podman's layer cache and the files under
 #   ${SOCIETY_IMAGE_DIR:-$HOME/.cache/society-runner/images}/
@@ -28,7 +31,7 @@ OUT_DIR="${SOCIETY_IMAGE_DIR:-${HOME}/.cache/society-runner/images}"
 PYTHON="${PYTHON:-${REPO_ROOT}/.venv/bin/python}"
 SUITE=bookworm
 REGISTRY=localhost/society
-IMAGES=(python controller worker openclaw temporal)
+IMAGES=(python controller worker openclaw nanoclaw temporal)
 PYTHON_RUNTIMES=(scripted llm peer)  # the runtimes the python image serves
 
 die() {
@@ -131,6 +134,17 @@ stage_openclaw() {
 }
 step "openclaw install (staged)" stage_openclaw
 
+# --- nanoclaw: the pinned Node and Claude Agent SDK install, hard-linked (~650 MB) ----------
+stage_nanoclaw() {
+    env -u SOCIETY_NANOCLAW_DIR "${REPO_ROOT}/scripts/install-nanoclaw.sh"
+    local dir
+    dir="$(cd "${REPO_ROOT}" && env -u SOCIETY_NANOCLAW_DIR PYTHONPATH="${REPO_ROOT}" "${PYTHON}" -c \
+        'from agent_images.nanoclaw.config import install_dir; print(install_dir())')"
+    cp -al "${dir}" "${CONTEXT}/nanoclaw" 2>/dev/null ||
+        { rm -rf "${CONTEXT}/nanoclaw" && cp -a "${dir}" "${CONTEXT}/nanoclaw"; }
+}
+step "nanoclaw install (staged)" stage_nanoclaw
+
 # --- images: build, then save as OCI archives (only when the image changed) ----------------
 declare -A DOCKERFILES=([pause]=kind/pause/Dockerfile)
 for name in "${IMAGES[@]}"; do DOCKERFILES[${name}]="agent_images/${name}/Dockerfile"; done
@@ -151,7 +165,7 @@ for name in pause "${IMAGES[@]}"; do
         rm -f "${archive}"
         # openclaw's layers stay uncompressed: gzip of its ~900 MB took longer than the build
         save=(--format oci-archive)
-        [[ "${name}" == openclaw ]] && save+=(--uncompressed)
+        [[ "${name}" == openclaw || "${name}" == nanoclaw ]] && save+=(--uncompressed)
         pm save --quiet "${save[@]}" -o "${archive}.tmp" "${tag}" >>"${BUILD_LOG}" 2>&1
         mv "${archive}.tmp" "${archive}"
         echo "${id}" >"${archive}.id"
