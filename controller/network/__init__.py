@@ -24,6 +24,7 @@ _EXPORTS = {
     "Router": "controller.network.router",
     "RouterCredential": "controller.network.router",
     "RouterTLS": "controller.network.tls",
+    "MessageLimits": "controller.network.limits",
     "Network": "controller.network.endpoint",
     "Endpoint": "controller.network.endpoint",
     "Conversation": "controller.network.endpoint",
