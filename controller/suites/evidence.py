@@ -27,6 +27,7 @@ from controller.modelgateway.events import (
     model_gateway_catalog,
 )
 from controller.modelgateway.usage import UsageTally, summarize
+from controller.run.runid import RUN_ID_PATTERN
 from controller.suites.definition import TIE, Slot, Suite, SuiteError
 from ledger import EventCatalog, LedgerError
 from ledger.grading import grade_ledger
@@ -72,6 +73,12 @@ def assess(
     """Verify, check that the ledger belongs to the slot, read the outcome, grade."""
     if run_id is None:
         return RunEvidence(slot, None, "not-run", "not-run", "the suite never started this run")
+    if RUN_ID_PATTERN.match(run_id) is None:  # the journal is data: it names no path
+        return RunEvidence(
+            slot, run_id[:80], "unverified", "run-id-invalid",
+            f"the journal names run id {run_id[:80]!r} for this slot, not sr-<32 hex>: a folder's "
+            f"evidence lives in its own runs/<run id>/, never elsewhere",
+        )  # fmt: skip
     reader = EventCatalog.merge(core_events, model_gateway_catalog)
     try:
         verified = verify_ledger(reader, ledger_dir, require_catalog=False)

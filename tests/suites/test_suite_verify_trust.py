@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from suite_support import society
 
+from controller.suites import load_suite
+from controller.suites.layout import Journal, SuiteFolder
+from controller.suites.report import compute
 from ledger import SigningKey
 
 SUITE = """
@@ -119,3 +122,25 @@ def test_a_hostile_suite_folder_never_runs_its_own_code(
     code, line = _verify(folder, "--suite", str(module))
     assert code == 0 and line["valid"] is True, line
     assert not marker.exists(), "the folder's module was imported"
+
+
+def test_a_journal_that_points_a_slot_at_a_ledger_outside_the_folder_is_not_counted(
+    signed_suite: tuple[Path, Path, SigningKey], tmp_path: Path
+) -> None:
+    module, original, _ = signed_suite
+    folder = tmp_path / "handed-over" / original.name
+    shutil.copytree(original, folder, ignore=shutil.ignore_patterns(".temporal"))
+    suite_folder = SuiteFolder(folder)
+    slot = "steady/seed-1"
+    run_id = Journal.read(suite_folder).latest[slot]
+    outside = tmp_path / "handed-over" / "elsewhere"
+    shutil.move(folder / "runs" / run_id, outside / run_id)  # a real ledger, beside the folder
+    with (folder / "attempts.jsonl").open("a") as journal:
+        journal.write(json.dumps({"slot": slot, "runId": f"../../elsewhere/{run_id}"}) + "\n")
+        journal.write(
+            json.dumps({"slot": slot, "runId": f"../../elsewhere/{run_id}", "seconds": 1}) + "\n"
+        )
+    report = compute(load_suite(module), suite_folder, Journal.read(suite_folder))
+    steady = next(run for run in report.runs if run.slot.key == slot)
+    assert (steady.status, steady.reason) == ("unverified", "run-id-invalid")
+    assert report.ranked == 1
