@@ -23,7 +23,7 @@ import anyio
 import anyio.to_thread
 
 from controller.run.progress import NO_PROGRESS, Counter, Progress
-from controller.run.runid import new_run_id
+from controller.run.runid import RUN_ID_PATTERN, new_run_id
 from controller.suites.definition import Slot, Suite
 from controller.suites.layout import Journal, SuiteFolder, write_atomically
 from controller.suites.report import SuiteReport, compute, render_json, render_leaderboard
@@ -128,7 +128,7 @@ class SuiteRunner:
         (its gate failed, its roster was refused, its cluster went away), says nothing about the
         competitors: it runs again."""
         run_id = journal.latest.get(slot.key)
-        if run_id is None or slot.key not in journal.seconds:
+        if run_id is None or slot.key not in journal.seconds or not RUN_ID_PATTERN.match(run_id):
             return False
         try:
             verified = verify_ledger(None, self.folder.ledger(run_id), require_catalog=False)
