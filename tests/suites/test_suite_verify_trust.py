@@ -144,3 +144,8 @@ def test_a_journal_that_points_a_slot_at_a_ledger_outside_the_folder_is_not_coun
     steady = next(run for run in report.runs if run.slot.key == slot)
     assert (steady.status, steady.reason) == ("unverified", "run-id-invalid")
     assert report.ranked == 1
+
+    resumed = society("suite", "run", str(module), "--artifacts", str(folder.parent))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    line = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert (line["kept"], line["ran"], line["ranked"]) == (1, 1, 2), "the outside run was kept"
