@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from forks_support import Society
+from forks_support import EXAMPLES, PROGRAMS, Society
 
 
 @pytest.fixture
@@ -15,8 +15,7 @@ def society(tmp_path: Path) -> Society:
     return Society(tmp_path / "artifacts")
 
 
-@pytest.fixture
-def require_llama_cpp() -> None:
+def _require_llama_cpp() -> None:
     """Skip without the local model, except under CI (env CI set), where that is a failure."""
     if importlib.util.find_spec("llama_cpp") is not None:
         return
@@ -24,3 +23,18 @@ def require_llama_cpp() -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{message} (CI must run the real-model tests)")
     pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def hello_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real run of examples/hello.py for the session: tests read it, or copy it to change it."""
+    home = Society(tmp_path_factory.mktemp("hello") / "artifacts")
+    return home.run_dir(home.run(EXAMPLES / "hello.py"))
+
+
+@pytest.fixture(scope="session")
+def llm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real run of the temperature-0 llm program on the local model, read by its tests."""
+    _require_llama_cpp()
+    home = Society(tmp_path_factory.mktemp("llm") / "artifacts")
+    return home.run_dir(home.run(PROGRAMS / "llm_zero.py"))

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from forks_support import EXAMPLES, ROOT, Society
+from forks_support import ROOT, Society
 
 pytestmark = pytest.mark.slow
 
@@ -37,12 +37,13 @@ def wait_serving(url: str, server: subprocess.Popen[bytes], timeout_s: float = 6
     raise AssertionError(f"inspect view did not answer {url} within {timeout_s} s")
 
 
-def test_inspect_view_shows_the_samples_of_an_exported_run(society: Society) -> None:
+def test_inspect_view_shows_the_samples_of_an_exported_run(
+    society: Society, hello_run: Path
+) -> None:
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: run scripts/install-browser.sh (Debian's chromium)")
-    run_dir = society.run_dir(society.run(EXAMPLES / "hello.py"))
     logs = society.artifacts.parent / "logs"
-    exported = society("ledger", "export-inspect", run_dir, "-o", logs / "hello.eval")
+    exported = society("ledger", "export-inspect", hello_run, "-o", logs / "hello.eval")
     assert exported.code == 0, exported.stderr
     port = free_port()
     server = subprocess.Popen(
