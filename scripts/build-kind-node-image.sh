@@ -3,16 +3,19 @@
 #   node rootfs       Debian (NODE_DEBIAN_SUITE) with systemd, runc, the CNI plugins, iptables
 #   component rootfs  Debian minbase with iptables, ipset, conntrack (kube-proxy, kube-router)
 #   kubeadm, kubectl  built from the Go module proxy (KUBERNETES_VERSION of kind/versions.env)
-#   etcd              NODE_ETCD_VERSION (what kubeadm asks for), built static (CGO_ENABLED=0)
-#   component images  kube-apiserver, -controller-manager, -scheduler (FROM scratch), kube-proxy,
-#                     etcd, kube-router (on the component rootfs), pause (kind/pause, FROM scratch)
+#   etcd, CoreDNS     the releases kubeadm asks for (NODE_ETCD_VERSION, NODE_COREDNS_VERSION),
+#                     from the Go module proxy, static (CGO_ENABLED=0)
+#   local-path-provisioner  NODE_LOCAL_PATH_VERSION, from the Go module proxy
+#   component images  kube-apiserver, -controller-manager, -scheduler, etcd, CoreDNS,
+#                     local-path-provisioner, pause (kind/pause) FROM scratch; kube-proxy,
+#                     kube-router and local-path's helper on the component rootfs
 #   node image        kind/node-image/Containerfile on the node rootfs, with kind's node files
 #                     from the kind module (KIND_VERSION), the control-plane build's kubelet and
-#                     containerd, kube-router as the default CNI; then the component images are
+#                     containerd, kube-router as the default CNI, local-path-provisioner's own
+#                     manifest (from its module) as the default storage; then the images are
 #                     imported into its containerd (pinned, as kind's own build does) and the
 #                     container is committed.
 # The control plane's binaries come from scripts/build-control-plane.sh (run here; cached).
-# Not built: CoreDNS and local-path-provisioner (see kind/README.md, "The test cluster").
 #
 # Idempotent: everything lands in
 #   ${SOCIETY_KIND_NODE_DIR:-$HOME/.cache/society-runner/kind-node}/<key>/
@@ -145,6 +148,19 @@ build_etcd() {
 }
 unless_present "${OUT}/bin/etcd" "etcd ${NODE_ETCD_VERSION} (static)" build_etcd
 
+# go_install BINARY PACKAGE VERSION: a released command whose module has no replace directives.
+go_install() {
+    local tmp="${OUT}/src/gobin-$1"
+    rm -rf "${tmp}" && mkdir -p "${tmp}"
+    GOBIN="${tmp}" CGO_ENABLED=0 "${GO[@]}" install -p 2 -trimpath -ldflags="-s -w" "$2@$3"
+    mv "${tmp}/$(basename "$2")" "${OUT}/bin/$1"
+    rm -rf "${tmp}"
+}
+unless_present "${OUT}/bin/coredns" "coredns ${NODE_COREDNS_VERSION}" \
+    go_install coredns github.com/coredns/coredns "${NODE_COREDNS_VERSION}"
+unless_present "${OUT}/bin/local-path-provisioner" "local-path-provisioner ${NODE_LOCAL_PATH_VERSION}" \
+    go_install local-path-provisioner github.com/rancher/local-path-provisioner "${NODE_LOCAL_PATH_VERSION}"
+
 build_pause() { gcc -static -Os -s -o "${OUT}/bin/pause" "${REPO_ROOT}/kind/pause/pause.c"; }
 unless_present "${OUT}/bin/pause" "pause (kind/pause)" build_pause
 
@@ -179,9 +195,12 @@ component_image() {
     local ctx="${OUT}/src/ctx-${name}"
     rm -rf "${ctx}" && mkdir -p "${ctx}"
     cp "${binary}" "${ctx}/"
-    printf 'FROM %s\nCOPY %s /usr/local/bin/%s\nENTRYPOINT ["/usr/local/bin/%s"]\n' \
-        "${base}" "$(basename "${binary}")" "$(basename "${binary}")" "$(basename "${binary}")" >"${ctx}/Containerfile"
-    podman build --quiet --network=none -t "${ref}" "${ctx}"
+    local program
+    program="$(basename "${binary}")"
+    # PATH too: a manifest may name the program alone (local-path-provisioner's does).
+    printf 'FROM %s\nENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nCOPY %s /usr/local/bin/%s\nENTRYPOINT ["/usr/local/bin/%s"]\n' \
+        "${base}" "${program}" "${program}" "${program}" >"${ctx}/Containerfile"
+    podman build --quiet --layers=false --network=none -t "${ref}" "${ctx}"
     podman save --format docker-archive -o "${OUT}/archives/${name}.tar.tmp" "${ref}"
     mv "${OUT}/archives/${name}.tar.tmp" "${OUT}/archives/${name}.tar"
     podman rmi "${ref}"  # the archive is what the node imports; no registry name stays here
@@ -193,11 +212,29 @@ for c in kube-apiserver kube-controller-manager kube-scheduler; do
 done
 unless_present "${OUT}/archives/kube-proxy.tar" "image kube-proxy ${KUBERNETES_VERSION}" \
     component_image kube-proxy "registry.k8s.io/kube-proxy:${KUBERNETES_VERSION}" "${COMPONENT_BASE}" "${CP_DIR}/bin/kube-proxy"
-ETCD_TAG="$("${OUT}/bin/kubeadm" config images list --kubernetes-version "${KUBERNETES_VERSION}" | grep /etcd:)"
+KUBEADM_IMAGES="$("${OUT}/bin/kubeadm" config images list --kubernetes-version "${KUBERNETES_VERSION}")"
+ETCD_TAG="$(grep /etcd: <<<"${KUBEADM_IMAGES}")"
 [[ "${ETCD_TAG}" == *":${NODE_ETCD_VERSION#v}-"* ]] ||
     die "kubeadm ${KUBERNETES_VERSION} asks for ${ETCD_TAG}, not etcd ${NODE_ETCD_VERSION}: set NODE_ETCD_VERSION in ${PINS}"
+COREDNS_TAG="$(grep /coredns: <<<"${KUBEADM_IMAGES}")"
+[[ "${COREDNS_TAG}" == *":${NODE_COREDNS_VERSION}" ]] ||
+    die "kubeadm ${KUBERNETES_VERSION} asks for ${COREDNS_TAG}, not CoreDNS ${NODE_COREDNS_VERSION}: set NODE_COREDNS_VERSION in ${PINS}"
 unless_present "${OUT}/archives/etcd.tar" "image etcd ${NODE_ETCD_VERSION}" \
     component_image etcd "${ETCD_TAG}" scratch "${OUT}/bin/etcd"
+unless_present "${OUT}/archives/coredns.tar" "image coredns ${NODE_COREDNS_VERSION}" \
+    component_image coredns "${COREDNS_TAG}" scratch "${OUT}/bin/coredns"
+LOCAL_PATH_IMAGE="localhost/society/local-path-provisioner:${NODE_LOCAL_PATH_VERSION}"
+LOCAL_PATH_HELPER="localhost/society/local-path-helper:${COMPONENT_BASE##*:}"
+unless_present "${OUT}/archives/local-path-provisioner.tar" "image local-path-provisioner ${NODE_LOCAL_PATH_VERSION}" \
+    component_image local-path-provisioner "${LOCAL_PATH_IMAGE}" scratch "${OUT}/bin/local-path-provisioner"
+# local-path's helper pod runs sh, mkdir, rm: the component rootfs has them.
+helper_image() {
+    podman tag "${COMPONENT_BASE}" "${LOCAL_PATH_HELPER}"
+    podman save --format docker-archive -o "${OUT}/archives/local-path-helper.tar.tmp" "${LOCAL_PATH_HELPER}"
+    mv "${OUT}/archives/local-path-helper.tar.tmp" "${OUT}/archives/local-path-helper.tar"
+    podman rmi "${LOCAL_PATH_HELPER}"
+}
+unless_present "${OUT}/archives/local-path-helper.tar" "image local-path helper" helper_image
 unless_present "${OUT}/archives/kube-router.tar" "image kube-router ${KUBE_ROUTER_VERSION}" \
     component_image kube-router "${KUBE_ROUTER_IMAGE}" "${COMPONENT_BASE}" "${CP_DIR}/bin/kube-router"
 # containerd's sandbox image in kind's containerd config
@@ -208,6 +245,18 @@ unless_present "${OUT}/archives/pause.tar" "image pause (${PAUSE_IMAGE})" \
 
 # --- the node image ------------------------------------------------------------------------
 BUILDER="society-kind-node-build-${KEY}"
+# local-path-provisioner's own manifest from its module, as kind's default storage: the local
+# images, kind's path (/var/local-path-provisioner) and kind's default class name (standard).
+default_storage() {
+    local manifest
+    manifest="$(module_dir "github.com/rancher/local-path-provisioner@${NODE_LOCAL_PATH_VERSION}")/deploy/local-path-storage.yaml"
+    grep -q "^  name: local-path$" "${manifest}" || die "no StorageClass local-path in ${manifest}"
+    sed -e "s#image: rancher/local-path-provisioner:.*#image: ${LOCAL_PATH_IMAGE}#" \
+        -e "s#image: busybox#image: ${LOCAL_PATH_HELPER}#" \
+        -e "s#/opt/local-path-provisioner#/var/local-path-provisioner#" \
+        -e 's#^  name: local-path$#  name: standard\n  annotations:\n    storageclass.kubernetes.io/is-default-class: "true"#' \
+        "${manifest}"
+}
 node_image() {
     local ctx="${OUT}/src/ctx-node"
     rm -rf "${ctx}" && mkdir -p "${ctx}/bin"
@@ -215,6 +264,7 @@ node_image() {
     chmod -R u+w "${ctx}/kind-files"
     cp "${CP_DIR}"/bin/{containerd,ctr,containerd-shim-runc-v2,kubelet} "${OUT}"/bin/{kubeadm,kubectl} "${ctx}/bin/"
     sed "s#\"@KUBE_ROUTER_IMAGE@\"#\"${KUBE_ROUTER_IMAGE}\"#" "${REPO_ROOT}/kind/node-image/kube-router.yaml" >"${ctx}/default-cni.yaml"
+    default_storage >"${ctx}/default-storage.yaml"
     podman build --network=none --build-arg "BASE=${NODE_BASE}" \
         --build-arg "KUBERNETES_VERSION=${KUBERNETES_VERSION}" \
         -f "${REPO_ROOT}/kind/node-image/Containerfile" -t "${IMAGE}-build" "${ctx}"

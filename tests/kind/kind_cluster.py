@@ -164,6 +164,10 @@ class KindCluster:
                 raise AssertionError(f"importing {archive} into {node}: {done.stderr!r}")
             self._podman("exec", node, *ctr, "tag", "--force", f"{name}:build", ref)
 
+    def node_shell(self, node: str, script: str) -> str:
+        """``sh -c script`` inside one node's container."""
+        return self._podman("exec", node, "sh", "-c", script)
+
     def _podman(self, *args: str) -> str:
         return self._run(["podman", *args])
 

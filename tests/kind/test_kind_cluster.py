@@ -1,14 +1,17 @@
 """A real kind cluster, made here: ``kind create`` from ``kind/cluster.yaml`` on the locally built
-node image, a pod on the agents' node answering a pod on the control-plane node, a default-deny
-NetworkPolicy that kube-router enforces (the probe that got through before is refused), and
-``kind delete`` leaving nothing of the cluster on this machine.
+node image, a pod on the agents' node answering a pod on the control-plane node, a Service by its
+cluster DNS name (CoreDNS, kube-proxy), a claim of the default class on local-path, a
+default-deny NetworkPolicy that kube-router enforces (the probe that got through before is
+refused), and ``kind delete`` leaving nothing of the cluster on this machine.
 
 The tests run in file order on one session cluster; the last one deletes it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,9 @@ pytestmark = pytest.mark.slow
 
 NAMESPACE = "kind-probe"
 PORT = 8080
-IMAGES = Path.home() / ".cache" / "society-runner" / "images" / "images.json"
+IMAGES = Path(
+    os.environ.get("SOCIETY_IMAGE_DIR") or Path.home() / ".cache" / "society-runner" / "images"
+)
 PROBE = (
     "import socket, sys\n"
     "try:\n"
@@ -30,12 +35,15 @@ PROBE = (
 
 
 def _python_image(cluster: KindCluster) -> str:
-    """scripts/build-images.sh's python image, imported into the nodes once."""
-    built = json.loads(IMAGES.read_text())
-    ref: str = built["images"]["society/scripted:dev"]
-    present = cluster.kubectl("get", "nodes", "-o", "json").stdout
-    if ref.split("@")[1] not in present:
-        cluster.import_image(ref, Path(built["archives"][ref]))
+    """scripts/build-images.sh's python image, imported into the nodes once (under the build's
+    lock, so a build running beside the tests does not swap the archive mid-import)."""
+    with (IMAGES / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        built = json.loads((IMAGES / "images.json").read_text())
+        ref: str = built["images"]["society/scripted:dev"]
+        present = cluster.kubectl("get", "nodes", "-o", "json").stdout
+        if ref.split("@")[1] not in present:
+            cluster.import_image(ref, Path(built["archives"][ref]))
     return ref
 
 
@@ -94,6 +102,46 @@ def test_a_pod_on_the_agents_node_answers_a_pod_on_the_control_plane_node(
     assert pod["spec"]["nodeName"] in agents
     wait_until("the client's probe to reach the server", lambda: _probe(kind_cluster, server_ip),
                timeout=60)  # fmt: skip
+
+
+def test_a_pod_reaches_a_service_by_its_cluster_dns_name(
+    kind_cluster: KindCluster, server_ip: str
+) -> None:
+    kind_cluster.apply({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "server", "namespace": NAMESPACE},
+        "spec": {"selector": {"app": "server"}, "ports": [{"port": PORT, "targetPort": PORT}]},
+    })  # fmt: skip
+    name = f"server.{NAMESPACE}.svc.cluster.local"
+    wait_until(f"{name} to answer through CoreDNS and kube-proxy",
+               lambda: _probe(kind_cluster, name), timeout=120)  # fmt: skip
+
+
+def test_a_claim_of_the_default_class_binds_on_local_path_under_the_nodes_var(
+    kind_cluster: KindCluster,
+) -> None:
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": NAMESPACE},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}},
+    }
+    writer = _pod("writer", _python_image(kind_cluster),
+                  ["sh", "-c", "echo written-in-kind > /data/proof"],
+                  {"society.run/pool": "agents"})  # fmt: skip
+    writer["spec"]["restartPolicy"] = "Never"
+    writer["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    writer["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    kind_cluster.apply(claim, writer)
+    kind_cluster.kubectl("-n", NAMESPACE, "wait", "--for=jsonpath={.status.phase}=Succeeded",
+                         "pod/writer", "--timeout=300s", timeout=320)  # fmt: skip
+    volume = json.loads(kind_cluster.kubectl("-n", NAMESPACE, "get", "pvc", "data", "-o",
+                                             "json").stdout)["spec"]["volumeName"]  # fmt: skip
+    node = json.loads(kind_cluster.kubectl("-n", NAMESPACE, "get", "pod", "writer", "-o",
+                                           "json").stdout)["spec"]["nodeName"]  # fmt: skip
+    found = kind_cluster.node_shell(node, f"cat /var/local-path-provisioner/{volume}_*/proof")
+    assert found.strip() == "written-in-kind"
 
 
 def test_a_default_deny_policy_refuses_the_probe_that_reached_the_pod_before(
