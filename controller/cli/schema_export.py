@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ledger.event_schemas import EventSchemaProblem, check_event_schemas, export_event_schemas
-from ledger.event_tables import between_markers, catalog_markdown, with_tables
+from ledger.event_tables import CORE, RUNTIMES, between_markers, catalog_markdown, with_tables
 from ledger.events import Event, EventCatalog
 from ledger.grading import load_module
 from ledger.schemas import DRAFT, breaking_changes, ledger_schemas
@@ -106,16 +106,21 @@ def check_event_files(
     return [str(p) for p in check_event_schemas(catalogs or event_catalogs(), directory / EVENTS)]
 
 
-def core_event_tables() -> str:
+def event_tables() -> dict[str, str]:
+    """The format document's generated blocks: the core events' and the shipped runtimes'."""
+    from controller.agents.shipped import shipped_runtime_catalogs
     from controller.events import core_events
 
-    return catalog_markdown(core_events)
+    runtimes = EventCatalog.merge(*shipped_runtime_catalogs().values())
+    return {CORE: catalog_markdown(core_events), RUNTIMES: catalog_markdown(runtimes)}
 
 
 def export_format_doc(path: Path = FORMAT_DOC) -> Path | None:
-    """Rewrite the core events' tables in the format document; the path when it changed."""
+    """Rewrite the event tables in the format document; the path when it changed."""
     text = path.read_text(encoding="utf-8")
-    updated = with_tables(text, core_event_tables())
+    updated = text
+    for block, tables in event_tables().items():
+        updated = with_tables(updated, tables, block)
     if updated == text:
         return None
     path.write_text(updated, encoding="utf-8")
@@ -123,9 +128,12 @@ def export_format_doc(path: Path = FORMAT_DOC) -> Path | None:
 
 
 def check_format_doc(path: Path = FORMAT_DOC) -> list[str]:
-    if between_markers(path.read_text(encoding="utf-8")) == core_event_tables():
-        return []
-    return [f"{path}: the core events' tables differ from the code: run `society ledger schemas`"]
+    text = path.read_text(encoding="utf-8")
+    return [
+        f"{path}: the {block} tables differ from the code: run `society ledger schemas`"
+        for block, tables in event_tables().items()
+        if between_markers(text, block) != tables
+    ]
 
 
 def _document(name: str, schema: dict[str, Any], version: int) -> bytes:

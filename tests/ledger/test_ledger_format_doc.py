@@ -15,20 +15,28 @@ from ledger_testkit import forge
 from real_runs import ROOT, society_run
 from test_ledger_cli import society
 
+from controller.agents.shipped import shipped_runtime_catalogs
+from controller.cli.schema_export import check_format_doc, event_tables
 from controller.events import core_events
 from ledger import SigningKey
-from ledger.event_tables import between_markers, catalog_markdown
+from ledger.event_tables import CORE, RUNTIMES, between_markers, catalog_markdown
 from ledger.format import COMPLETION, Manifest, Provenance, RecordEnvelope
 
 FORMAT_DOC = ROOT / "docs" / "ledger-format.md"
 
 
 def test_the_format_document_carries_the_core_events_tables_the_code_generates() -> None:
-    documented = between_markers(FORMAT_DOC.read_text(encoding="utf-8"))
+    text = FORMAT_DOC.read_text(encoding="utf-8")
+    documented = between_markers(text, CORE)
     assert documented is not None, "docs/ledger-format.md lacks the core-events markers"
     assert documented == catalog_markdown(core_events), "run `society ledger schemas` to regenerate"
     for tag in core_events.tags:
         assert f"#### `{tag}`" in documented
+    runtimes = between_markers(text, RUNTIMES)
+    assert runtimes is not None and runtimes == event_tables()[RUNTIMES]
+    for catalog in shipped_runtime_catalogs().values():
+        assert all(f"#### `{tag}`" in runtimes for tag in catalog.tags)
+    assert check_format_doc() == []
 
 
 def test_every_nullable_optional_field_is_documented_as_null_or_absent() -> None:
