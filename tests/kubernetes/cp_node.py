@@ -46,7 +46,7 @@ KUBELET_SYSCTLS = (
 )
 """What the kubelet sets at start (setupKernelTunables); saved before and put back after."""
 POD_DELETE_TIMEOUT_S = 60.0
-NODE_IMAGES = ("pause", "python", "controller", "openclaw")
+NODE_IMAGES = ("pause", "python", "controller", "openclaw", "nanoclaw")
 """The images the node imports (python serves the scripted, llm and peer runtimes; the run
 worker's image runs in no harness pod)."""
 HOST_DIRS = (Path("/var/lib/cni"), Path("/var/log/containers"))
