@@ -22,34 +22,16 @@ def make_deep_tree(base: Path, depth: int) -> None:
 
 
 def remove_deep_tree(base: Path) -> None:
-    """Remove it again without recursion (shutil.rmtree recurses)."""
-    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
-    chain = [fd]
-    while True:
-        try:
-            chain.append(os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=chain[-1]))
-        except FileNotFoundError:
-            break
-        if len(chain) > 64:  # keep few descriptors open: walk on from the deepest one
-            os.close(chain.pop(0))
-    deepest = chain.pop()
-    for name in os.listdir(deepest):
-        os.unlink(name, dir_fd=deepest)
-    os.close(deepest)
-    for fd in chain:
-        os.close(fd)
-    while (base / "d").exists():
-        current = base
-        parent_fd = os.open(current, os.O_RDONLY | os.O_DIRECTORY)
-        while True:
-            try:
-                child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=parent_fd)
-            except FileNotFoundError:
-                break
-            if not os.listdir(child):
-                os.close(child)
-                os.rmdir("d", dir_fd=parent_fd)
-                break
-            os.close(parent_fd)
-            parent_fd = child
-        os.close(parent_fd)
+    """Remove it again without recursion (shutil.rmtree recurses): lift each level's child up
+    beside ``base/d``, empty and remove ``base/d``, and put the child in its place."""
+    top, lifted = base / "d", base / "lifted"
+    while top.exists():
+        names = os.listdir(top)
+        if "d" in names:
+            os.rename(top / "d", lifted)
+        for name in names:
+            if name != "d":
+                os.unlink(top / name)
+        os.rmdir(top)
+        if lifted.exists():
+            os.rename(lifted, top)
