@@ -78,12 +78,15 @@ class NanoClawAgent:
                 if self._spent.is_set():
                     continue
                 text = f"{delivery.sender.name} says: {delivery.text}"
-                inbox = inboxes.get(delivery.conversation_id)
-                if inbox is None:
+                conversation = delivery.conversation_id
+                try:
+                    await inboxes[conversation].send(text)
+                except (KeyError, anyio.BrokenResourceError):
+                    # none yet, or its runner ended (an error): a fresh session takes the message
                     inbox, outbox = anyio.create_memory_object_stream[str](256)
-                    inboxes[delivery.conversation_id] = inbox
-                    tasks.start_soon(self._conversation, delivery.conversation_id, outbox)
-                await inbox.send(text)
+                    inboxes[conversation] = inbox
+                    tasks.start_soon(self._conversation, conversation, outbox)
+                    await inbox.send(text)
             for inbox in inboxes.values():
                 inbox.close()
             tasks.cancel_scope.cancel()

@@ -7,7 +7,6 @@ One run serves the tests of this module (one to three minutes here: OpenClaw's t
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from nanoclaw_support import processes_of
 
 from agent_images.openclaw.config import openclaw_executable
 from controller import RunSpec, nanoclaw, openclaw
@@ -31,28 +31,6 @@ from controller.run import ProgramFinished, Run, RunContext, Success
 from ledger import LedgerArtifacts, open_ledger_artifacts, verify_ledger
 
 pytestmark = pytest.mark.anyio
-
-
-def _processes_of(run_id: str, agent: str) -> list[int]:
-    """Every live process whose command line names the run and the agent, and their children."""
-    parents: dict[int, int] = {}
-    roots: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            parents[int(entry.name)] = int(
-                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
-            )
-        except (OSError, ValueError):
-            continue
-        if any(a == run_id.encode() and b == agent.encode() for a, b in itertools.pairwise(argv)):
-            roots.append(int(entry.name))
-    found = list(roots)
-    for pid in found:
-        found.extend(child for child, parent in parents.items() if parent == pid)
-    return found
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -97,7 +75,7 @@ async def _one_run(artifact_root: Path) -> dict[str, Any]:
         seen["hello"] = await owner.hello()
         async with owner.session("Say hello to the owner in one short sentence.") as session:
             seen["result"] = await session.result(timeout_s=240)
-            processes = _processes_of(ctx.ledger.run_id, "alice")
+            processes = processes_of(ctx.ledger.run_id, "alice")
             seen["environments"] = {pid: _environ(pid) for pid in processes}
             seen["executables"] = {pid: _executable(pid) for pid in processes}
             run_dir = Path(ctx.ledger.receipt().ledger_dir).parents[1]

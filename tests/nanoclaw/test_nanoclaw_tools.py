@@ -5,14 +5,18 @@ reaches the provider and no process of the agent."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import secrets
+import signal
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from fake_provider import ScriptedReply, completion
+from nanoclaw_support import command_line, processes_of
 
 from controller import RunSpec, nanoclaw
 from controller.events.network import RouterMessageCommitted
@@ -104,3 +108,47 @@ async def test_send_message_goes_out_as_the_agent_itself_whatever_sender_the_mod
     ]
     assert {h["authorization"] for h, _ in fake_provider.requests} == {f"Bearer {key}"}
     assert seen["environ"] and key.encode() not in seen["environ"]
+
+
+@pytest.mark.slow
+async def test_a_runner_that_dies_leaves_its_conversation_to_a_fresh_session(
+    require_nanoclaw: None, fake_provider: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_NAME, "sk-acme-unused")
+    fake_provider.script = [_reply({"role": "assistant", "content": "My price is $40."}, "stop")]
+    provider = ProviderConfig(
+        name="acme", base_url=fake_provider.base_url, model="fake-model", api_key_name=KEY_NAME
+    )
+    seen: dict[str, Any] = {}
+
+    async def execute(ctx: RunContext) -> list[str]:
+        async with ctx.network.endpoint("market") as market:
+            chat = await market.open(ctx.agents.alice.agent)
+            messages = market.messages()
+            await chat.send("Alice, your price?")
+            with anyio.fail_after(120):
+                first = await anext(messages)
+            runners = [
+                pid
+                for pid in processes_of(ctx.ledger.run_id, "alice")
+                if b"runner.mjs" in command_line(pid) or command_line(pid).endswith(b"claude\0")
+            ]
+            seen["killed"] = runners
+            for pid in runners:  # the conversation's runner and its CLI die
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            await anyio.sleep(1)
+            await chat.send("Alice, and now?")
+            with anyio.fail_after(120):
+                second = await anext(messages)
+        return [first.text, second.text]
+
+    spec = RunSpec.define(
+        id="acme.nanoclaw-runner-dies/v1",
+        agents={"alice": nanoclaw("You are Alice.", provider=provider, max_turns=3)},
+        execute=execute,
+    )
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=tmp_path, seed=4)
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    assert seen["killed"], "alice's runner was not found"
+    assert outcome.exit.value == ["My price is $40.", "My price is $40."]
