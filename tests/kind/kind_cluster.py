@@ -55,7 +55,8 @@ class HostFootprint:
     bridge: str
 
     def traces(self, name: str) -> dict[str, list[str]]:
-        """What of the cluster ``name`` is on this machine now (empty lists: nothing)."""
+        """What of the cluster ``name`` is on this machine now (empty lists: nothing): containers,
+        volumes, its network, mounts, interfaces, firewall rules."""
         label = f"label=io.x-k8s.kind.cluster={name}"
         traces = {
             "container": sorted(podman_names("container", label) | {
@@ -71,6 +72,9 @@ class HostFootprint:
                                           check=True).stdout)  # fmt: skip
         traces["interface"] = [link["ifname"] for link in links if self.bridge and self.bridge in
                                (link["ifname"], link.get("master"))]  # fmt: skip
+        # podman's CNI rules for the network carry its name in their comments.
+        rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+        traces["firewall rule"] = [line for line in rules.splitlines() if f'\\"{name}\\"' in line]
         return traces
 
 

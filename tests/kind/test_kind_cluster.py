@@ -171,12 +171,13 @@ def test_a_default_deny_policy_refuses_the_probe_that_reached_the_pod_before(
                timeout=60)  # fmt: skip
 
 
-def test_deleting_the_cluster_leaves_no_container_network_volume_mount_or_interface(
+def test_deleting_the_cluster_leaves_no_container_network_volume_mount_interface_or_rule(
     kind_cluster: KindCluster,
 ) -> None:
     footprint = kind_cluster.footprint()
     before = footprint.traces(kind_cluster.name)
-    assert before["container"] and before["network"] and before["mount"] and before["interface"]
+    assert all(before[kind] for kind in ("container", "network", "mount", "interface",
+                                         "firewall rule")), before  # fmt: skip
     kind_cluster.delete()
     after = footprint.traces(kind_cluster.name)
     assert after == {kind: [] for kind in before}, after
