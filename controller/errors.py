@@ -37,6 +37,7 @@ beside the code that raises it (the module named after it):
     │   └── UnknownProviderError  controller.modelgateway.config  (also a ValueError)
     ├── OpsError  an operator command (cluster up/down, profile check) could not finish
     │   ├── CheckoutMissing  controller.ops.repository
+    │   ├── KindPatchRefused  controller.ops.cluster.kind_patches
     │   ├── PrerequisitesMissing  controller.ops.cluster.prerequisites
     │   ├── ProfileFileError  controller.ops.cluster.profile_file
     │   ├── StepFailed  controller.ops.cluster.steps
