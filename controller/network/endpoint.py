@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.lowlevel
 from pydantic import TypeAdapter, ValidationError
 
 from controller.events.network import (
@@ -115,6 +116,9 @@ class Endpoint:
         """
         inbox = self._inbox
         while True:
+            # a full inbox never waits below, and each take's records are shielded: without this
+            # a deadline around the loop would not fire while senders keep the inbox full
+            await anyio.lowlevel.checkpoint_if_cancelled()
             message = inbox.take(self)
             if message is None:
                 if self._closed is not None:

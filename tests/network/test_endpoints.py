@@ -18,6 +18,7 @@ from controller.events.network import (
     EndpointOpened,
 )
 from controller.network import NetworkError, connect_agent
+from controller.network.limits import MessageLimits
 from controller.network.router import Router
 from ledger import LedgerWriter
 
@@ -103,3 +104,42 @@ async def test_an_endpoint_message_obeys_the_wire_limits(router: Router) -> None
         with pytest.raises(NetworkError) as unknown:
             await probe.open("nobody")
         assert unknown.value.reason == "unknown-participant"
+
+
+UNLIMITED = MessageLimits(messages_per_second=1e9, message_burst=10**9)
+
+
+async def test_a_deadline_around_an_endpoints_messages_fires_while_a_flood_keeps_its_queue_full(
+    ledger: LedgerWriter,
+) -> None:
+    async with Router.serve(ledger, message_limits=UNLIMITED) as router:
+        flooder = router.register("flooder")
+        await router.dispatch()
+        await _read_through_a_flood(router, flooder.token)
+
+
+async def _read_through_a_flood(router: Router, token: str) -> None:
+    async with (
+        connect_agent(router.url, token) as session,
+        router.network.endpoint("host") as host,
+    ):
+        chat = await session.open("host")
+
+        async def flood() -> None:
+            while True:
+                await session.send(chat.conversation_id, "more")
+
+        async with anyio.create_task_group() as tasks:
+            for _ in range(16):
+                tasks.start_soon(flood)
+            await anyio.sleep(0.5)  # the flood is ahead of the reader
+            read, overran = 0, False
+            started = anyio.current_time()
+            with anyio.move_on_after(1) as deadline:
+                async for _ in host.messages():  # the queue never runs dry
+                    read += 1
+                    if anyio.current_time() - started > 5:
+                        overran = True  # the deadline did not fire: stop by hand
+                        break
+            tasks.cancel_scope.cancel()
+    assert deadline.cancelled_caught and not overran and read > 0
