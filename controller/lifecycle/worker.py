@@ -32,6 +32,7 @@ import signal
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import NoReturn
 
 from temporalio.worker import Worker
 
@@ -141,5 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` once the worker has stopped, skipping interpreter
+    finalization: the Temporal client's native threads can outlive the event loop, and tearing
+    the interpreter down beneath them can crash (SIGSEGV) a worker that already stopped cleanly."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
