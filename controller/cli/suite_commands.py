@@ -103,6 +103,8 @@ def _run(args: argparse.Namespace) -> int:
                 f"the suite's grader {grader} does not exist; fix `grader=` in {args.module}",
                 reason="grader-missing",
             )
+        for slot in suite.slots():  # every run's --set values, before any run starts
+            suite.settings_for(slot.competitors)
     except SuiteError as error:
         return _error("suite run", error.reason, str(error), EXIT_SETUP)
     runner = SuiteRunner(

@@ -19,7 +19,13 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from controller.errors import SocietyError
-from controller.run.spec import ROSTER_NAME, NotAPythonModule, RunSpec, exec_module_file
+from controller.run.spec import (
+    ROSTER_NAME,
+    NotAPythonModule,
+    RunSpec,
+    RunSpecError,
+    exec_module_file,
+)
 
 SUITE_NAME = "suite"
 SUITE_ID = re.compile(r"^[a-z][a-z0-9.-]{0,62}$")
@@ -29,6 +35,7 @@ TIE = "tie"
 Matchups = Literal["single", "pairs", "round-robin"]
 Ranking = Literal["bradley-terry", "score"]
 Build = Callable[[Mapping[str, Any]], RunSpec]
+Settings = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 TWIN = "-twin"
 """A self-play run's second seat is the competitor's name with this suffix (roster names differ)."""
 
@@ -86,6 +93,8 @@ class Suite:
     result: str
     ranking: Ranking = "bradley-terry"
     self_play: bool = False
+    settings: Settings | None = None
+    """Given the same competitors as ``build``, the run's RunSpec parameters (``--set`` values)."""
     source: Path | None = None
     """The module that defined the suite, once ``load_suite`` loaded it."""
 
@@ -102,8 +111,11 @@ class Suite:
         result: str,
         ranking: Ranking = "bradley-terry",
         self_play: bool = False,
+        settings: Settings | None = None,
     ) -> Suite:
-        """Check and freeze a suite; raises ``SuiteError``."""
+        """Check and freeze a suite; raises ``SuiteError``. ``settings``, given the competitors
+        of one run as ``build`` is, returns that run's RunSpec parameters: each run is started
+        with them as ``--set`` values, so its ledger records them (``RunStarted.parameters``)."""
         if not isinstance(id, str) or not SUITE_ID.match(id):
             raise SuiteError(
                 f"suite id {id!r} must match {SUITE_ID.pattern}, e.g. 'negotiation-v1' (it names "
@@ -117,6 +129,14 @@ class Suite:
                 "build must be a plain function taking the competitors of one run (name -> "
                 "parameters) and returning its RunSpec",
                 reason="bad-build",
+            )
+        if settings is not None and (
+            not callable(settings) or inspect.iscoroutinefunction(settings)
+        ):
+            raise SuiteError(
+                "settings must be a plain function taking the competitors of one run (as build "
+                "does) and returning its RunSpec parameters, e.g. {'patience': 3}",
+                reason="bad-settings",
             )
         chosen = tuple(seeds)
         if not chosen or any(type(seed) is not int or seed < 0 for seed in chosen):
@@ -149,6 +169,7 @@ class Suite:
             result=result,
             ranking=ranking,
             self_play=self_play,
+            settings=settings,
         )
 
     def slots(self) -> list[Slot]:
@@ -177,12 +198,7 @@ class Suite:
                 f"{', '.join(self.competitors)})",
                 reason="unknown-competitor",
             )
-        seats = Slot(names, 0).seats
-        spec = self.build(
-            MappingProxyType(
-                {seat: self.competitors[name] for seat, name in zip(seats, names, strict=True)}
-            )
-        )
+        spec = self.build(self._taking_part(names))
         if not isinstance(spec, RunSpec):
             raise SuiteError(
                 f"build({', '.join(names)}) returned {type(spec).__name__}, not a RunSpec; "
@@ -190,6 +206,34 @@ class Suite:
                 reason="bad-build",
             )
         return spec
+
+    def settings_for(self, competitors: Iterable[str]) -> dict[str, Any]:
+        """The RunSpec parameters of these competitors' run (empty without ``settings``),
+        checked against the parameters the run's spec declares."""
+        names = tuple(competitors)
+        if self.settings is None:
+            return {}
+        chosen = self.settings(self._taking_part(names))
+        if not isinstance(chosen, Mapping) or not all(isinstance(key, str) for key in chosen):
+            raise SuiteError(
+                f"settings({', '.join(names)}) returned {type(chosen).__name__}, not a mapping "
+                f"of parameter names to values",
+                reason="bad-settings",
+            )
+        values = dict(chosen)
+        try:
+            self.run_spec_for(names).parameters_from(values)
+        except RunSpecError as exc:
+            raise SuiteError(
+                f"settings({', '.join(names)}): {exc}", reason="bad-settings"
+            ) from None
+        return values
+
+    def _taking_part(self, names: tuple[str, ...]) -> Mapping[str, Any]:
+        seats = Slot(names, 0).seats
+        return MappingProxyType(
+            {seat: self.competitors[name] for seat, name in zip(seats, names, strict=True)}
+        )
 
     def grader_path(self) -> Path:
         """The grader module, resolved against the suite module's folder."""

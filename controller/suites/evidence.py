@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
+from controller.errors import SocietyError
 from controller.events import core_events
 from controller.events.run import (
     PlatformFailed,
@@ -134,6 +135,17 @@ def _slot_mismatch(
     if started.roster != list(spec.agents):
         return (
             f"ledger of {run_id} ran roster {started.roster}, the slot builds {list(spec.agents)}"
+        )
+    try:
+        settings = suite.settings_for(slot.competitors)
+    except SocietyError as exc:
+        return str(exc)
+    recorded = started.parameters or {}
+    differing = sorted(key for key, value in settings.items() if recorded.get(key) != value)
+    if differing:
+        return (
+            f"ledger of {run_id} ran parameters {recorded}, the slot sets "
+            f"{ {key: settings[key] for key in differing} }"
         )
     return None
 

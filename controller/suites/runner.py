@@ -10,14 +10,16 @@ gate, a refused roster, a lost cluster) runs again with a fresh run id.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -40,9 +42,21 @@ OUTCOMES = frozenset({"society.program-succeeded/v1", "society.program-failed/v1
 
 
 def society_run_argv(
-    module: Path, *, profile: str, artifacts: Path, seed: int, run_id: str
+    module: Path,
+    *,
+    profile: str,
+    artifacts: Path,
+    seed: int,
+    run_id: str,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """The one place the suite starts a run: the public ``society run`` command line."""
+    """The one place the suite starts a run: the public ``society run`` command line (its
+    RunSpec parameters as ``--set KEY=JSON``)."""
+    sets = [
+        argument
+        for key, value in (settings or {}).items()
+        for argument in ("--set", f"{key}={json.dumps(value)}")
+    ]
     return [
         *SOCIETY,
         "run",
@@ -55,6 +69,7 @@ def society_run_argv(
         str(seed),
         "--run-id",
         run_id,
+        *sets,
     ]
 
 
@@ -84,6 +99,7 @@ class SuiteRunner:
         self.progress = progress
         self._live: dict[str, anyio.abc.Process] = {}
         self._interrupted = False
+        self._settings: dict[str, dict[str, Any]] = {}
 
     async def run(self, stop: anyio.Event) -> SuiteRun:
         """Run what is missing; on ``stop`` send each live run one SIGINT (it finalizes its
@@ -94,6 +110,8 @@ class SuiteRunner:
         slots = self.suite.slots()
         kept = [slot for slot in slots if self._completed(journal, slot)]
         pending = [slot for slot in slots if slot not in kept]
+        # every run's parameters, checked before any run starts
+        self._settings = {slot.key: self.suite.settings_for(slot.competitors) for slot in pending}
         self.progress.phase(
             f"suite {self.suite.id}: {len(slots)} runs, {len(kept)} already complete and "
             f"verified, {len(pending)} to run ({self.jobs} at a time) under {self.folder.root}"
@@ -160,6 +178,7 @@ class SuiteRunner:
                 artifacts=self.folder.runs,
                 seed=slot.seed,
                 run_id=run_id,
+                settings=self._settings[slot.key],
             )
             began = time.monotonic()
             code = await self._spawn(argv, self.folder.logs / f"{run_id}.log", run_id)
