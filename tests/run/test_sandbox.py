@@ -325,7 +325,8 @@ def test_the_bubblewrap_probe_binds_an_empty_home_never_the_host_root(
 
 def test_two_live_runs_that_draw_the_same_uid_block_get_different_uids(tmp_path: Path) -> None:
     """The block comes from the run id: two ids alike in their first 8 hex digits draw one block,
-    and the second run, finding it held, takes the next free one; released, it is free again."""
+    and the second run, finding it held, takes the next free one; released, it is free again
+    and its claim file is gone."""
     first_id, second_id = (f"sr-0000abcd{secrets.token_hex(12)}" for _ in range(2))
     first, second = (AgentUids(i, claims=tmp_path) for i in (first_id, second_id))
     try:
@@ -339,3 +340,4 @@ def test_two_live_runs_that_draw_the_same_uid_block_get_different_uids(tmp_path:
         assert third.take() == first.first
     finally:
         third.release()
+    assert not list(tmp_path.iterdir()), "a released block left its claim file behind"

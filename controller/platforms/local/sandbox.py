@@ -23,6 +23,7 @@ What an agent sees and may do:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import os
@@ -210,6 +211,7 @@ class AgentUids:
         self._block = int(run_id.removeprefix("sr-")[:8] or "0", 16) % UID_BLOCKS
         self._claims = claims if claims is not None else (UID_CLAIMS if os.geteuid() == 0 else None)
         self._claim: int | None = None
+        self._block_held = 0
         self._next: int | None = None
         self._first = 0
 
@@ -232,8 +234,12 @@ class AgentUids:
         return uid
 
     def release(self) -> None:
-        """Let another run have the block (the lock also ends with this process)."""
+        """Let another run have the block (the lock also ends with this process); its claim file
+        is removed while still locked, so claims do not pile up."""
         if self._claim is not None:
+            assert self._claims is not None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._claims / str(self._block_held))
             os.close(self._claim)
             self._claim = None
 
@@ -250,12 +256,23 @@ class AgentUids:
             except BlockingIOError:
                 os.close(fd)
                 continue
-            self._claim = fd
+            if not _still_named(fd, self._claims / str(block)):
+                os.close(fd)  # its holder released (and removed) it as we opened it: try again
+                return self._claimed_block()
+            self._claim, self._block_held = fd, block
             return block
         raise SandboxUnavailable(
             f"every block of agent uids under {self._claims} is held by a live run",
             reason="sandbox-unavailable",
         )
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    """Is the locked file ``fd`` still the one ``path`` names (not removed by its releaser)?"""
+    try:
+        return os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _parents_to_create(destinations: Iterable[str]) -> list[str]:
