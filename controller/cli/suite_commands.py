@@ -103,17 +103,15 @@ def _run(args: argparse.Namespace) -> int:
                 f"the suite's grader {grader} does not exist; fix `grader=` in {args.module}",
                 reason="grader-missing",
             )
-        for slot in suite.slots():  # every run's --set values, before any run starts
-            suite.settings_for(slot.competitors)
+        runner = SuiteRunner(
+            suite,
+            artifact_root(args),
+            profile=args.profile,
+            jobs=args.jobs or DEFAULT_JOBS,
+            progress=TerminalProgress(),
+        )
     except SuiteError as error:
         return _error("suite run", error.reason, str(error), EXIT_SETUP)
-    runner = SuiteRunner(
-        suite,
-        artifact_root(args),
-        profile=args.profile,
-        jobs=args.jobs or DEFAULT_JOBS,
-        progress=TerminalProgress(),
-    )
 
     async def main() -> Any:
         stop = anyio.Event()

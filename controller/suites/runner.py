@@ -99,7 +99,8 @@ class SuiteRunner:
         self.progress = progress
         self._live: dict[str, anyio.abc.Process] = {}
         self._interrupted = False
-        self._settings: dict[str, dict[str, Any]] = {}
+        # every run's --set values, checked (SuiteError) before any run starts
+        self._settings = {slot.key: suite.settings_for(slot.competitors) for slot in suite.slots()}
 
     async def run(self, stop: anyio.Event) -> SuiteRun:
         """Run what is missing; on ``stop`` send each live run one SIGINT (it finalizes its
@@ -110,8 +111,6 @@ class SuiteRunner:
         slots = self.suite.slots()
         kept = [slot for slot in slots if self._completed(journal, slot)]
         pending = [slot for slot in slots if slot not in kept]
-        # every run's parameters, checked before any run starts
-        self._settings = {slot.key: self.suite.settings_for(slot.competitors) for slot in pending}
         self.progress.phase(
             f"suite {self.suite.id}: {len(slots)} runs, {len(kept)} already complete and "
             f"verified, {len(pending)} to run ({self.jobs} at a time) under {self.folder.root}"
