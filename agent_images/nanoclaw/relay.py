@@ -15,8 +15,8 @@ import httpx
 from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-MAX_HEAD = 64 * 1024
-MAX_BODY = 8 * 1024 * 1024
+from agent_images.http_relay import read_request, response
+
 _PASSED_HEADERS = ("content-type", "anthropic-version", "anthropic-beta")
 
 
@@ -47,17 +47,16 @@ class ModelRelay:
 
     async def _exchange(self, stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
         """One request, one answer, then the connection closes (clients reconnect)."""
-        head = (await reader.receive_until(b"\r\n\r\n", MAX_HEAD)).decode("latin-1")
-        request_line, *header_lines = head.split("\r\n")
-        method, target, _ = request_line.split(" ", 2)
-        headers = {
-            k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)
-        }
-        length = int(headers.get("content-length") or 0)
-        if length > MAX_BODY or "chunked" in headers.get("transfer-encoding", ""):
-            await stream.send(_response(413, "application/json", b'{"type":"error"}'))
+        request = await read_request(reader)
+        if request is None:
+            await stream.send(response(413, b'{"type":"error"}'))
             return
-        body = await reader.receive_exactly(length) if length else b""
+        method, target, headers, body = (
+            request.method,
+            request.target,
+            request.headers,
+            request.body,
+        )
         self.calls += 1
         forwarded = {name: headers[name] for name in _PASSED_HEADERS if name in headers}
         try:
@@ -67,16 +66,7 @@ class ModelRelay:
         except httpx.HTTPError as exc:
             error = {"type": "api_error", "message": f"model gateway unreachable: {exc!r}"}
             message = json.dumps({"type": "error", "error": error}).encode()
-            await stream.send(_response(502, "application/json", message))
+            await stream.send(response(502, message))
             return
         content_type = upstream.headers.get("content-type", "application/json")
-        await stream.send(_response(upstream.status_code, content_type, upstream.content))
-
-
-def _response(status: int, content_type: str, body: bytes) -> bytes:
-    head = (
-        f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}\r\n"
-        f"content-type: {content_type}\r\ncontent-length: {len(body)}\r\n"
-        "connection: close\r\n\r\n"
-    )
-    return head.encode() + body
+        await stream.send(response(upstream.status_code, upstream.content, content_type))

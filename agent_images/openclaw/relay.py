@@ -20,8 +20,7 @@ import httpx
 from anyio.abc import ByteStream, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-MAX_HEAD = 64 * 1024
-MAX_BODY = 8 * 1024 * 1024
+from agent_images.http_relay import read_request, response
 
 
 class ModelRelay:
@@ -51,28 +50,22 @@ class ModelRelay:
 
     async def _exchange(self, stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
         """One request, one answer, then the connection closes (clients reconnect)."""
-        head = (await reader.receive_until(b"\r\n\r\n", MAX_HEAD)).decode("latin-1")
-        request_line, *header_lines = head.split("\r\n")
-        method, path, _ = request_line.split(" ", 2)
-        headers = {
-            k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)
-        }
-        length = int(headers.get("content-length") or 0)
-        if length > MAX_BODY or "chunked" in headers.get("transfer-encoding", ""):
-            await stream.send(_response(413, b'{"error":{"message":"body too large"}}'))
+        request = await read_request(reader)
+        if request is None:
+            await stream.send(response(413, b'{"error":{"message":"body too large"}}'))
             return
-        body = await reader.receive_exactly(length) if length else b""
+        method, path, body = request.method, request.target, request.body
         if method == "POST" and path.endswith("/chat/completions"):
             await self._completion(stream, body)
             return
         upstream = await self._client.request(method, path, content=body or None)
-        await stream.send(_response(upstream.status_code, upstream.content))
+        await stream.send(response(upstream.status_code, upstream.content))
 
     async def _completion(self, stream: SocketStream, body: bytes) -> None:
         try:
             request = json.loads(body)
         except ValueError:
-            await stream.send(_response(400, b'{"error":{"message":"body is not JSON"}}'))
+            await stream.send(response(400, b'{"error":{"message":"body is not JSON"}}'))
             return
         streamed = bool(request.pop("stream", False))
         request.pop("stream_options", None)
@@ -81,10 +74,10 @@ class ModelRelay:
             upstream = await self._client.post("/v1/chat/completions", json=request)
         except httpx.HTTPError as exc:
             message = json.dumps({"error": {"message": f"model gateway unreachable: {exc}"}})
-            await stream.send(_response(502, message.encode()))
+            await stream.send(response(502, message.encode()))
             return
         if upstream.status_code != 200 or not streamed:
-            await stream.send(_response(upstream.status_code, upstream.content))
+            await stream.send(response(upstream.status_code, upstream.content))
             return
         await stream.send(_sse_head())
         for chunk in _as_chunks(upstream.json()):
@@ -114,15 +107,6 @@ def _as_chunks(completion: dict[str, Any]) -> list[dict[str, Any]]:
             "usage": completion.get("usage"),
         },
     ]
-
-
-def _response(status: int, body: bytes) -> bytes:
-    head = (
-        f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}\r\n"
-        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
-        "connection: close\r\n\r\n"
-    )
-    return head.encode() + body
 
 
 def _sse_head() -> bytes:
