@@ -42,9 +42,11 @@ log() { echo "build-kind-node-image: $*" >&2; }
 source "${VERSIONS}"
 # shellcheck source=../kind/node-image.env
 source "${PINS}"
-# The binaries and component archives are keyed by the pins; the node image also by its recipe.
-KEY="$(cat "${PINS}" "${VERSIONS}" "${REPO_ROOT}/kind/pause/pause.c" | sha256sum | cut -c1-12)"
-IMAGE_KEY="$(cat "${PINS}" "${VERSIONS}" "${BASH_SOURCE[0]}" "${REPO_ROOT}"/kind/node-image/* |
+# The binaries and component archives are keyed by the pins the node uses (not by the Kueue,
+# Agent Sandbox or KWOK lines of versions.env); the node image also by its recipe.
+NODE_PINS="$(cat "${PINS}"; grep -E '^(KUBERNETES|CONTAINERD|KUBE_ROUTER)_VERSION=' "${VERSIONS}")"
+KEY="$(printf '%s\n' "${NODE_PINS}" | cat - "${REPO_ROOT}/kind/pause/pause.c" | sha256sum | cut -c1-12)"
+IMAGE_KEY="$(printf '%s\n' "${NODE_PINS}" | cat - "${BASH_SOURCE[0]}" "${REPO_ROOT}"/kind/node-image/* |
     sha256sum | cut -c1-12)"
 OUT="${SOCIETY_KIND_NODE_DIR:-${HOME}/.cache/society-runner/kind-node}/${KEY}"
 IMAGE="localhost/society/kind-node:${KUBERNETES_VERSION}-${IMAGE_KEY}"
