@@ -6,9 +6,9 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import anyio
-from anyio.abc import Process
 
 from controller.agents.runtime import SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
@@ -19,8 +19,29 @@ from controller.platforms.local.cgroup import (
     CgroupLayout,
     layout_or_none,
 )
-from controller.platforms.local.sandbox import Bubblewrap
+from controller.platforms.local.namespaces import SANDBOX_NAME
+from controller.platforms.local.sandbox import Bubblewrap, SandboxUnavailable
 from controller.run.platform import Sandbox
+
+TEMPLATE_ENV = "SOCIETY_LOCAL_TEMPLATE"
+"""Set to 1 (or pass ``LocalPlatform(template=True)``) to fork sandboxed agents from a template."""
+TEMPLATE_TOOL = "template fork"
+SANDBOX_PROCESSES = ("bwrap", SANDBOX_NAME.decode())
+"""The names of a sandbox's own processes (bwrap's, or a template fork's outer one and pid 1)."""
+
+
+class AgentProcess(Protocol):
+    """An agent's outermost process: a child (``anyio.abc.Process``) or a template's fork."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,23 +51,40 @@ class LocalIsolation:
     sandbox: Bubblewrap | None
     cgroups: CgroupLayout | None
     pids_max: int = DEFAULT_PIDS_MAX
+    template: bool = False
+    """Sandboxed agents are forked from a template and enter bwrap's sandbox in-process."""
 
     @classmethod
-    def detect(cls, *, sandboxed: bool) -> LocalIsolation:
-        """Sandboxed: bwrap and cgroups, or raise (with the next step). Else cgroups if any."""
+    def detect(cls, *, sandboxed: bool, template: bool = False) -> LocalIsolation:
+        """Sandboxed: bwrap and cgroups, or raise (with the next step). Else cgroups if any.
+        ``template`` holds only as root with cgroups (the forks enter them by themselves)."""
         if not sandboxed:
             return cls(None, layout_or_none())
-        return cls(Bubblewrap.probe(), CgroupLayout.detect())
+        cgroups = CgroupLayout.detect()
+        if template and os.geteuid() != 0:
+            raise SandboxUnavailable(
+                "a template forks sandboxed agents only as root (it sets up their namespaces "
+                f"itself); run as root, or unset {TEMPLATE_ENV} (bwrap starts each agent)",
+                reason="sandbox-unavailable",
+            )
+        return cls(Bubblewrap.probe(), cgroups, template=template)
 
     def as_event(self) -> AgentIsolation:
         return AgentIsolation(
             profile="local",
             sandbox="bubblewrap" if self.sandbox is not None else "none",
-            tool=self.sandbox.version if self.sandbox is not None else None,
+            tool=self._tool(),
             uid=None if self.sandbox is not None else os.getuid(),  # sandboxed: one per agent
             cgroups=self.cgroups.version if self.cgroups is not None else "none",
             pids_max=self.pids_max if self.cgroups is not None else None,
         )
+
+    def _tool(self) -> str | None:
+        if self.sandbox is None:
+            return None
+        if self.template:
+            return f"{TEMPLATE_TOOL} (the sandbox of {self.sandbox.version})"
+        return self.sandbox.version
 
 
 class LocalSandbox(Sandbox):
@@ -54,7 +92,7 @@ class LocalSandbox(Sandbox):
         self,
         name: str,
         access: SandboxAccess,
-        process: Process,
+        process: AgentProcess,
         home: Path,
         cgroup: AgentCgroup | None,
         sandboxed: bool,
@@ -90,7 +128,9 @@ class LocalSandbox(Sandbox):
             signal_group(self.process, signum)
 
 
-async def reap_child(process: Process, exited: Observation[ProcessExit], sandboxed: bool) -> None:
+async def reap_child(
+    process: AgentProcess, exited: Observation[ProcessExit], sandboxed: bool
+) -> None:
     try:
         returncode = await process.wait()
         if sandboxed and 128 < returncode <= 128 + 64:
@@ -103,7 +143,7 @@ async def reap_child(process: Process, exited: Observation[ProcessExit], sandbox
 
 def _is_bwrap(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() == "bwrap"
+        return Path(f"/proc/{pid}/comm").read_text().strip() in SANDBOX_PROCESSES
     except OSError:
         return False
 
@@ -115,7 +155,7 @@ def _kill(pid: int, signum: int) -> None:
         pass
 
 
-def signal_group(process: Process, signum: int) -> None:
+def signal_group(process: AgentProcess, signum: int) -> None:
     """Signal the agent's process group (it leads its own session), unless it was reaped already:
     a reaped pid may belong to someone else by now."""
     if process.returncode is not None:

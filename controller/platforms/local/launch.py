@@ -82,6 +82,8 @@ class Spawn:
     variables: dict[str, str] = field(default_factory=dict)
     owned_fds: tuple[int, ...] = ()
     """Descriptors only the child needs: closed here once it started."""
+    plan: dict[str, object] | None = None
+    """Sandboxed, with a template: what its fork needs to enter the same sandbox."""
 
 
 def rlimits(resources: Resources) -> dict[str, int]:

@@ -35,7 +35,12 @@ from controller.agents.termination import Observation, ProcessExit
 from controller.platforms.local.capacity import LocalCapacity
 from controller.platforms.local.cgroup import run_group
 from controller.platforms.local.harvest import copy_declared
-from controller.platforms.local.isolation import LocalIsolation, LocalSandbox, reap_child
+from controller.platforms.local.isolation import (
+    AgentProcess,
+    LocalIsolation,
+    LocalSandbox,
+    reap_child,
+)
 from controller.platforms.local.launch import (
     MIB,
     Spawn,
@@ -75,6 +80,11 @@ from controller.platforms.local.sockets import (
     bind_unix,
     relay_to_tcp,
 )
+from controller.platforms.local.template import (
+    LocalTemplates,
+    launcher_plan,
+    template_requested,
+)
 from controller.platforms.local.trees import remove_tree
 from controller.run.platform import (
     Admission,
@@ -111,17 +121,25 @@ class LocalPlatform(Platform):
     router_host = "127.0.0.1"
 
     def __init__(
-        self, capacity: LocalCapacity | None = None, *, sandboxed: bool | None = None
+        self,
+        capacity: LocalCapacity | None = None,
+        *,
+        sandboxed: bool | None = None,
+        template: bool | None = None,
     ) -> None:
         self.capacity = capacity or LocalCapacity.detect()
         self.sandboxed = not unsandboxed_requested() if sandboxed is None else sandboxed
+        self.template = template_requested() if template is None else template
+        """Fork sandboxed agents from a pre-imported template (``local_template``), as root."""
         self._isolation: LocalIsolation | None = None
 
     @property
     def isolation(self) -> LocalIsolation:
         """Checked once; raises ``SandboxUnavailable`` or ``CgroupUnavailable`` (the next step)."""
         if self._isolation is None:
-            self._isolation = LocalIsolation.detect(sandboxed=self.sandboxed)
+            self._isolation = LocalIsolation.detect(
+                sandboxed=self.sandboxed, template=self.template
+            )
         return self._isolation
 
     def run_evidence(self) -> Sequence[Event]:
@@ -202,7 +220,9 @@ class LocalPlatform(Platform):
         watch_read, watch_write = os.pipe()  # the controller holds the only write end
         try:
             async with anyio.create_task_group() as tasks:
-                session = LocalSession(placement, tasks, watch_read, self.isolation)
+                session = LocalSession(
+                    placement, tasks, watch_read, self.isolation, template=self.isolation.template
+                )
                 try:
                     yield session
                 finally:
@@ -232,8 +252,11 @@ class LocalSession(PlatformSession):
         tasks: TaskGroup,
         watch_fd: int,
         isolation: LocalIsolation,
+        *,
+        template: bool = False,
     ) -> None:
         self.placement = placement
+        self._templates = LocalTemplates(placement.run_id, tasks) if template else None
         self._tasks = tasks
         self._watch_fd = watch_fd
         self._isolation = isolation
@@ -296,16 +319,28 @@ class LocalSession(PlatformSession):
                 python=spawn.python,
                 sockets=spawn.variables,
             )
-            process = await anyio.open_process(
-                spawn.command,
-                cwd=spawn.cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=spawn.pass_fds,
-            )
+            process: AgentProcess
+            if spawn.plan is not None and self._templates is not None:
+                plan = {**spawn.plan, "environment": env, "bridge_fd": listener.fileno()}
+                process = await self._templates.fork(
+                    descriptor,
+                    plan,
+                    log,
+                    listener,
+                    python=spawn.python,
+                    python_path=spawn.python_path,
+                )
+            else:
+                process = await anyio.open_process(
+                    spawn.command,
+                    cwd=spawn.cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=spawn.pass_fds,
+                )
         except OSError as exc:
             raise SandboxStartError(
                 f"cannot start {launch.name} ({' '.join(descriptor.command)}): {exc}",
@@ -360,8 +395,18 @@ class LocalSession(PlatformSession):
         inner = launcher_command(
             self.placement.run_id, launch.name, descriptor, watch_fd=None, python=python
         )
+        plan: dict[str, object] | None = None
+        if self._templates is not None:
+            plan = {
+                **bwrap.mount_plan(workdir=home / "work", sockets=binds),
+                **launcher_plan(inner[3:]),
+                "uid": uid,
+                "cgroups": list(procs),
+                "seccomp": bwrap.seccomp.hex(),
+            }
         sealed = seal(bwrap, inner, workdir=home / "work", sockets=binds, uid=uid)
         return Spawn(
+            plan=plan,
             command=in_cgroups(procs, fresh_session_keyring(sealed.argv)),
             cwd=home,
             listener=listener,
@@ -434,6 +479,8 @@ class LocalSession(PlatformSession):
         for handle in self._sockets.handles:
             handle.close()
         self._uids.release()
+        if self._templates is not None:
+            await self._templates.aclose()
         run_dir = self.placement.run_dir
         for directory in (run_dir / SANDBOXES_DIR, self._sockets.directory):
             await anyio.to_thread.run_sync(remove_tree, directory)  # agents' trees: hostile

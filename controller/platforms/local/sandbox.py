@@ -97,17 +97,7 @@ class Bubblewrap:
     ) -> list[str]:
         """The argv that runs ``inner`` as ``uid`` in a fresh sandbox around ``workdir``, its
         seccomp filter read from ``seccomp_fd``."""
-        binds: list[tuple[str, str, str]] = []  # (option, source, destination)
-        for path in _SYSTEM + _SYSTEM_FILES:
-            if os.path.islink(path):
-                binds.append(("--symlink", os.readlink(path), path))
-            elif os.path.exists(path):
-                binds.append(("--ro-bind", path, path))
-        for code in self.code_paths:
-            binds.append(("--ro-bind", str(code), str(code)))
-        binds.append(("--bind", str(workdir), HOME))
-        for socket_file, destination in sockets:
-            binds.append(("--ro-bind", str(socket_file), destination))
+        binds = self.binds(workdir=workdir, sockets=sockets)
         argv = [
             self.executable,
             "--unshare-pid",
@@ -150,6 +140,35 @@ class Bubblewrap:
                 "--",
             ]
         return argv + list(inner)
+
+
+    def binds(
+        self, *, workdir: Path, sockets: Iterable[tuple[Path, str]]
+    ) -> list[tuple[str, str, str]]:
+        """What the sandbox binds, in order: ``(option, source, destination)``."""
+        binds: list[tuple[str, str, str]] = []
+        for path in _SYSTEM + _SYSTEM_FILES:
+            if os.path.islink(path):
+                binds.append(("--symlink", os.readlink(path), path))
+            elif os.path.exists(path):
+                binds.append(("--ro-bind", path, path))
+        for code in self.code_paths:
+            binds.append(("--ro-bind", str(code), str(code)))
+        binds.append(("--bind", str(workdir), HOME))
+        for socket_file, destination in sockets:
+            binds.append(("--ro-bind", str(socket_file), destination))
+        return binds
+
+    def mount_plan(
+        self, *, workdir: Path, sockets: Iterable[tuple[Path, str]]
+    ) -> dict[str, object]:
+        """The same mount view as ``command`` builds, for ``namespaces.build_root``."""
+        binds = self.binds(workdir=workdir, sockets=sockets)
+        return {
+            "binds": [list(b) for b in binds],
+            "dirs": _parents_to_create(d for _, _, d in binds),
+            "home": HOME,
+        }
 
 
 @dataclass(slots=True)
