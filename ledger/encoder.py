@@ -21,7 +21,7 @@ from ledger.format import (
     utc_now,
 )
 from ledger.records import Record
-from ledger.signing import SigningKey
+from ledger.signer import Signer
 
 
 class RecordEncoder:
@@ -30,7 +30,7 @@ class RecordEncoder:
     Only the writer's committer thread calls it, one batch at a time, so its state needs no lock.
     """
 
-    def __init__(self, run_id: str, manifest_sha: str, signing_key: SigningKey) -> None:
+    def __init__(self, run_id: str, manifest_sha: str, signing_key: Signer) -> None:
         self.run_id = run_id
         self._run_id_json = json_string(run_id)
         self.head = manifest_sha

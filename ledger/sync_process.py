@@ -82,7 +82,7 @@ class _PosixFiles:
     fsync = staticmethod(os.fsync)
 
 
-def _die_with(parent: int) -> None:
+def die_with(parent: int) -> None:
     """SIGKILL this process when its writer's thread dies: it never outlives its writer."""
     try:
         import ctypes
@@ -97,7 +97,7 @@ def _die_with(parent: int) -> None:
 def main() -> None:
     """``python -I -S sync_process.py RECORDS_FD WRITER_PID``: commits in on 0, replies out on 1."""
     records_fd, parent = int(sys.argv[1]), int(sys.argv[2])
-    _die_with(parent)
+    die_with(parent)
     serve(_PosixFiles(), records_fd, 0, 1)
 
 

@@ -30,6 +30,7 @@ from ledger.format import (
 )
 from ledger.pipeline import CommitPipeline
 from ledger.records import LedgerReceipt, Record, ledger_catalog, parse_record_lines
+from ledger.signer import Signer, SignerProcess
 from ledger.signing import SigningKey
 from ledger.storage import DurableFiles
 
@@ -74,7 +75,7 @@ class LedgerWriter:
         catalog: EventCatalog,
         manifest: Manifest,
         manifest_bytes: bytes,
-        signing_key: SigningKey,
+        signing_key: Signer,
         files: DurableFiles,
         records_fd: int,
         *,
@@ -481,17 +482,47 @@ async def open_ledger_writer(
     provenance: Provenance,
     metadata: Mapping[str, Any] | None = None,
     signing_key: SigningKey | None = None,
+    signing_key_file: str | Path | None = None,
     files: DurableFiles | None = None,
 ) -> AsyncIterator[LedgerWriter]:
     """Create a new ledger at ``directory`` (never overwriting one) and yield its writer.
 
-    The signing key is generated fresh unless an operator's key is passed; it is never written
-    into the ledger directory. Leaving the block without ``complete()`` leaves an incomplete
-    ledger whose tail is signed by a final checkpoint.
+    The key stays out of this process: the ledger's signer process (``ledger.signer``)
+    generates a fresh one, or reads the operator's ``signing_key_file``, and signs only this
+    run's checkpoints and completion. A ``signing_key`` object signs here instead (the key is
+    then in this process already). No key is ever written into the ledger directory. Leaving
+    the block without ``complete()`` leaves an incomplete ledger whose tail is signed by a
+    final checkpoint.
     """
     own_process = files is None  # a caller's DurableFiles sees every write and fsync itself
     files = files or DurableFiles()
-    key = signing_key or SigningKey.generate()
+    if signing_key is not None:
+        key: Signer = signing_key
+    else:
+        key = await anyio.to_thread.run_sync(SignerProcess.start, run_id, signing_key_file)
+    try:
+        async with _writing(
+            directory, catalog, definition_id, run_id, provenance, metadata, key, files, own_process
+        ) as writer:
+            yield writer
+    finally:
+        if isinstance(key, SignerProcess):  # its key ends with it, after the completion's signature
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(key.close)
+
+
+@asynccontextmanager
+async def _writing(
+    directory: Path,
+    catalog: EventCatalog,
+    definition_id: str,
+    run_id: str,
+    provenance: Provenance,
+    metadata: Mapping[str, Any] | None,
+    key: Signer,
+    files: DurableFiles,
+    own_process: bool,
+) -> AsyncIterator[LedgerWriter]:
     merged = EventCatalog.merge(ledger_catalog, catalog)
     canonical_json(dict(metadata or {}))  # refuses NaN and non-JSON metadata before anything exists
     manifest = Manifest(

@@ -1,0 +1,130 @@
+"""The writer's side of the ledger's signer process (``ledger.signer_process``).
+
+A ledger opened without a key object in hand signs through this handle: the private key lives
+only in the signer process, which the writer's process (the researcher's module's process)
+cannot read, and which signs only its run's checkpoints and completion.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Protocol
+
+import cryptography
+
+from ledger import signer_process
+from ledger.errors import LedgerError
+
+_SCRIPT = Path(signer_process.__file__)
+_CRYPTOGRAPHY_DIR = str(Path(cryptography.__file__).resolve().parent.parent)
+
+
+class Signer(Protocol):
+    """What a writer signs with: a ``SigningKey`` in this process, or a ``SignerProcess``."""
+
+    @property
+    def public_key(self) -> str: ...
+
+    def sign(self, data: bytes) -> str: ...
+
+
+class SignerProcess:
+    """A child process that holds one run's key; ``sign`` asks it, ``close`` ends it.
+
+    Blocking: start it and close it off the event loop; ``sign`` takes a round trip of a few
+    tens of microseconds (a writer signs once per checkpoint and once to complete).
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes], public_key: str) -> None:
+        self._process = process
+        self._public_key = public_key
+        self._lock = threading.Lock()
+
+    @classmethod
+    def start(cls, run_id: str, key_file: str | Path | None = None) -> SignerProcess:
+        """Start the signer of ``run_id`` with a fresh key, or the operator's ``key_file``.
+
+        ``LedgerError`` (``signing-key-unreadable``) when the key file is not an Ed25519 PEM key.
+        """
+        command = [sys.executable, "-I", "-S", str(_SCRIPT), str(os.getpid()), run_id]
+        command.append(_CRYPTOGRAPHY_DIR)
+        if key_file is not None:
+            command.append(str(Path(key_file).resolve()))
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # a terminal's Ctrl-C reaches the writer, not it
+        )
+        signer = cls(process, "")
+        try:
+            signer._public_key = signer._reply("starting").decode("ascii")
+        except BaseException:
+            signer.close()
+            raise
+        return signer
+
+    @property
+    def public_key(self) -> str:
+        return self._public_key
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def sign(self, data: bytes) -> str:
+        """The signature (base64) over ``data``; ``LedgerError`` when the signer refuses it."""
+        request = signer_process.LENGTH.pack(len(data)) + data
+        with self._lock:
+            stdin = self._process.stdin
+            assert stdin is not None
+            try:
+                stdin.write(request)
+                stdin.flush()
+            except OSError as exc:
+                raise self._lost(f"the request could not be sent ({exc})") from None
+            return base64.b64encode(self._reply("signing")).decode("ascii")
+
+    def close(self) -> None:
+        """End the signer (idempotent): its key is gone with it."""
+        for pipe in (self._process.stdin, self._process.stdout):
+            if pipe is not None and not pipe.closed:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+    def _reply(self, doing: str) -> bytes:
+        stdout = self._process.stdout
+        assert stdout is not None
+        head = stdout.read(1 + signer_process.LENGTH.size)
+        if len(head) < 1 + signer_process.LENGTH.size:
+            raise self._lost(f"it ended while {doing}")
+        (size,) = signer_process.LENGTH.unpack(head[1:])
+        payload = stdout.read(size)
+        if len(payload) < size:
+            raise self._lost(f"it ended while {doing}")
+        if head[0] == signer_process.OK:
+            return payload
+        reason, _, message = payload.decode("utf-8", "replace").partition("\0")
+        if reason == "signing-key-unreadable":
+            raise LedgerError(message, reason=reason)
+        raise LedgerError(
+            f"the ledger's signer refused to sign ({reason}): {message}", reason="signature-refused"
+        )
+
+    def _lost(self, how: str) -> LedgerError:
+        return LedgerError(
+            f"the ledger's signer process is gone: {how}; the ledger keeps its signed prefix",
+            reason="signer-lost",
+        )
