@@ -100,6 +100,7 @@ class Run:
         ledger_ref: str = DEFAULT_LEDGER_REF,
         progress: Progress | None = None,
         signing_key: SigningKey | None = None,
+        signing_key_file: str | Path | None = None,
         parameters: Mapping[str, Any] | None = None,
         fork: ForkRequest | None = None,
     ) -> Outcome:
@@ -110,6 +111,10 @@ class Run:
         propagates. ``platform`` runs the agents
         (``controller.platforms.local.LocalPlatform()`` for the local profile); the kernel never
         picks one itself.
+
+        The ledger's key never enters this process (where ``execute`` runs): the ledger's signer
+        process makes a fresh one, or reads the operator's ``signing_key_file``. A
+        ``signing_key`` object signs in this process instead.
 
         ``parameters`` set the spec's declared parameters (``RunSpecError`` for ones it does not
         take, raised before the ledger exists); ``fork`` makes the run a fork of its parent.
@@ -137,6 +142,7 @@ class Run:
                 provenance=Provenance.current(platform.profile),
                 metadata=metadata,
                 signing_key=signing_key,
+                signing_key_file=signing_key_file,
             ) as writer:
                 kernel = _Kernel(
                     spec,

@@ -20,7 +20,9 @@ from controller.run.progress import Progress
 from controller.run.runid import check_run_id
 from controller.run.spec import RunSpec, load_run_spec
 from ledger.records import LedgerReceipt
-from ledger.signing import SigningKey
+
+SIGNING_KEY_VARIABLE = "SOCIETY_SIGNING_KEY"
+"""Names the operator's key file (PEM); only the ledger's signer process reads the file."""
 
 LEDGER_REF_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
@@ -196,18 +198,8 @@ async def execute_run(
         seed=request.seed,
         ledger_ref=request.ledger_ref,
         progress=progress,
-        signing_key=operator_signing_key(),
+        signing_key_file=os.environ.get(SIGNING_KEY_VARIABLE) or None,
         parameters=request.parameters,
         fork=request.fork,
     )
     return RunResult.from_outcome(outcome)
-
-
-def operator_signing_key() -> SigningKey | None:
-    """The operator's long-lived key named by ``SOCIETY_SIGNING_KEY`` (a PEM file), if any.
-
-    Only the path travels in the environment; the key itself is read here, in the controller,
-    and never enters a workflow payload or the ledger directory.
-    """
-    path = os.environ.get("SOCIETY_SIGNING_KEY")
-    return SigningKey.load(path) if path else None

@@ -56,8 +56,10 @@ def open_test_writer(
     *,
     definition_id: str = "test.definition",
     files: DurableFiles | None = None,
+    key_file: Path | None = None,
 ) -> AbstractAsyncContextManager[LedgerWriter]:
-    """A writer of the test catalog for run ``RUN_ID`` (``files``: a seam of the test's own)."""
+    """A writer of the test catalog for run ``RUN_ID`` (``files``: a seam of the test's own;
+    ``key_file``: an operator key for its signer process)."""
     return open_ledger_writer(
         directory,
         catalog=catalog,
@@ -65,6 +67,7 @@ def open_test_writer(
         run_id=RUN_ID,
         provenance=PROVENANCE,
         files=files,
+        signing_key_file=key_file,
     )
 
 

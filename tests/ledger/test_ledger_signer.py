@@ -1,0 +1,147 @@
+"""The ledger's signer process: it holds the key, signs only its run's statements, unreadably.
+
+Each test plays the process that runs the researcher's module, holding the writer's handle on the
+signer and nothing more.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ledger_testkit import catalog, open_test_writer
+
+from ledger import LedgerError, open_ledger_artifacts
+from ledger.signer import SignerProcess
+from ledger.signing import SigningKey, decode_public_key
+
+pytestmark = pytest.mark.anyio
+
+RUN = "sr-" + "a" * 32
+HEAD = "b" * 64
+
+
+def statement(**fields: object) -> bytes:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+
+def checkpoint(count: int, run_id: str = RUN) -> bytes:
+    return statement(runId=run_id, recordCount=count, headDigest=HEAD)
+
+
+def completion(count: int, records: str = "c" * 64) -> bytes:
+    return statement(
+        ledgerFormatVersion=1,
+        runId=RUN,
+        recordCount=count,
+        manifestSha256="d" * 64,
+        recordsSha256=records,
+        headDigest=HEAD,
+    )
+
+
+@pytest.fixture
+def signer() -> Iterator[SignerProcess]:
+    started = SignerProcess.start(RUN)
+    yield started
+    started.close()
+
+
+def refusal(signer: SignerProcess, data: bytes) -> str:
+    with pytest.raises(LedgerError) as refused:
+        signer.sign(data)
+    assert refused.value.reason == "signature-refused"
+    return str(refused.value)
+
+
+def test_the_signer_signs_its_runs_checkpoints_in_increasing_order_and_nothing_else(
+    signer: SignerProcess,
+) -> None:
+    public = decode_public_key(signer.public_key)
+    public.verify(base64.b64decode(signer.sign(checkpoint(3))), checkpoint(3))
+    assert "other-run" in refusal(signer, checkpoint(9, run_id="sr-" + "f" * 32))
+    assert "count-not-increasing" in refusal(signer, checkpoint(3))
+    assert "count-not-increasing" in refusal(signer, checkpoint(1))
+    assert "not-a-statement" in refusal(
+        signer, b'{"recordCount":9,"runId":"' + RUN.encode() + b'"}'
+    )
+    assert "not-a-statement" in refusal(signer, b"a RouterMessageCommitted the router never made")
+    spaced = checkpoint(9).replace(b",", b", ")
+    assert "not canonical" in refusal(signer, spaced)
+    signer.sign(checkpoint(9))
+
+
+def test_the_signer_signs_one_completion_and_after_it_nothing_new(signer: SignerProcess) -> None:
+    signer.sign(checkpoint(4))
+    first = signer.sign(completion(5))
+    assert signer.sign(completion(5)) == first, "publishing again signs the same bytes again"
+    assert "completed" in refusal(signer, completion(5, records="e" * 64))
+    assert "completed" in refusal(signer, checkpoint(6))
+
+
+async def test_an_unreadable_operator_key_is_a_typed_error_before_the_ledger_exists(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "key.pem"
+    bad.write_text("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
+    with pytest.raises(LedgerError) as refused:
+        async with open_test_writer(tmp_path / "ledger", key_file=bad):
+            pass
+    assert refused.value.reason == "signing-key-unreadable"
+    assert str(bad) in str(refused.value)
+    assert not (tmp_path / "ledger").exists()
+
+
+async def test_a_ledger_signed_with_an_operator_key_file_verifies_pinned_to_it(
+    tmp_path: Path,
+) -> None:
+    operator = SigningKey.generate()
+    key_file = tmp_path / "operator.pem"
+    key_file.write_bytes(operator.private_pem())
+    async with open_test_writer(tmp_path / "ledger", key_file=key_file) as writer:
+        assert writer.public_key == operator.public_key
+        await writer.complete()
+    view = open_ledger_artifacts(catalog, tmp_path / "ledger", trusted_key=operator.public_key)
+    assert view.signature == "pinned" and view.unsigned_records == 0
+
+
+READER = """
+import subprocess, sys
+from ledger.signer import SignerProcess
+
+def read(pid, part):
+    try:
+        open(f"/proc/{pid}/{part}", "rb").read(16)
+    except PermissionError:
+        return "refused"
+    return "read"
+
+signer = SignerProcess.start(sys.argv[1])
+plain = subprocess.Popen(["sleep", "30"])
+try:
+    print(read(plain.pid, "environ"), read(signer.pid, "environ"), read(signer.pid, "mem"))
+finally:
+    plain.kill()
+    signer.close()
+"""
+
+
+def test_a_process_of_the_same_user_cannot_read_the_signers_memory_or_environment() -> None:
+    # The reader is the signer's own parent, as the module's process is; it is the same user
+    # and holds no capability (an operator's shell), so only the signer's own refusal stops it.
+    command = [sys.executable, "-c", READER, RUN]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.fail("playing a user without capabilities as root needs setpriv (util-linux)")
+        command = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", *command]
+    seen = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
+    plain, environ, mem = seen.stdout.split()
+    assert plain == "read", "the reader can read an ordinary child of its own"
+    assert (environ, mem) == ("refused", "refused")
