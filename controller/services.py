@@ -63,9 +63,19 @@ class LocalModel(Protocol):
     @property
     def credentials(self) -> Mapping[str, str]: ...
 
+    @property
+    def slots(self) -> int:
+        """How many requests it decodes at once."""
 
-LocalModelStarter = Callable[[int, Path], AbstractAsyncContextManager[LocalModel]]
-"""``start(n_ctx, log_path)``: an ``async with`` scope that runs the server while it is open."""
+
+class LocalModelStarter(Protocol):
+    """``start(n_ctx, log_path, parallel=N)``: an ``async with`` scope that runs the server while
+    it is open, with up to ``parallel`` slots of ``n_ctx`` tokens (fewer where the machine is
+    small)."""
+
+    def __call__(
+        self, n_ctx: int, log_path: Path, /, *, parallel: int = 1
+    ) -> AbstractAsyncContextManager[LocalModel]: ...
 
 
 def _no_report() -> Mapping[str, Any]:

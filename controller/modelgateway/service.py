@@ -46,11 +46,10 @@ class ModelServiceError(ModelGatewayError):
     reason = "model-service-failed"
 
 
-LOCAL_MAX_CONCURRENCY = 1
-"""The local model server answers one call at a time: calls queue in the gateway, where waiting
-does not count against an attempt's timeout. Sent at once, a queued call's wait counted, and two
-OpenClaw turns (~2k prompt tokens each) timed out and were retried while the server still worked
-on the abandoned one."""
+# The gateway sends the local server as many calls at once as it has slots; the others queue in
+# the gateway, where waiting does not count against an attempt's timeout. Sent at once to a
+# one-slot server, a queued call's wait counted, and two OpenClaw turns (~2k prompt tokens each)
+# timed out and were retried while the server still worked on the abandoned one.
 LOCAL_TIMEOUT_S = 300.0
 """One local call on a loaded 2-core machine: an OpenClaw turn took up to ~90 s here."""
 LOCAL_MAX_COMPLETION_TOKENS = 1024
@@ -60,9 +59,14 @@ LOCAL_MAX_COMPLETION_TOKENS = 1024
 @dataclass(frozen=True)
 class ModelService(RunService):
     """One ``ModelGateway`` for the run, in front of its agents' providers and, when one of them
-    names none, of the local model server that the platform starts and stops with the run."""
+    names none, of the local model server that the platform starts and stops with the run.
+
+    ``local_slots``: how many calls the local server decodes at once; ``None``: one per agent
+    that uses it, as many as the machine can serve (the platform sizes it).
+    """
 
     local_n_ctx: int = 2048
+    local_slots: int | None = 1
 
     @asynccontextmanager
     async def open(self, scope: ServiceScope) -> AsyncIterator[ServiceGrant]:
@@ -72,7 +76,8 @@ class ModelService(RunService):
         async with AsyncExitStack() as stack:
             local: ProviderConfig | None = None
             credentials: Mapping[str, str] | None = None  # None: the controller's environment
-            if any(user.model_provider is None for user in users.values()):
+            local_users = sum(1 for user in users.values() if user.model_provider is None)
+            if local_users:
                 # A model server is a process: the platform, which owns processes, starts it.
                 if scope.start_local_model is None:
                     raise ModelServiceError(
@@ -82,7 +87,9 @@ class ModelService(RunService):
                     )
                 server = await stack.enter_async_context(
                     scope.start_local_model(
-                        self.local_n_ctx, Path(scope.run_dir) / MODEL_SERVER_LOG
+                        self.local_n_ctx,
+                        Path(scope.run_dir) / MODEL_SERVER_LOG,
+                        parallel=self.local_slots or local_users,
                     )
                 )
                 local = ProviderConfig(
@@ -90,7 +97,7 @@ class ModelService(RunService):
                     base_url=server.base_url,
                     model=server.model_id,
                     api_key_name=server.api_key_name,
-                    max_concurrency=LOCAL_MAX_CONCURRENCY,
+                    max_concurrency=server.slots,
                     timeout_s=LOCAL_TIMEOUT_S,
                     max_completion_tokens=LOCAL_MAX_COMPLETION_TOKENS,
                     limit_field="max_tokens",
@@ -139,8 +146,9 @@ class ModelService(RunService):
             )
 
 
-MODEL_SERVICE = ModelService()
-"""The default model service; every llm agent of a run lists it, so the run opens it once."""
+MODEL_SERVICE = ModelService(local_slots=None)
+"""The llm runtime's model service; every llm agent of a run lists it, so the run opens it once.
+Its local server has a slot per agent, as far as the machine allows."""
 
 
 def _users(agents: Mapping[str, object]) -> dict[str, ModelUser]:

