@@ -8,10 +8,14 @@
 The run figure is the time from calling ``Run.execute`` to the program's first line (the gate
 passed and the program was dispatched): ledger creation, router start, admission, N agent
 processes spawned, their bridges attached and their router sessions authenticated. It is
-measured with each agent in its bubblewrap sandbox and cgroups (the default) and unsandboxed
-(``--unsandboxed``). The baseline is N Python interpreters started at once that import what the
-agent entrypoint imports, and exit. Each round measures all three, back to back; the best round
-of each is reported, and the ratio is the sandboxed run's over the baseline.
+measured with each agent in its bubblewrap sandbox and cgroups (the default), unsandboxed
+(``--unsandboxed``), and (as root) forked from a pre-imported template into the same sandbox
+(``SOCIETY_LOCAL_TEMPLATE=1``). The baseline is N Python interpreters started at once that import
+what the agent entrypoint imports, and exit. Each round measures all four, back to back; the best
+round of each is reported, and each ratio is that run's over the baseline. At the gate, each
+sandboxed run also reads the proportional set size (``/proc/<pid>/smaps_rollup``) of every process
+that carries the run's mark (the template included), per agent; beside it, the benchmark prints
+the same for idle interpreters: bare ones and ones that imported the agent program.
 
 With ``--openclaw`` the roster is N OpenClaw agents (``controller.agents.openclaw``), and the
 baseline is N bare ``openclaw gateway run`` processes started at once with the same headless
@@ -30,11 +34,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -45,6 +51,7 @@ from controller.run import ProgramFinished, Run, RunContext, RunSpec
 
 AGENT_IMPORTS = "import agent_images.scripted.agent"
 TARGET_RATIO = 1.5
+TEMPLATE_TARGET_RATIO = 0.3
 OPENCLAW_MIB_PER_AGENT = 900
 """A gateway's ~730 MB plus its adapter, relay and headroom; what a size must find free."""
 
@@ -134,13 +141,66 @@ def _available_mib() -> int:
     raise SystemExit("cannot read MemAvailable from /proc/meminfo")
 
 
+def pss_kib(pid: int) -> int:
+    """The process's proportional set size, or 0 if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def run_pss_kib(run_id: str) -> int:
+    """The summed proportional set size of every process that carries the run's mark."""
+    mark = f"SOCIETY_RUN_ID={run_id}".encode()
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                carries = mark in (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            total += pss_kib(int(entry.name)) if carries else 0
+    return total
+
+
+def idle_interpreters_pss_kib(count: int, imports: str) -> float:
+    """Mean PSS of ``count`` idle interpreters that ran ``imports`` (alive at once)."""
+    code = f"import sys; {imports}; print('ready', flush=True); sys.stdin.read()"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        for _ in range(count)
+    ]
+    try:
+        for process in processes:
+            assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        return sum(pss_kib(p.pid) for p in processes) / count
+    finally:
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.close()
+            process.wait()
+
+
 async def run_to_gate_s(
-    agents: int, artifact_root: Path, sandboxed: bool, runtime: str = "scripted"
+    agents: int,
+    artifact_root: Path,
+    sandboxed: bool,
+    runtime: str = "scripted",
+    *,
+    template: bool = False,
+    memory: list[float] | None = None,
 ) -> float:
     dispatched: list[float] = []
 
     async def execute(ctx: RunContext) -> None:
         dispatched.append(time.perf_counter())
+        if memory is not None:
+            memory.append(await anyio.to_thread.run_sync(run_pss_kib, ctx.ledger.run_id) / agents)
 
     spec = RunSpec.define(
         id="bench.startup/v1",
@@ -151,6 +211,7 @@ async def run_to_gate_s(
     platform = LocalPlatform(
         LocalCapacity(cpu=max(budget.cpu, agents), memory_mib=budget.memory_mib, agents=agents),
         sandboxed=sandboxed,
+        template=template,
     )
     started = time.perf_counter()
     outcome = await Run.execute(spec, platform=platform, artifact_root=artifact_root)
@@ -224,30 +285,13 @@ def main() -> None:
         return
     args.rounds = args.rounds or 3
     sizes = args.agents or [10, 100]
-    results = []
-    with tempfile.TemporaryDirectory(prefix="startup-bench-") as scratch:
-        for agents in sizes:
-            runs, plain, baselines = [], [], []
-            for _ in range(args.rounds):
-                baselines.append(baseline_s(agents))
-                runs.append(anyio.run(run_to_gate_s, agents, Path(scratch), True))
-                plain.append(anyio.run(run_to_gate_s, agents, Path(scratch), False))
-            run, unsandboxed, baseline = min(runs), min(plain), min(baselines)
-            results.append(
-                {
-                    "agents": agents,
-                    "submitToGateS": round(run, 3),
-                    "unsandboxedSubmitToGateS": round(unsandboxed, 3),
-                    "baselineS": round(baseline, 3),
-                    "ratio": round(run / baseline, 2),
-                    "unsandboxedRatio": round(unsandboxed / baseline, 2),
-                    "rounds": args.rounds,
-                    "allRunsS": [round(x, 3) for x in runs],
-                    "allUnsandboxedRunsS": [round(x, 3) for x in plain],
-                    "allBaselinesS": [round(x, 3) for x in baselines],
-                }
-            )
-            print(json.dumps(results[-1]), flush=True)
+    results = [startup_round(agents, args.rounds) for agents in sizes]
+    bare = idle_interpreters_pss_kib(10, "pass")
+    imported = idle_interpreters_pss_kib(10, AGENT_IMPORTS)
+    print(
+        f"memory per idle interpreter (PSS, 10 alive at once): bare {bare / 1024:.1f} MiB; "
+        f"having imported the agent program {imported / 1024:.1f} MiB"
+    )
     largest = max(results, key=lambda r: r["agents"])
     verdict = "meets" if largest["ratio"] <= TARGET_RATIO else "misses"
     ratio = largest["ratio"]
@@ -255,6 +299,56 @@ def main() -> None:
         f"{largest['agents']} sandboxed agents: {ratio}x the baseline ({verdict} <= "
         f"{TARGET_RATIO}x); unsandboxed: {largest['unsandboxedRatio']}x"
     )
+    if "templateRatio" in largest:
+        verdict = "meets" if largest["templateRatio"] <= TEMPLATE_TARGET_RATIO else "misses"
+        print(
+            f"{largest['agents']} agents forked from a template: {largest['templateRatio']}x the "
+            f"baseline ({verdict} <= {TEMPLATE_TARGET_RATIO}x); PSS per idle agent: template "
+            f"{largest['templatePssMiB']} MiB, bubblewrap {largest['bwrapPssMiB']} MiB"
+        )
+
+
+def startup_round(agents: int, rounds: int) -> dict[str, object]:
+    """``rounds`` rounds of the baseline and each way to start the roster; the best of each."""
+    forks = os.geteuid() == 0  # a template forks sandboxed agents only as root
+    runs, plain, baselines, templated = [], [], [], []
+    bwrap_pss: list[float] = []
+    template_pss: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="startup-bench-") as scratch:
+        root = Path(scratch)
+        for _ in range(rounds):
+            baselines.append(baseline_s(agents))
+            runs.append(anyio.run(partial(run_to_gate_s, agents, root, True, memory=bwrap_pss)))
+            plain.append(anyio.run(run_to_gate_s, agents, root, False))
+            if forks:
+                measure = partial(
+                    run_to_gate_s, agents, root, True, template=True, memory=template_pss
+                )
+                templated.append(anyio.run(measure))
+    run, unsandboxed, baseline = min(runs), min(plain), min(baselines)
+    result: dict[str, object] = {
+        "agents": agents,
+        "submitToGateS": round(run, 3),
+        "unsandboxedSubmitToGateS": round(unsandboxed, 3),
+        "baselineS": round(baseline, 3),
+        "ratio": round(run / baseline, 2),
+        "unsandboxedRatio": round(unsandboxed / baseline, 2),
+        "bwrapPssMiB": round(min(bwrap_pss) / 1024, 1),
+        "rounds": rounds,
+        "allRunsS": [round(x, 3) for x in runs],
+        "allUnsandboxedRunsS": [round(x, 3) for x in plain],
+        "allBaselinesS": [round(x, 3) for x in baselines],
+    }
+    if templated:
+        result |= {
+            "templateSubmitToGateS": round(min(templated), 3),
+            "templateRatio": round(min(templated) / baseline, 2),
+            "templateOverBwrap": round(min(templated) / run, 2),
+            "templatePssMiB": round(min(template_pss) / 1024, 1),
+            "allTemplateRunsS": [round(x, 3) for x in templated],
+        }
+    print(json.dumps(result), flush=True)
+    return result
 
 
 if __name__ == "__main__":

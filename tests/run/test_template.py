@@ -2,9 +2,9 @@
 
 A probe program reports what it sees from inside (capabilities, ``no_new_privs``, seccomp, uid,
 groups, its mount view, network, hostname, processes, descriptors) once started by bubblewrap and
-once forked from a template, and the reports must match. The spy of ``test_sandbox`` then runs
-unchanged against template forks, and a fork that cannot enter its sandbox exits before its
-program runs (so its run fails the readiness gate).
+once forked from a template, and the reports must match. The spy of ``test_sandbox`` and the
+killed controller of ``test_controller_death`` then run unchanged against template forks; a
+fork that cannot enter its sandbox exits before its program runs (its run fails the gate).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
+import test_controller_death
 import test_sandbox
 
 from controller import RunSpec
@@ -167,6 +168,14 @@ def test_the_spy_is_refused_or_contained_at_every_step_when_forked_from_a_templa
     test_sandbox.test_a_spy_agent_is_refused_or_contained_at_every_step(tmp_path, temporal_port)
     (spy,) = runs
     assert spy.isolation.tool is not None and spy.isolation.tool.startswith(TEMPLATE_TOOL)
+
+
+def test_forked_agents_do_not_outlive_a_killed_controller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TEMPLATE_ENV, "1")
+    killed = test_controller_death
+    killed.test_agents_do_not_outlive_a_killed_controller_and_the_next_start_reaps_the_run(tmp_path)
 
 
 @pytest.mark.anyio

@@ -41,7 +41,7 @@ _PARENT = "SOCIETY_TEMPLATE_PARENT"
 MESSAGE_MAX = 1 << 20
 
 PROGRAM = """\
-import ctypes, importlib, importlib.util, json, os, selectors, signal, socket, sys
+import ctypes, gc, importlib, importlib.util, json, os, selectors, signal, socket, sys
 ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 control = socket.socket(fileno=int(os.environ.pop("SOCIETY_TEMPLATE_FD")))
 if os.getppid() != int(os.environ.pop("SOCIETY_TEMPLATE_PARENT")):
@@ -53,6 +53,7 @@ spec.loader.exec_module(namespaces)
 for name in json.loads(os.environ.pop("SOCIETY_TEMPLATE_PRELOAD")):
     importlib.import_module(name)
 comm = open("/proc/self/comm").read().strip()
+gc.freeze()  # what the template imported stays out of the forks' collections: pages stay shared
 wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 signal.set_wakeup_fd(wake_write)
 signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -156,7 +157,9 @@ class Template:
         self._control = control
         self._process = process
         self._forks: dict[int, ForkedAgent] = {}
-        self._started: list[Observation[int]] = []
+        """The live forks (a pid leaves when its fork exits: the kernel may reuse it)."""
+        self._started: list[Observation[ForkedAgent | bool]] = []
+        """One per request sent, answered in order: the fork, or False (the template is gone)."""
         self._lock = anyio.Lock()
 
     @property
@@ -165,24 +168,28 @@ class Template:
 
     async def fork(self, plan: Mapping[str, Any], fds: Sequence[int]) -> ForkedAgent:
         """Ask for one fork; raises ``SandboxStartError`` if the template is gone."""
+        message = json.dumps(plan).encode()
         async with self._lock:
-            started: Observation[int] = Observation()
-            self._started.append(started)
+            started: Observation[ForkedAgent | bool] = Observation()
             try:
-                await anyio.to_thread.run_sync(
-                    socket.send_fds, self._control, [json.dumps(plan).encode()], list(fds)
-                )
+                while True:
+                    try:
+                        socket.send_fds(self._control, [message], list(fds))
+                        break
+                    except BlockingIOError:
+                        await anyio.wait_writable(self._control)
             except OSError as exc:
                 raise SandboxStartError(
                     f"the local template is gone ({exc}); see the agents' output.log",
                     reason="spawn-failed",
                 ) from exc
-            pid = await started
-        if pid < 0:
+            self._started.append(started)
+            fork = await started
+        if not isinstance(fork, ForkedAgent):
             raise SandboxStartError(
                 "the local template exited before it forked the agent", reason="spawn-failed"
             )
-        return self._forks.setdefault(pid, ForkedAgent(pid))
+        return fork
 
     async def serve(self) -> None:
         """Read the template's answers until it exits; then every live fork is reported dead."""
@@ -198,18 +205,19 @@ class Template:
                 self._answer(json.loads(message))
         finally:
             for started in self._started:
-                if not started.done:
-                    started.set(-1)
+                started.set(False)
             for fork in self._forks.values():
                 if not fork.exited.done:
                     fork.exited.set(-9)  # its death signal fired with the template
 
     def _answer(self, answer: dict[str, Any]) -> None:
         if "returncode" in answer:
-            fork = self._forks.setdefault(answer["pid"], ForkedAgent(answer["pid"]))
-            fork.exited.set(answer["returncode"])
+            fork = self._forks.pop(answer["pid"], None)
+            if fork is not None:
+                fork.exited.set(answer["returncode"])
         elif "pid" in answer:
-            self._started.pop(0).set(answer["pid"])
+            fork = self._forks[answer["pid"]] = ForkedAgent(answer["pid"])
+            self._started.pop(0).set(fork)
 
     def close(self) -> None:
         self._control.close()
