@@ -36,8 +36,8 @@ class Signer(Protocol):
 class SignerProcess:
     """A child process that holds one run's key; ``sign`` asks it, ``close`` ends it.
 
-    Blocking: start it and close it off the event loop; ``sign`` takes a round trip of a few
-    tens of microseconds (a writer signs once per checkpoint and once to complete).
+    Blocking: start it and close it off the event loop; ``sign`` is one round trip through two
+    pipes (a writer signs once per checkpoint and once to complete; ``benchmarks/signer_bench.py``).
     """
 
     def __init__(self, process: subprocess.Popen[bytes], public_key: str) -> None:
