@@ -47,9 +47,17 @@ class SignerProcess:
 
     @classmethod
     def start(cls, run_id: str, key_file: str | Path | None = None) -> SignerProcess:
+        """``spawn`` and ``wait_ready``: the signer of ``run_id``, ready to sign."""
+        signer = cls.spawn(run_id, key_file)
+        signer.wait_ready()
+        return signer
+
+    @classmethod
+    def spawn(cls, run_id: str, key_file: str | Path | None = None) -> SignerProcess:
         """Start the signer of ``run_id`` with a fresh key, or the operator's ``key_file``.
 
-        ``LedgerError`` (``signing-key-unreadable``) when the key file is not an Ed25519 PEM key.
+        Call it from a thread that outlives the ledger (the event loop's): the signer dies with
+        the thread that started it (``PR_SET_PDEATHSIG``), so it never outlives its writer.
         """
         command = [sys.executable, "-I", "-S", str(_SCRIPT), str(os.getpid()), run_id]
         command.append(_CRYPTOGRAPHY_DIR)
@@ -61,13 +69,16 @@ class SignerProcess:
             stdout=subprocess.PIPE,
             start_new_session=True,  # a terminal's Ctrl-C reaches the writer, not it
         )
-        signer = cls(process, "")
+        return cls(process, "")
+
+    def wait_ready(self) -> None:
+        """Wait for the signer's key (blocking); ``LedgerError`` (``signing-key-unreadable``)
+        when the key file is not an Ed25519 PEM key, and the signer is closed."""
         try:
-            signer._public_key = signer._reply("starting").decode("ascii")
+            self._public_key = self._reply("starting").decode("ascii")
         except BaseException:
-            signer.close()
+            self.close()
             raise
-        return signer
 
     @property
     def public_key(self) -> str:

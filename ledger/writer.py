@@ -499,7 +499,8 @@ async def open_ledger_writer(
     if signing_key is not None:
         key: Signer = signing_key
     else:
-        key = await anyio.to_thread.run_sync(SignerProcess.start, run_id, signing_key_file)
+        key = SignerProcess.spawn(run_id, signing_key_file)  # on the loop's thread, which stays
+        await anyio.to_thread.run_sync(key.wait_ready)  # closes the signer when it fails
     try:
         async with _writing(
             directory, catalog, definition_id, run_id, provenance, metadata, key, files, own_process

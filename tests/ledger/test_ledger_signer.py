@@ -12,11 +12,15 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import pytest
-from ledger_testkit import catalog, open_test_writer
+from anyio._backends._asyncio import WorkerThread
+from ledger_testkit import Counted, catalog, open_test_writer
 
 from ledger import LedgerError, open_ledger_artifacts
 from ledger.signer import SignerProcess
@@ -110,6 +114,23 @@ async def test_a_ledger_signed_with_an_operator_key_file_verifies_pinned_to_it(
         await writer.complete()
     view = open_ledger_artifacts(catalog, tmp_path / "ledger", trusted_key=operator.public_key)
     assert view.signature == "pinned" and view.unsigned_records == 0
+
+
+async def test_the_signer_outlives_the_worker_thread_that_waited_for_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A child dies with the thread that started it (PR_SET_PDEATHSIG), and anyio retires idle
+    # worker threads (after 10 s; here at once): a signer a worker started would be killed.
+    monkeypatch.setattr(WorkerThread, "MAX_IDLE_TIME", 0)
+    async with open_test_writer(tmp_path / "ledger") as writer:
+        async with anyio.create_task_group() as tasks:  # the worker that waited goes idle first
+            tasks.start_soon(anyio.to_thread.run_sync, time.sleep, 0.05)
+            tasks.start_soon(anyio.to_thread.run_sync, time.sleep, 0.3)
+        await anyio.to_thread.run_sync(time.sleep, 0)  # and is retired here
+        await anyio.sleep(0.2)
+        await writer.append(Counted(n=1), producer="tester")
+        receipt = await writer.complete()
+    assert receipt.complete
 
 
 READER = """
