@@ -8,25 +8,37 @@ repeats, and the rounds are summed, so drift in the machine's load hits both pat
 
     python benchmarks/llm_bench.py [--calls-per-client 4] [--max-tokens 64] [--repeats 2]
 
+``--society N`` runs ``examples/llm_society.py`` with N residents (5 turns each) on the local
+profile instead, and measures in the same run, before the society, the model server's own
+batched throughput (as many requests of the society's shape at once as the run's server has
+slots, straight to a server sized as the run's) and one slot's (the one-slot server, one request
+at a time). It prints the society's wall time (submit to outcome) and its aggregate completion
+tokens/s against both. Goals: >= 0.9x the batched throughput, the society in <= 10 minutes.
+
+    python benchmarks/llm_bench.py --society 100 [--turns 5]
+
 Needs scripts/install-llm.sh. Not a test: it prints a table and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
 
 from controller.modelgateway import ModelGateway, model_gateway_catalog
-from controller.platforms.local_model import LocalModelServer
+from controller.platforms.local_model import LocalModelServer, local_model_slots
 from ledger import Provenance, open_ledger_writer
 
 PROMPT = "Write a short story about a robot who learns to paint."
+SOCIETY = Path(__file__).resolve().parents[1] / "examples" / "llm_society.py"
 
 
 @dataclass(frozen=True)
@@ -140,11 +152,96 @@ async def main(
             await writer.complete()
 
 
+def society_request(society: Any, number: int) -> dict[str, Any]:
+    """A chat request of a resident's shape: its system prompt and a table's last messages."""
+    system = f"{society.identity_of(number)}\n\n{society.TASK}"
+    talk = "\n".join(f"r{n:03d}: I want the garden, it gives shade." for n in range(4))
+    return {
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": talk}],
+        "max_tokens": 24,
+        "temperature": 0.7,
+    }
+
+
+async def server_throughput(society: Any, slots: int, rounds: int) -> Round:
+    """``rounds`` batches of ``slots`` requests at once, straight to a ``slots``-slot server."""
+    async with LocalModelServer(slots=slots) as server:
+        headers = {"authorization": f"Bearer {server.credentials[server.api_key_name]}"}
+        async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=600) as c:
+            await c.post("/chat/completions", json=society_request(society, 0))  # warm-up
+            total = Round(0, 0, 0.0)
+            for batch in range(rounds):
+                tokens = 0
+
+                async def one(number: int) -> None:
+                    nonlocal tokens
+                    response = await c.post(
+                        "/chat/completions", json=society_request(society, number)
+                    )
+                    response.raise_for_status()
+                    tokens += response.json()["usage"]["completion_tokens"]
+
+                started = time.perf_counter()
+                async with anyio.create_task_group() as group:
+                    for number in range(slots):
+                        group.start_soon(one, batch * slots + number)
+                total += Round(slots, tokens, time.perf_counter() - started)
+            return total
+
+
+async def society_main(residents: int, turns: int, rounds: int) -> None:
+    from controller.platforms.local import LocalPlatform
+    from controller.run import Run, RunResult
+
+    module = importlib.util.spec_from_file_location("llm_society", SOCIETY)
+    assert module is not None and module.loader is not None
+    society = importlib.util.module_from_spec(module)
+    module.loader.exec_module(society)
+    slots = local_model_slots(residents, 2048)
+    batched = await server_throughput(society, slots, rounds)
+    single = await server_throughput(society, 1, max(2, rounds))
+    print(
+        f"model server, {slots} slots: {batched.calls} calls, {batched.completion_tokens} "
+        f"completion tokens in {batched.seconds:.1f} s = {batched.tokens_per_s:.1f} tok/s"
+    )
+    print(
+        f"model server, 1 slot: {single.calls} calls, {single.completion_tokens} completion "
+        f"tokens in {single.seconds:.1f} s = {single.tokens_per_s:.1f} tok/s"
+    )
+    spec = society.society_spec(residents, turns)
+    with tempfile.TemporaryDirectory() as scratch:
+        started = time.perf_counter()
+        outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=Path(scratch))
+        wall = time.perf_counter() - started
+        result = RunResult.from_outcome(outcome)
+    usage = (result.usage or {}).get("total") or {}
+    completion = usage.get("completionTokens") or 0
+    rate = completion / wall
+    print(
+        f"society: {residents} residents x {turns} turns, outcome {result.outcome} "
+        f"{result.exit}, receipt {result.receipt}, {usage.get('calls')} calls "
+        f"({usage.get('failedCalls')} failed), {usage.get('promptTokens')} prompt + "
+        f"{completion} completion tokens, wall {wall:.1f} s = {rate:.1f} completion tok/s"
+    )
+    print(
+        f"ratio: society / batched server {rate / batched.tokens_per_s:.2f}x (goal >= 0.9x); "
+        f"society / one slot {rate / single.tokens_per_s:.2f}x; batched / one slot "
+        f"{batched.tokens_per_s / single.tokens_per_s:.2f}x; wall {wall / 60:.1f} min "
+        f"(goal <= 10)"
+    )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls-per-client", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--society", type=int, metavar="N", help="run a town of N llm agents")
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="batches for the server baseline")
     args = parser.parse_args()
-    anyio.run(main, args.calls_per_client, args.max_tokens, args.concurrency, args.repeats)
+    if args.society:
+        anyio.run(society_main, args.society, args.turns, args.rounds)
+    else:
+        anyio.run(main, args.calls_per_client, args.max_tokens, args.concurrency, args.repeats)
