@@ -83,6 +83,40 @@ def add_commands(subparsers: Any) -> None:
         "this machine sees that directory (default: the same path); each run's directory is then "
         "copied home to the artifact root",
     )
+    up.add_argument(
+        "--name",
+        default="society",
+        help="kind: the cluster's name (default: %(default)s)",
+    )
+    up.add_argument(
+        "--provider",
+        choices=["docker", "podman"],
+        default=None,
+        help="kind: the nodes' container engine (default: docker when on PATH, else podman)",
+    )
+    up.add_argument(
+        "--node-image",
+        default=None,
+        metavar="REF",
+        help="kind: create the nodes from this image (`kind create --image`; default: "
+        "kind/cluster.yaml's); scripts/build-kind-node-image.sh builds one with no registry",
+    )
+    up.add_argument(
+        "--host-patches",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="kind: a host's patches, as in kind/host/: cluster-patches.yaml is merged into a "
+        "copy of kind/cluster.yaml (never into the file), containers.conf is podman's "
+        "CONTAINERS_CONF (see kind/README.md, 'Host patches')",
+    )
+    up.add_argument(
+        "--addons-from-source",
+        action="store_true",
+        help="kind: run the registry, Kueue and Agent Sandbox built here from the Go module "
+        "proxy (scripts/build-kind-addon-images.sh) instead of the published images and "
+        "release manifests, for a machine that reaches no image registry",
+    )
     up.set_defaults(handler=_up)
     down = actions.add_parser(
         "down",
@@ -151,6 +185,18 @@ def _up(args: argparse.Namespace) -> int:
         _error("up", "--ledger-storage-class and --ledger-volumes need --existing-kubeconfig "
                      "(on kind, `up` makes the class and the mount itself)")  # fmt: skip
         return EXIT_SETUP
+    kind_only = [flag for flag, given in (
+        ("--node-image", args.node_image), ("--host-patches", args.host_patches),
+        ("--addons-from-source", args.addons_from_source), ("--provider", args.provider),
+        ("--name", args.name != "society"),
+    ) if given]  # fmt: skip
+    if kind_only and args.existing_kubeconfig is not None:
+        _error("up", f"{', '.join(kind_only)} set up a kind cluster; leave them out with "
+                     "--existing-kubeconfig")  # fmt: skip
+        return EXIT_SETUP
+    if args.host_patches is not None and not args.host_patches.is_dir():
+        _error("up", f"--host-patches {args.host_patches} is not a directory (kind/host/ is one)")
+        return EXIT_SETUP
     if args.ledger_volumes and not args.ledger_storage_class:
         _error("up", "--ledger-volumes needs --ledger-storage-class")
         return EXIT_SETUP
@@ -164,6 +210,7 @@ def _up(args: argparse.Namespace) -> int:
         programs = find_programs(
             existing_cluster=args.existing_kubeconfig is not None,
             import_images=bool(args.node_containerd),
+            provider=args.provider,
         )
     except PrerequisitesMissing as exc:
         _error("up", str(exc))
@@ -178,6 +225,10 @@ def _up(args: argparse.Namespace) -> int:
         ledger_storage_class=args.ledger_storage_class,
         ledger_node_root=node_dir or None,
         ledger_host_root=(host_dir or node_dir) or None,
+        cluster_name=args.name,
+        node_image=args.node_image,
+        host_patches=args.host_patches,
+        addons_from_source=args.addons_from_source,
     )
     try:
         path = anyio.run(ClusterUp(options, programs, sys.stderr).run)
@@ -217,7 +268,9 @@ def _down(args: argparse.Namespace) -> int:
         return EXIT_OK
     try:
         programs = find_programs(
-            existing_cluster=profile.existing_cluster, import_images=bool(profile.imported)
+            existing_cluster=profile.existing_cluster,
+            import_images=bool(profile.imported),
+            provider=profile.provider,
         )
     except PrerequisitesMissing as exc:
         _error("down", str(exc))
@@ -248,7 +301,7 @@ def _push_images(args: argparse.Namespace) -> int:
         return EXIT_SETUP
     try:
         built = images.build_images()
-        pushed = images.push_to_registry(Path(engine), args.registry.rstrip("/"), built)
+        pushed, _ = images.push_to_registry(Path(engine), args.registry.rstrip("/"), built)
         values = images.chart_image_values(pushed)
     except StepFailed as exc:
         _error("push-images", str(exc))

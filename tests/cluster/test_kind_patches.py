@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,24 @@ def test_a_patch_file_that_is_no_mapping_is_refused(tmp_path: Path, text: str) -
     patches.write_text(text)
     with pytest.raises(KindPatchRefused):
         patched_config(CLUSTER_YAML.read_text(), patches)
+
+
+def test_cluster_up_s_host_patches_reach_kinds_config_and_podman_with_the_ledger_mounts(
+    tmp_path: Path,
+) -> None:
+    from controller.ops.cluster.kind import CI_HOST_DIR, LOCAL_PATH_DIR, KindHost
+
+    host = KindHost(kind=Path("kind"), engine=Path("/usr/bin/podman"), host_patches=CI_HOST_DIR)
+    config = yaml.safe_load(host.config(tmp_path))
+    patches = "\n".join(config["containerdConfigPatches"])
+    assert "restrict_oom_score_adj = true" in patches
+    mount = {"hostPath": str(tmp_path), "containerPath": LOCAL_PATH_DIR}
+    assert all(mount in node["extraMounts"] for node in config["nodes"])
+    env = host.env()
+    assert env["KIND_EXPERIMENTAL_PROVIDER"] == "podman"
+    assert env["CONTAINERS_CONF"] == str((CI_HOST_DIR / "containers.conf").resolve())
+    plain = KindHost(kind=Path("kind"), engine=Path("/usr/bin/docker"))
+    assert "restrict_oom_score_adj" not in plain.config(tmp_path)
+    assert "CONTAINERS_CONF" not in plain.env() or plain.env()["CONTAINERS_CONF"] == os.environ.get(
+        "CONTAINERS_CONF"
+    )

@@ -85,20 +85,83 @@ def remove_from_containerd(ctr: Path, socket: str, refs: list[str]) -> int:
     return len(refs)
 
 
-def push_to_registry(engine: Path, registry: str, built: BuiltImages) -> dict[str, str]:
+def push_to_registry(
+    engine: Path, registry: str, built: BuiltImages, before: dict[str, str] | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
     """Load each archive into the container engine, push it to ``registry`` (``host:port``) and
-    return the image map with the references the nodes pull (``registry/...@sha256:...``)."""
+    return the image map with the references the nodes pull (``registry/...@sha256:...``), and
+    what was pushed from which source reference. A source that ``before`` (the previous such
+    map) says is there already is not pushed again."""
+    before = before or {}
     pushed: dict[str, str] = {}
+    sources: dict[str, str] = {}
     for name, ref in sorted(built.images.items()):
+        if ref in sources:  # one image under several names
+            pushed[name] = sources[ref]
+            continue
         archive = built.archives.get(ref)
         if archive is None:
             raise StepFailed(
                 f"the image map has no archive for {ref}", reason="image-archive-missing"
             )
+        previous = before.get(ref)
+        if previous and previous.startswith(f"{registry}/") and registry_has(previous):
+            pushed[name] = sources[ref] = previous
+            continue
         _run([str(engine), "load", "-i", archive], f"loading {archive}")
         local = f"{ref.split('@', 1)[0]}:build"
         target = f"{registry}/{name.split('/', 1)[-1]}"
-        _run([str(engine), "tag", local, target], f"tagging {target}")
+        pushed[name] = sources[ref] = push_image(engine, local, target)
+    return pushed, sources
+
+
+def _insecure(registry: str) -> bool:
+    """A registry on this machine speaks plain HTTP (kind's local registry)."""
+    return registry.split("/", 1)[0].split(":", 1)[0] in ("localhost", "127.0.0.1")
+
+
+def registry_has(pinned_ref: str) -> bool:
+    """Whether a plain-HTTP registry on this machine serves ``host:port/repo@sha256:...``."""
+    import urllib.error
+    import urllib.request
+
+    host, _, rest = pinned_ref.partition("/")
+    repository, _, digest = rest.partition("@")
+    if not _insecure(host) or not digest:
+        return False
+    url = f"http://{host}/v2/{repository}/manifests/{digest}"
+    accept = {"Accept": ", ".join(MANIFEST_TYPES)}
+    request = urllib.request.Request(url, method="HEAD", headers=accept)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+
+
+def push_image(engine: Path, local: str, target: str) -> str:
+    """Tag the engine's image ``local`` as ``target``, push it, and return ``repo@sha256:...``
+    as the registry reported it."""
+    import tempfile
+
+    _run([str(engine), "tag", local, target], f"tagging {target}")
+    repository = target.rsplit(":", 1)[0]
+    if engine.name == "podman":
+        with tempfile.TemporaryDirectory() as scratch:
+            digest_file = Path(scratch) / "digest"
+            tls = ["--tls-verify=false"] if _insecure(target) else []
+            _run([str(engine), "push", "--quiet", *tls, "--digestfile", str(digest_file), target],
+                 f"pushing {target}")  # fmt: skip
+            pinned_ref = f"{repository}@{digest_file.read_text().strip()}"
+    else:
         _run([str(engine), "push", target], f"pushing {target}")
         digests = json.loads(
             _run(
@@ -106,15 +169,14 @@ def push_to_registry(engine: Path, registry: str, built: BuiltImages) -> dict[st
                 f"reading {target}'s digest",
             )
         )
-        repository = target.rsplit(":", 1)[0]
-        matching = [d for d in digests or [] if d.startswith(f"{repository}@") and pinned(d)]
-        if not matching:
-            raise StepFailed(
-                f"{engine.name} reports no registry digest for {target}",
-                reason="image-digest-missing",
-            )
-        pushed[name] = matching[0]
-    return pushed
+        matching = [d for d in digests or [] if d.startswith(f"{repository}@")]
+        pinned_ref = matching[0] if matching else ""
+    if not pinned(pinned_ref):
+        raise StepFailed(
+            f"{engine.name} reports no registry digest for {target}",
+            reason="image-digest-missing",
+        )
+    return pinned_ref
 
 
 WORKER_IMAGE = "society/worker:dev"

@@ -12,6 +12,7 @@ and Agent Sandbox must already be served (they are checked, not installed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ from typing import TextIO
 
 import anyio
 
-from controller.ops.cluster import images, kind, temporal
+from controller.ops.cluster import addon_sources, images, kind, policy_probe, temporal
 from controller.ops.cluster.prerequisites import Programs
 from controller.ops.cluster.profile_file import (
     PROFILE_DIR,
@@ -48,6 +49,8 @@ AGENTS_POOL = {"society.run/pool": "agents"}
 READY_TIMEOUT_S = 300.0
 INSTALLED_BY = kind.INSTALLED_BY
 TEMPORAL_PODS = f"app.kubernetes.io/name={temporal.NAME}"
+PROBE_IMAGE = "society/scripted:dev"
+"""The NetworkPolicy probe's pods run this image's Python."""
 
 
 @dataclass
@@ -61,6 +64,10 @@ class ClusterOptions:
     ledger_storage_class: str | None = None
     ledger_node_root: str | None = None
     ledger_host_root: str | None = None
+    cluster_name: str = kind.CLUSTER_NAME
+    node_image: str | None = None
+    host_patches: Path | None = None
+    addons_from_source: bool = False
 
     @property
     def state_dir(self) -> Path:
@@ -135,10 +142,27 @@ class ClusterUp:
         self.ledger_storage_class = options.ledger_storage_class
         self.ledger_node_root = options.ledger_node_root
         self.ledger_host_root = options.ledger_host_root
+        self.made_network = bool(previous and previous.made_network)
+        self.pushed: dict[str, str] = dict(previous.pushed) if previous else {}
+        self.addon_build: addon_sources.AddonBuild | None = None
+        self.addon_manifests: dict[str, str] = {}
+        self.policy_enforced = bool(previous and previous.network_policy_enforced)
 
     @property
     def existing(self) -> bool:
         return self.options.existing_kubeconfig is not None
+
+    @property
+    def host(self) -> kind.KindHost:
+        """The kind cluster (not with ``--existing-kubeconfig``)."""
+        assert self.programs.kind is not None and self.programs.engine is not None
+        return kind.KindHost(
+            kind=self.programs.kind,
+            engine=self.programs.engine,
+            name=self.options.cluster_name,
+            node_image=self.options.node_image,
+            host_patches=self.options.host_patches,
+        )
 
     def kube(self) -> AbstractAsyncContextManager[Kube]:
         return Kube.connect(kubeconfig=str(self.options.kubeconfig), context=self.options.context)
@@ -146,12 +170,15 @@ class ClusterUp:
     async def run(self) -> Path:
         versions = kind.VERSIONS
         steps = [
+            *([Step("add-on images (from source)", self.build_addons)]
+              if self.options.addons_from_source and not self.existing else []),
             Step("cluster", self.cluster),
             Step("local registry", self.registry),
             Step(f"kueue {versions['KUEUE_VERSION']}", lambda: self.addon("kueue")),
             Step(f"agent sandbox {versions['AGENT_SANDBOX_VERSION']}",
                  lambda: self.addon("agent-sandbox")),
             Step("images", self.build_images),
+            Step("networkpolicy enforcement", self.network_policy),
             Step("temporal dev server", self.temporal),
             Step("agents queue size", self.queue_size),
             Step("ledger volumes", self.ledger_volumes),
@@ -174,20 +201,27 @@ class ClusterUp:
                         reason="cluster-unreachable",
                     ) from exc
             return f"existing cluster of {self.options.kubeconfig} ({len(nodes)} nodes)"
-        assert self.programs.kind is not None and self.programs.engine is not None
+        host = self.host
         self.volumes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        config = kind.cluster_config(self.volumes_dir)
-        created = kind.create_cluster(
-            self.programs.kind, self.programs.engine, self.options.kubeconfig, config
-        )
+        had_network = kind.network_exists(host)
+        created = await anyio.to_thread.run_sync(
+            lambda: kind.create_cluster(host, self.options.kubeconfig,
+                                        host.config(self.volumes_dir))
+        )  # fmt: skip
         self.made_cluster = self.made_cluster or created
-        return f"{'created' if created else 'reused'} kind cluster '{kind.CLUSTER_NAME}'"
+        self.made_network = self.made_network or (created and not had_network)
+        return f"{'created' if created else 'reused'} kind cluster '{host.name}'"
+
+    async def build_addons(self) -> str:
+        self.addon_build = await anyio.to_thread.run_sync(addon_sources.build_addons)
+        versions = ", ".join(f"{name} {a.version}" for name, a in self.addon_build.addons.items())
+        return f"registry, {versions}: images and manifests built from the Go module proxy"
 
     async def registry(self) -> str:
         if self.existing:
             return "skipped (--existing-kubeconfig: images go into the nodes' containerd)"
-        assert self.programs.kind is not None and self.programs.engine is not None
-        made = kind.start_registry(self.programs.engine, self.programs.kind)
+        image = kind.REGISTRY_IMAGE if self.addon_build is None else self.addon_build.registry_image
+        made = kind.start_registry(self.host, image)
         self.made_registry = self.made_registry or made
         async with self.kube() as kube:
             await kube.apply(kind.local_registry_hosting())
@@ -206,15 +240,30 @@ class ClusterUp:
                         reason="addon-missing",
                     ) from None
             return "already served by the cluster (checked, not installed)"
-        assert self.programs.kubectl is not None
-        return kind.apply_addon(self.programs.kubectl, self.options.kubeconfig, addon)
+        assert self.programs.kubectl is not None and self.programs.engine is not None
+        manifest = None
+        if self.addon_build is not None:
+            manifest = str(addon_sources.pushed_manifest(
+                self.programs.engine, kind.REGISTRY_HOST, addon,
+                self.addon_build.addons[addon], self.options.state_dir / "addons",
+            ))  # fmt: skip
+            self.addon_manifests[addon] = manifest
+        kubectl, kubeconfig = self.programs.kubectl, self.options.kubeconfig
+        return await anyio.to_thread.run_sync(
+            lambda: kind.apply_addon(kubectl, kubeconfig, addon, manifest)
+        )
 
     async def build_images(self) -> str:
         built = await anyio.to_thread.run_sync(images.build_images)
         if not self.existing:
-            assert self.programs.engine is not None
-            self.images = images.push_to_registry(self.programs.engine, kind.REGISTRY_HOST, built)
-            return f"built and pushed {len(self.images)} images to {kind.REGISTRY_HOST}"
+            engine, before = self.programs.engine, dict(self.pushed)
+            assert engine is not None
+            self.images, self.pushed = await anyio.to_thread.run_sync(
+                lambda: images.push_to_registry(engine, kind.REGISTRY_HOST, built, before)
+            )
+            fresh = len(set(self.pushed.values()) - set(before.values()))
+            return (f"built {len(self.images)}; pushed {fresh} new to {kind.REGISTRY_HOST} "
+                    f"({len(set(self.pushed.values())) - fresh} there already)")  # fmt: skip
         self.images = dict(built.images)
         if not self.options.node_containerd:
             return f"built {len(built.images)}; not imported (no --node-containerd given)"
@@ -229,6 +278,19 @@ class ClusterUp:
             f"built {len(built.images)}; imported {sum(counts)} new into "
             f"{len(counts)} node(s) ({len(built.images) * len(counts) - sum(counts)} present)"
         )
+
+    async def network_policy(self) -> str:
+        if self.existing:
+            return "not checked (--existing-kubeconfig: the cluster's own)"
+        if self.policy_enforced:
+            return "enforced (checked by an earlier `up`)"
+        image = self.images.get(PROBE_IMAGE)
+        if image is None:
+            raise StepFailed(f"the image map has no {PROBE_IMAGE}", reason="image-missing")
+        async with self.kube() as kube:
+            outcome = await policy_probe.check_enforcement(kube, image, self.options.agent_nodes)
+        self.policy_enforced = True
+        return outcome
 
     async def temporal(self) -> str:
         image = self.images.get(temporal.IMAGE)
@@ -435,6 +497,14 @@ class ClusterUp:
             existing_cluster=self.existing,
             made_cluster=self.made_cluster,
             made_registry=self.made_registry,
+            cluster_name=self.options.cluster_name,
+            provider=None
+            if self.existing or self.programs.engine is None
+            else self.programs.engine.name,
+            made_network=self.made_network,
+            pushed=self.pushed,
+            addon_manifests=self.addon_manifests,
+            network_policy_enforced=self.policy_enforced,
             imported=self.imported,
             ledger_storage_class=self.ledger_storage_class,
             ledger_node_root=self.ledger_node_root,
@@ -515,28 +585,38 @@ class ClusterDown:
             return "go with the cluster"
         assert self.programs.kubectl is not None
         for addon in kind.ADDONS:
-            kind.delete_addon(self.programs.kubectl, Path(self.profile.kubeconfig), addon)
+            kind.delete_addon(self.programs.kubectl, Path(self.profile.kubeconfig), addon,
+                              self.profile.addon_manifests.get(addon))  # fmt: skip
         return "deleted"
 
     async def cluster(self) -> str:
         if self.profile.existing_cluster:
             return "kept (not made by cluster up)"
         assert self.programs.kind is not None and self.programs.engine is not None
+        host = kind.KindHost(kind=self.programs.kind, engine=self.programs.engine,
+                             name=self.profile.cluster_name)  # fmt: skip
         done = []
-        if self.profile.made_cluster:
-            kind.delete_cluster(self.programs.kind, self.programs.engine)
-            done.append(f"deleted kind cluster '{kind.CLUSTER_NAME}'")
         if self.profile.made_registry:
             kind.remove_registry(self.programs.engine)
             done.append(f"removed {kind.REGISTRY_NAME}")
+        if self.profile.made_cluster:
+            kubeconfig = Path(self.profile.kubeconfig)
+            await anyio.to_thread.run_sync(lambda: kind.delete_cluster(host, kubeconfig))
+            done.append(f"deleted kind cluster '{host.name}'")
+        if self.profile.made_network and kind.remove_network(host):
+            done.append(f"removed network '{kind.NETWORK}'")
         return "; ".join(done) or "kept (not made by cluster up)"
 
     async def profile_file(self) -> str:
         state = self.options.state_dir
         path = profile_path(self.options.artifact_root, self.options.profile)
         for name in (path, state / f"{self.options.profile}-values.json",
-                     state / f"{self.options.profile}.kubeconfig"):  # fmt: skip
+                     state / f"{self.options.profile}.kubeconfig",
+                     state / f"{self.profile.cluster_name}-kind-config.yaml",
+                     *map(Path, self.profile.addon_manifests.values())):  # fmt: skip
             name.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            (state / "addons").rmdir()
         try:
             state.rmdir()
         except OSError:

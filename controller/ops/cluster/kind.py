@@ -1,24 +1,31 @@
 """What only a kind cluster needs: the cluster from ``kind/cluster.yaml``, the local registry
-beside it (kind's documented local-registry recipe), and the upstream Kueue and Agent Sandbox
-release manifests, applied with kubectl.
+beside it (kind's documented local-registry recipe), and the Kueue and Agent Sandbox manifests,
+applied with kubectl: the upstream release manifests, or those that
+``scripts/build-kind-addon-images.sh`` renders from the Go module proxy's sources
+(``--addons-from-source``, ``addon_sources.py``).
 
-None of this runs in the project's tests (kind's nodes need Docker or Podman, the manifests
-and the registry image come from the internet); ``--existing-kubeconfig`` replaces each part.
+``--existing-kubeconfig`` replaces each part (no cluster is made there).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from controller.ops.checks.tools import read_versions
+from controller.ops.cluster.kind_patches import patched_config
 from controller.ops.cluster.steps import StepFailed
 from controller.ops.repository import ROOT as REPO
 
 CLUSTER_CONFIG = REPO / "kind" / "cluster.yaml"
+CI_HOST_DIR = REPO / "kind" / "host"
+"""The project's CI host's patches (``--host-patches kind/host``)."""
 VERSIONS = read_versions(REPO / "kind" / "versions.env")
 CLUSTER_NAME = "society"
+NETWORK = "kind"
+"""The container network kind puts every cluster's nodes on (its default)."""
 REGISTRY_NAME = "kind-registry"
 REGISTRY_HOST = "localhost:5001"
 """Where this machine pushes; nodes reach the same registry as ``kind-registry:5000``."""
@@ -42,12 +49,45 @@ KUEUE_MANIFEST = (
 )
 SANDBOX_MANIFEST = (
     "https://github.com/kubernetes-sigs/agent-sandbox/releases/download/"
-    f"{VERSIONS['AGENT_SANDBOX_VERSION']}/manifest.yaml"
+    f"{VERSIONS['AGENT_SANDBOX_VERSION']}/sandbox-with-extensions.yaml"
 )
 ADDONS = {
     "kueue": (KUEUE_MANIFEST, "kueue-system", "kueue-controller-manager"),
     "agent-sandbox": (SANDBOX_MANIFEST, "agent-sandbox-system", "agent-sandbox-controller"),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class KindHost:
+    """One kind cluster on this machine: its name, the node provider (``docker`` or
+    ``podman``), the node image (kind's default when ``None``) and a directory of host patches
+    (``--host-patches``: ``cluster-patches.yaml`` merged into a copy of ``kind/cluster.yaml``,
+    ``containers.conf`` given to podman as ``CONTAINERS_CONF``; see kind/host/)."""
+
+    kind: Path
+    engine: Path
+    name: str = CLUSTER_NAME
+    node_image: str | None = None
+    host_patches: Path | None = None
+
+    def env(self) -> dict[str, str]:
+        """kind uses Docker unless told to use Podman."""
+        env = dict(os.environ)
+        if self.engine.name == "podman":
+            env["KIND_EXPERIMENTAL_PROVIDER"] = "podman"
+        if self.host_patches is not None and (self.host_patches / "containers.conf").is_file():
+            env["CONTAINERS_CONF"] = str((self.host_patches / "containers.conf").resolve())
+        return env
+
+    def config(self, volumes: Path) -> str:
+        """The kind config ``kind create`` reads (the user's file is never edited)."""
+        config = cluster_config(volumes)
+        if self.host_patches is None or not (self.host_patches / "cluster-patches.yaml").is_file():
+            return config
+        return patched_config(config, self.host_patches / "cluster-patches.yaml")
+
+    def engine_run(self, argv: list[str], what: str) -> str:
+        return _run([str(self.engine), *argv], "registry-failed", what, self.env())
 
 
 def _run(argv: list[str], reason: str, what: str, env: dict[str, str] | None = None) -> str:
@@ -57,18 +97,27 @@ def _run(argv: list[str], reason: str, what: str, env: dict[str, str] | None = N
     return done.stdout
 
 
-def _kind_env(engine: Path) -> dict[str, str]:
-    """kind uses Docker unless told to use Podman."""
-    env = dict(os.environ)
-    if engine.name == "podman":
-        env["KIND_EXPERIMENTAL_PROVIDER"] = "podman"
-    return env
+def cluster_exists(host: KindHost) -> bool:
+    clusters = _run([str(host.kind), "get", "clusters"], "kind-failed", "kind get clusters",
+                    host.env())  # fmt: skip
+    return host.name in clusters.split()
 
 
-def cluster_exists(kind: Path, engine: Path) -> bool:
-    clusters = _run([str(kind), "get", "clusters"], "kind-failed", "kind get clusters",
-                    _kind_env(engine))  # fmt: skip
-    return CLUSTER_NAME in clusters.split()
+def network_exists(host: KindHost) -> bool:
+    done = subprocess.run([str(host.engine), "network", "inspect", NETWORK], capture_output=True,
+                          env=host.env())  # fmt: skip
+    return done.returncode == 0
+
+
+def remove_network(host: KindHost) -> bool:
+    """Remove kind's network unless a container still uses it; ``True`` when removed."""
+    users = _run([str(host.engine), "ps", "-a", "-q", "--filter", f"network={NETWORK}"],
+                 "kind-failed", "listing the containers on kind's network", host.env())  # fmt: skip
+    if users.split() or not network_exists(host):
+        return False
+    _run([str(host.engine), "network", "rm", NETWORK], "kind-delete-failed",
+         "removing kind's network", host.env())  # fmt: skip
+    return True
 
 
 def cluster_config(volumes: Path) -> str:
@@ -98,21 +147,22 @@ def ledger_storage_class() -> dict[str, object]:
     }
 
 
-def create_cluster(kind: Path, engine: Path, kubeconfig: Path, config: str) -> bool:
+def create_cluster(host: KindHost, kubeconfig: Path, config: str) -> bool:
     """Create the cluster unless it exists; write its kubeconfig; ``True`` when created here."""
-    env = _kind_env(engine)
+    env = host.env()
     created = False
-    if not cluster_exists(kind, engine):
-        config_file = kubeconfig.parent / f"{CLUSTER_NAME}-kind-config.yaml"
+    if not cluster_exists(host):
+        config_file = kubeconfig.parent / f"{host.name}-kind-config.yaml"
         config_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         config_file.write_text(config)
+        image = [] if host.node_image is None else ["--image", host.node_image]
         _run(
-            [str(kind), "create", "cluster", "--name", CLUSTER_NAME, "--config",
-             str(config_file), "--wait", "5m"],
+            [str(host.kind), "create", "cluster", "--name", host.name, "--config",
+             str(config_file), *image, "--kubeconfig", str(kubeconfig), "--wait", "10m"],
             "kind-create-failed", "kind create cluster", env,
         )  # fmt: skip
         created = True
-    config = _run([str(kind), "get", "kubeconfig", "--name", CLUSTER_NAME], "kind-failed",
+    config = _run([str(host.kind), "get", "kubeconfig", "--name", host.name], "kind-failed",
                   "kind get kubeconfig", env)  # fmt: skip
     kubeconfig.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     kubeconfig.write_text(config)
@@ -120,56 +170,64 @@ def create_cluster(kind: Path, engine: Path, kubeconfig: Path, config: str) -> b
     return created
 
 
-def delete_cluster(kind: Path, engine: Path) -> None:
-    _run([str(kind), "delete", "cluster", "--name", CLUSTER_NAME], "kind-delete-failed",
-         "kind delete cluster", _kind_env(engine))  # fmt: skip
+def delete_cluster(host: KindHost, kubeconfig: Path) -> None:
+    """``kind delete cluster``; ``kubeconfig`` is the file ``create_cluster`` wrote (kind
+    removes its context there, not from the user's ~/.kube/config)."""
+    _run([str(host.kind), "delete", "cluster", "--name", host.name, "--kubeconfig",
+          str(kubeconfig)], "kind-delete-failed", "kind delete cluster", host.env())  # fmt: skip
 
 
-def start_registry(engine: Path, kind: Path) -> bool:
+def start_registry(host: KindHost, image: str = REGISTRY_IMAGE) -> bool:
     """Run the registry container on kind's network and point every node's containerd at it
     (``localhost:5001`` -> ``kind-registry:5000``); ``True`` when the container was made here."""
-    e = str(engine)
-    running = subprocess.run([e, "inspect", "-f", "{{.State.Running}}", REGISTRY_NAME],
-                             capture_output=True, text=True)  # fmt: skip
+    running = subprocess.run([str(host.engine), "inspect", "-f", "{{.State.Running}}",
+                              REGISTRY_NAME], capture_output=True, text=True)  # fmt: skip
     made = False
     if running.returncode != 0:
         port = REGISTRY_HOST.split(":")[1]
-        _run([e, "run", "-d", "--restart=always", "-p", f"127.0.0.1:{port}:5000",
-              "--network", "bridge", "--name", REGISTRY_NAME, REGISTRY_IMAGE],
-             "registry-failed", "starting the registry container")  # fmt: skip
+        host.engine_run(["run", "-d", "--restart=always", "-p", f"127.0.0.1:{port}:5000",
+                         "--network", "bridge", "--name", REGISTRY_NAME, image],
+                        "starting the registry container")  # fmt: skip
         made = True
     elif running.stdout.strip() != "true":
-        _run([e, "start", REGISTRY_NAME], "registry-failed", "starting the registry container")
-    networks = _run([e, "inspect", "-f", "{{json .NetworkSettings.Networks}}", REGISTRY_NAME],
-                    "registry-failed", "reading the registry's networks")  # fmt: skip
-    if '"kind"' not in networks:
-        _run([e, "network", "connect", "kind", REGISTRY_NAME], "registry-failed",
-             "connecting the registry to kind's network")  # fmt: skip
-    nodes = _run([str(kind), "get", "nodes", "--name", CLUSTER_NAME], "kind-failed",
-                 "kind get nodes", _kind_env(engine)).split()  # fmt: skip
+        host.engine_run(["start", REGISTRY_NAME], "starting the registry container")
+    networks = host.engine_run(["inspect", "-f", "{{json .NetworkSettings.Networks}}",
+                                REGISTRY_NAME], "reading the registry's networks")  # fmt: skip
+    if f'"{NETWORK}"' not in networks:
+        host.engine_run(["network", "connect", NETWORK, REGISTRY_NAME],
+                        "connecting the registry to kind's network")  # fmt: skip
+    nodes = _run([str(host.kind), "get", "nodes", "--name", host.name], "kind-failed",
+                 "kind get nodes", host.env()).split()  # fmt: skip
     hosts = f'[host."http://{REGISTRY_NAME}:5000"]\n'
     directory = f"{CONTAINERD_CERTS_DIR}/{REGISTRY_HOST}"
     for node in nodes:
-        _run([e, "exec", node, "mkdir", "-p", directory], "registry-failed", f"configuring {node}")
-        _run([e, "exec", node, "sh", "-c", f"printf '%s' '{hosts}' > {directory}/hosts.toml"],
-             "registry-failed", f"configuring {node}")  # fmt: skip
+        host.engine_run(["exec", node, "mkdir", "-p", directory], f"configuring {node}")
+        host.engine_run(["exec", node, "sh", "-c",
+                         f"printf '%s' '{hosts}' > {directory}/hosts.toml"],
+                        f"configuring {node}")  # fmt: skip
     return made
 
 
 def remove_registry(engine: Path) -> None:
-    subprocess.run([str(engine), "rm", "-f", REGISTRY_NAME], capture_output=True, check=False)
+    """The registry container and its anonymous volume (the images pushed to it)."""
+    subprocess.run([str(engine), "rm", "-f", "-v", REGISTRY_NAME], capture_output=True,
+                   check=False)  # fmt: skip
 
 
-def apply_addon(kubectl: Path, kubeconfig: Path, addon: str) -> str:
-    """``kubectl apply --server-side`` the pinned release and wait for its controller."""
-    manifest, namespace, deployment = ADDONS[addon]
+def apply_addon(kubectl: Path, kubeconfig: Path, addon: str, manifest: str | None = None) -> str:
+    """``kubectl apply --server-side`` the pinned release (or ``manifest``, a file) and wait for
+    its controller."""
+    upstream, namespace, deployment = ADDONS[addon]
+    manifest = manifest or upstream
     base = [str(kubectl), "--kubeconfig", str(kubeconfig)]
     _run([*base, "apply", "--server-side", "--force-conflicts", "-f", manifest],
          "addon-install-failed", f"applying {manifest}")  # fmt: skip
-    if addon == "agent-sandbox":
+    if addon == "agent-sandbox" and manifest == upstream:
         _set_sandbox_workers(base, namespace, deployment)
     _run([*base, "-n", namespace, "rollout", "status", f"deployment/{deployment}",
           "--timeout=300s"], "addon-install-failed", f"waiting for {deployment}")  # fmt: skip
+    if manifest != upstream:
+        return f"applied {Path(manifest).name}, rendered from the Go module proxy's source"
     return f"applied {manifest.rsplit('/', 3)[-2]}"
 
 
@@ -197,8 +255,8 @@ def local_registry_hosting() -> dict[str, object]:
     }
 
 
-def delete_addon(kubectl: Path, kubeconfig: Path, addon: str) -> None:
-    manifest = ADDONS[addon][0]
+def delete_addon(kubectl: Path, kubeconfig: Path, addon: str, manifest: str | None = None) -> None:
+    manifest = manifest or ADDONS[addon][0]
     _run([str(kubectl), "--kubeconfig", str(kubeconfig), "delete", "--ignore-not-found",
           "--wait=true", "-f", manifest],
          "addon-delete-failed", f"deleting {manifest}")  # fmt: skip

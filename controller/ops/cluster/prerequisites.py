@@ -87,6 +87,7 @@ def find_programs(
     *,
     existing_cluster: bool,
     import_images: bool,
+    provider: str | None = None,
     which: Finder = shutil.which,
     version_of: VersionOf = kind_version,
 ) -> Programs:
@@ -94,7 +95,8 @@ def find_programs(
 
     Creating a kind cluster needs a container engine, kind, kubectl (the upstream Kueue and
     Agent Sandbox manifests) and helm; installing into an existing cluster needs helm, and
-    ``ctr`` when images are imported into nodes' containerd.
+    ``ctr`` when images are imported into nodes' containerd. kind's node ``provider`` is
+    ``docker`` or ``podman`` (default: Docker when on PATH, else Podman, as kind picks).
     """
     missing: list[Missing] = []
 
@@ -114,11 +116,12 @@ def find_programs(
             problem = (f"{kind} is `{said}`, not {KIND_VERSION} (the release whose node image "
                        "kind/cluster.yaml pins)")  # fmt: skip
             missing.append(Missing("kind", NEXT_STEPS["kind"], problem))
+    engines = [provider] if provider else ["docker", "podman"]
     programs = Programs(
         helm=helm or Path("helm"),
         kubectl=None if existing_cluster else need("kubectl", "kubectl"),
         kind=kind,
-        engine=None if existing_cluster else need("container engine", "docker", "podman"),
+        engine=None if existing_cluster else need("container engine", *engines),
         ctr=need("ctr", "ctr") if import_images else None,
     )
     if missing:

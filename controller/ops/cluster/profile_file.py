@@ -58,6 +58,18 @@ class ClusterProfile(BaseModel):
     """``--existing-kubeconfig``: the cluster is not ours to delete."""
     made_cluster: bool = Field(default=False, alias="madeCluster")
     made_registry: bool = Field(default=False, alias="madeRegistry")
+    cluster_name: str = Field(default="society", alias="clusterName")
+    """The kind cluster's name (``--name``)."""
+    provider: str | None = None
+    """kind's node provider, ``docker`` or ``podman`` (``--provider``)."""
+    made_network: bool = Field(default=False, alias="madeNetwork")
+    """``cluster up`` made kind's container network (``down`` removes it once unused)."""
+    pushed: dict[str, str] = Field(default_factory=dict)
+    """Source image reference -> what ``cluster up`` pushed to the local registry."""
+    addon_manifests: dict[str, str] = Field(default_factory=dict, alias="addonManifests")
+    network_policy_enforced: bool = Field(default=False, alias="networkPolicyEnforced")
+    """``cluster up``'s probe saw a default-deny policy refuse a connection (checked once)."""
+    """``--addons-from-source``: add-on -> the manifest file ``cluster up`` applied."""
     imported: dict[str, list[str]] = Field(default_factory=dict)
     """containerd socket -> the image references ``cluster up`` imported there."""
     ledger_storage_class: str | None = Field(default=None, alias="ledgerStorageClass")
