@@ -202,14 +202,17 @@ async def run_to_gate_s(
         if memory is not None:
             memory.append(await anyio.to_thread.run_sync(run_pss_kib, ctx.ledger.run_id) / agents)
 
-    spec = RunSpec.define(
-        id="bench.startup/v1",
-        agents={f"agent-{i}": _agent(runtime, i) for i in range(agents)},
-        execute=execute,
-    )
+    roster = {f"agent-{i}": _agent(runtime, i) for i in range(agents)}
+    spec = RunSpec.define(id="bench.startup/v1", agents=roster, execute=execute)
     budget = LocalCapacity.detect()
+    # The roster's requests are admission figures, not what idle agents use: widen the budget
+    requested_mib = sum(d.resources.memory_mib for d in roster.values())
     platform = LocalPlatform(
-        LocalCapacity(cpu=max(budget.cpu, agents), memory_mib=budget.memory_mib, agents=agents),
+        LocalCapacity(
+            cpu=max(budget.cpu, agents),
+            memory_mib=max(budget.memory_mib, requested_mib),
+            agents=agents,
+        ),
         sandboxed=sandboxed,
         template=template,
     )

@@ -66,6 +66,9 @@ print(json.dumps({
     "cwd": os.getcwd(),
     "cgroup": open("/proc/self/cgroup").read(),
     "mark": os.environ.get("PROBE_MARK"),
+    "shown": open("/proc/self/environ").read().split("\\0"),
+    "proc owner": os.stat("/proc/self/environ").st_uid,
+    "cmdline": open("/proc/self/cmdline").read().split("\\0")[:2],
 }))
 """
 
@@ -78,7 +81,7 @@ def bwrap_report(bwrap: Bubblewrap, workdir: Path) -> dict[str, Any]:
         done = subprocess.run(
             fresh_session_keyring(sealed.argv),
             pass_fds=sealed.fds,
-            env={"PROBE_MARK": "bwrap", "PATH": "/usr/bin:/bin"},
+            env={"PROBE_MARK": "bwrap", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
             capture_output=True,
             timeout=60,
             check=True,
@@ -100,7 +103,7 @@ async def fork_report(
         "uid": FIRST_AGENT_UID,
         "cgroups": list(cgroups),
         "seccomp": bwrap.seccomp.hex(),
-        "environment": {"PROBE_MARK": "template", "PATH": "/usr/bin:/bin"},
+        "environment": {"PROBE_MARK": "template", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
         "bridge_fd": 3,
     }
     async with anyio.create_task_group() as tasks:
@@ -133,6 +136,10 @@ async def test_a_template_fork_sees_and_holds_exactly_what_a_bwrap_started_agent
     assert code == 0, log
     forked = json.loads(log.splitlines()[-1])
     assert (started.pop("mark"), forked.pop("mark")) == ("bwrap", "template")
+    assert "PROBE_MARK=template" in forked["shown"]  # /proc shows its own environment
+    shown = sorted(v.replace("template", "bwrap") for v in forked.pop("shown"))
+    assert sorted(started.pop("shown")) == shown
+    assert forked["cmdline"] == [python_executable(), "-c"]
     assert forked == started
     assert f"Uid:\t{FIRST_AGENT_UID}\t{FIRST_AGENT_UID}\t{FIRST_AGENT_UID}" in forked["status"][0]
     assert "CapBnd:\t0000000000000000" in forked["status"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import mmap
 import os
 import signal
 import socket
@@ -36,6 +37,24 @@ MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
 AT_FDCWD, AT_RECURSIVE, MNT_DETACH = -100, 0x8000, 2
 PR_SET_PDEATHSIG, PR_SET_NAME, PR_SET_SECCOMP, PR_CAPBSET_DROP = 1, 15, 22, 24
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+PR_SET_DUMPABLE, PR_SET_MM, PR_SET_MM_MAP = 4, 35, 14
+_MM_FIELDS = (
+    "start_code end_code start_data end_data start_brk brk start_stack "
+    "arg_start arg_end env_start env_end"
+).split()
+_STAT_FIELDS = {
+    "start_code": 26,
+    "end_code": 27,
+    "start_stack": 28,
+    "start_data": 45,
+    "end_data": 46,
+    "start_brk": 47,
+    "arg_start": 48,
+    "arg_end": 49,
+    "env_start": 50,
+    "env_end": 51,
+}
+"""Where ``proc(5)`` puts each in ``/proc/<pid>/stat`` (1-based)."""
 SECCOMP_MODE_FILTER = 2
 SIOCSIFFLAGS, IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x8914, 0x1, 0x8, 0x40
 SYSCALLS = {"x86_64": {"keyctl": 250, "pivot_root": 155, "capset": 126, "mount_setattr": 442}}
@@ -167,6 +186,54 @@ def loopback_up() -> None:
         fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, request)
 
 
+_SHOWN: list[mmap.mmap] = []
+"""The memory that ``/proc/<pid>/cmdline`` and ``environ`` read from (it lives as long as we do)."""
+
+
+class _MmMap(ctypes.Structure):
+    """``struct prctl_mm_map``: the whole layout, set at once (``PR_SET_MM_MAP``)."""
+
+    _fields_ = [
+        *((name, ctypes.c_uint64) for name in _MM_FIELDS),
+        ("auxv", ctypes.c_void_p),
+        ("auxv_size", ctypes.c_uint32),
+        ("exe_fd", ctypes.c_uint32),
+    ]
+
+
+def show_as(argv: Sequence[str], environment: dict[str, str]) -> None:
+    """Make ``/proc/<pid>/cmdline`` and ``environ`` read ``argv`` and ``environment``, as they
+    would for a process started with them (a fork's own are the template's)."""
+    cmdline = b"".join(a.encode() + b"\0" for a in argv)
+    variables = b"".join(f"{k}={v}".encode() + b"\0" for k, v in environment.items())
+    # private and anonymous: the kernel reads these ranges only from such memory
+    private = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    block = mmap.mmap(-1, len(cmdline) + len(variables) + 1, flags=private)
+    block.write(cmdline + variables)
+    _SHOWN.append(block)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(block))
+    layout = _current_layout()
+    layout.update(
+        arg_start=start,
+        arg_end=start + len(cmdline),
+        env_start=start + len(cmdline),
+        env_end=start + len(cmdline) + len(variables),
+    )
+    new = _MmMap(**layout, auxv=None, auxv_size=0, exe_fd=0xFFFFFFFF)  # auxv, exe: kept
+    result = _libc.prctl(PR_SET_MM, PR_SET_MM_MAP, ctypes.byref(new), ctypes.sizeof(new), 0)
+    _check(result, "show its own argv and environment")
+
+
+def _current_layout() -> dict[str, int]:
+    """This process's memory layout, from ``/proc/self/stat`` (and ``brk``: where it is now)."""
+    fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+    at = {name: int(fields[number - 3]) for name, number in _STAT_FIELDS.items()}
+    sbrk = _libc.sbrk
+    sbrk.restype = ctypes.c_void_p
+    at["brk"] = sbrk(0) or at["start_brk"]
+    return {name: at[name] for name in _MM_FIELDS}
+
+
 def drop_privileges(uid: int, seccomp: bytes) -> None:
     """Empty bounding set, ``uid``/``uid`` with no groups, no capabilities, ``no_new_privs``,
     then the seccomp filter (its BPF as ``bwrap --seccomp`` reads it)."""
@@ -179,6 +246,9 @@ def drop_privileges(uid: int, seccomp: bytes) -> None:
     header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     _syscall("capset", header, bytes(24))
     _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, what="clear ambient capabilities")
+    # a changed uid leaves a process undumpable (its /proc files root's); an exec'd program,
+    # as under bwrap and setpriv, is dumpable again
+    _prctl(PR_SET_DUMPABLE, 1, what="dumpable as after an exec")
     _prctl(PR_SET_NO_NEW_PRIVS, 1, what="no_new_privs")
     program = ctypes.create_string_buffer(seccomp, len(seccomp))
     fprog = _SockFprog(len(seccomp) // 8, ctypes.addressof(program))
@@ -241,6 +311,7 @@ def enter(plan: dict[str, Any], fds: Sequence[int]) -> None:
 def _outer(plan: dict[str, Any], fds: Sequence[int]) -> None:
     _die_with_parent(plan["template_pid"])
     _prctl(PR_SET_NAME, SANDBOX_NAME, what="name the sandbox")
+    show_as(_launcher_argv(plan), plan["environment"])  # pid 1 and the agent inherit it
     _place_descriptors(fds, plan["bridge_fd"])
     os.setsid()
     for procs in plan["cgroups"]:
@@ -268,10 +339,17 @@ def _init(plan: dict[str, Any]) -> None:
     pivot(NEW_ROOT, plan["home"])
 
 
+def _launcher_argv(plan: dict[str, Any]) -> list[str]:
+    """The argv the launcher would have been started with (``python -c LAUNCHER ...``)."""
+    return [sys.executable, *plan["argv"][:1], plan["launcher"], *plan["argv"][1:]]
+
+
 def _agent(plan: dict[str, Any]) -> None:
     _prctl(PR_SET_NAME, plan["comm"].encode(), what="name the agent")
+    environment = {**plan["environment"], "PWD": plan["home"]}  # bwrap --chdir sets PWD
+    show_as(_launcher_argv(plan), environment)
     drop_privileges(plan["uid"], bytes.fromhex(plan["seccomp"]))
     _die_with_parent(1)
     os.environ.clear()
-    os.environ.update(plan["environment"])
+    os.environ.update(environment)
     sys.argv = list(plan["argv"])
