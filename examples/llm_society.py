@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 from typing import ClassVar
 
 import anyio
 
 from agent_images.llm.config import Budget, ContextPolicy, ReplyPolicy
 from controller import Event, EventCatalog, RunContext, RunSpec, llm
-from controller.agents.llm import LLMRuntime
+from controller.agents.llm import LLM_RESOURCES, LLMRuntime
 
 RESIDENTS = 100
 TURNS = 5
@@ -42,6 +43,9 @@ TASK = (
     "The town square gets one new project: a fountain, a garden or a market. Say which one you "
     "want and give one short reason. Answer in one sentence."
 )
+RESIDENT_RESOURCES = replace(LLM_RESOURCES, cpu=0.01)
+"""A resident waits on the model nearly all the time: a hundredth of a core each, so that 100 are
+admitted on two cores (the model server's CPU is the run's, not an agent's)."""
 PROJECT_WORD = re.compile(r"\b(" + "|".join(PROJECTS) + r")s?\b", re.IGNORECASE)
 
 
@@ -81,6 +85,7 @@ def resident(number: int, turns: int) -> LLMRuntime:
         budget=Budget(max_turns=turns, max_tokens=4000, max_wall_s=DEADLINE_S),
         context=ContextPolicy(keep_last_messages=4, max_message_chars=200),
         reply=ReplyPolicy(max_reply_tokens=24, temperature=0.7, pause_s=0.5),
+        resources=RESIDENT_RESOURCES,
     )
 
 
