@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from cp_build import load_yaml_documents
+from cp_build import ControlPlaneError, load_yaml_documents
 from cp_certificates import b64
-from cp_processes import http_ok, tcp_open, wait_until
+from cp_processes import http_ok, wait_until
 
 if TYPE_CHECKING:
     from controlplane import ControlPlane
@@ -21,16 +22,9 @@ KUEUE_NAMESPACE = "kueue-system"
 KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"
 KUEUE_WEBHOOK_SECRET = "kueue-webhook-server-cert"
 KUEUE_CA_NAME = "kueue-ca"  # Kueue's cert rotator only keeps a CA whose SAN is this name.
-SANDBOX_NAMESPACE = "agent-sandbox-system"
-SANDBOX_WEBHOOK_SERVICE = "agent-sandbox-webhook-service"
-SANDBOX_WEBHOOK_SECRET = "agent-sandbox-webhook-certs"
-SANDBOX_WORKERS = 16
-"""Sandboxes the Agent Sandbox controller reconciles at once."""
-# The names the shared webhook serving certificate is valid for (besides localhost).
-WEBHOOK_DNS_NAMES = (
-    f"{KUEUE_WEBHOOK_SERVICE}.{KUEUE_NAMESPACE}.svc",
-    f"{SANDBOX_WEBHOOK_SERVICE}.{SANDBOX_NAMESPACE}.svc",
-)
+# The names the webhook serving certificate is valid for (besides localhost).
+WEBHOOK_DNS_NAMES = (f"{KUEUE_WEBHOOK_SERVICE}.{KUEUE_NAMESPACE}.svc",)
+_FIELD_PATH = re.compile(r"webhooks\.\[name=(?P<webhook>[^\]]+)\]\.(?P<field>\w+)")
 
 
 def _raw(response: Any) -> dict[str, Any]:
@@ -173,20 +167,16 @@ def start_kueue(cp: ControlPlane) -> None:
 
 
 def _install_kueue_webhooks(cp: ControlPlane, port: int) -> None:
-    import yaml
     from kubernetes import client
 
     kueue_dir = cp.manifest_dir / "kueue"
-    # The release's kustomization adds namespaceSelectors (skip kube-system, kueue-system).
-    patches: dict[str, dict[str, Any]] = {}
+    documents = [
+        copy.deepcopy(doc) for doc in load_yaml_documents(kueue_dir / "webhook" / "manifests.yaml")
+    ]
     kustomization = load_yaml_documents(kueue_dir / "webhook" / "kustomization.yaml")[0]
-    for entry in kustomization.get("patches", []):
-        patch = yaml.safe_load(entry["patch"]) if "patch" in entry else {}
-        for webhook in patch.get("webhooks", []):
-            patches[webhook["name"]] = webhook
+    _customize_webhooks(documents, kustomization)
     api = client.AdmissionregistrationV1Api(cp.api_client())
-    for doc in load_yaml_documents(kueue_dir / "webhook" / "manifests.yaml"):
-        doc = copy.deepcopy(doc)
+    for doc in documents:
         doc["metadata"]["name"] = "kueue-" + doc["metadata"]["name"]
         for webhook in doc["webhooks"]:
             path = webhook["clientConfig"]["service"]["path"]
@@ -194,64 +184,77 @@ def _install_kueue_webhooks(cp: ControlPlane, port: int) -> None:
                 "url": f"https://127.0.0.1:{port}{path}",
                 "caBundle": b64(cp.pki.webhook_ca.cert_pem),
             }
-            webhook.update(
-                {k: v for k, v in patches.get(webhook["name"], {}).items() if k != "name"}
-            )
         if doc["kind"] == "MutatingWebhookConfiguration":
             _raw(api.create_mutating_webhook_configuration(doc, _preload_content=False))
         else:
             _raw(api.create_validating_webhook_configuration(doc, _preload_content=False))
 
 
-def start_agent_sandbox(cp: ControlPlane) -> None:
-    """Agent Sandbox's CRDs and controller, then its conversion webhook once it serves."""
-    from kubernetes import client
+def _customize_webhooks(documents: list[dict[str, Any]], kustomization: Mapping[str, Any]) -> None:
+    """What the release's kustomization does to its webhooks: its patches (the namespaceSelector
+    that skips kube-system and kueue-system), then its replacements (that selector copied to
+    every other webhook), as ``kustomize build`` applies them."""
+    import yaml
 
-    processes, pki = cp.processes, cp.pki
-    webhook_port, health_port, metrics_port = (
-        processes.port("sandbox-webhook"),
-        processes.port("sandbox-health"),
-        processes.port("sandbox-metrics"),
-    )
-    # The controller loads this secret instead of generating a cert for its in-cluster Service.
-    _ensure_namespace_with_secret(
-        cp,
-        SANDBOX_NAMESPACE,
-        SANDBOX_WEBHOOK_SECRET,
-        {
-            "ca.crt": pki.webhook_ca.cert_pem,
-            "tls.crt": pki.webhook.cert_pem,
-            "tls.key": pki.webhook.key_pem,
-        },
-    )
+    by_name = {(doc["kind"], doc["metadata"]["name"]): doc for doc in documents}
+    for entry in kustomization.get("patches", []):
+        patch = yaml.safe_load(entry["patch"]) if "patch" in entry else {}
+        target = by_name.get((patch.get("kind"), patch.get("metadata", {}).get("name")))
+        for patched in patch.get("webhooks", []) if target else []:
+            webhook = _webhook(target, patched["name"])
+            webhook.update({k: v for k, v in patched.items() if k != "name"})
+    for replacement in kustomization.get("replacements", []):
+        source = replacement["source"]
+        name, field = _field_path(source["fieldPath"])
+        value = _webhook(by_name[(source["kind"], source["name"])], name)[field]
+        for target in replacement["targets"]:
+            doc = by_name[(target["select"]["kind"], target["select"]["name"])]
+            for path in target["fieldPaths"]:
+                name, field = _field_path(path)
+                if any(w["name"] == name for w in doc["webhooks"]):
+                    _webhook(doc, name)[field] = copy.deepcopy(value)
+
+
+def _field_path(path: str) -> tuple[str, str]:
+    """(webhook name, field) of a ``webhooks.[name=NAME].FIELD`` kustomize field path."""
+    match = _FIELD_PATH.fullmatch(path)
+    if match is None:
+        raise ValueError(f"kueue's webhook kustomization names an unknown field path {path!r}")
+    return match["webhook"], match["field"]
+
+
+def _webhook(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(w for w in doc["webhooks"] if w["name"] == name)
+    return found
+
+
+def start_agent_sandbox(cp: ControlPlane) -> None:
+    """Agent Sandbox's CRDs (core and extensions), then its controller, waiting until it is
+    ready. The release serves no webhook: every CRD is single-version, without conversion."""
+    processes = cp.processes
+    health_port, metrics_port = processes.port("sandbox-health"), processes.port("sandbox-metrics")
     crd_dir = cp.manifest_dir / "agent-sandbox" / "crds"
     crds = [crd for path in sorted(crd_dir.glob("*.yaml")) for crd in load_yaml_documents(path)]
-    # Installed without conversion first: at startup the controller rewrites Webhook
-    # conversion to its in-cluster Service, which cannot be reached from here.
     converted = [
         crd["metadata"]["name"]
         for crd in crds
         if crd["spec"].get("conversion", {}).get("strategy") == "Webhook"
     ]
-    for crd in crds:
-        crd["spec"]["conversion"] = {"strategy": "None"}
+    if converted:
+        raise ControlPlaneError(
+            "sandbox-conversion-webhook",
+            f"Agent Sandbox's CRDs {converted} convert by webhook; route it to 127.0.0.1 as "
+            "start_kueue does for Kueue's before pinning this release",
+        )
     _install_crds(cp, crds)
     controller = processes.spawn(
         "agent-sandbox-controller",
         [
             cp.build.binary("agent-sandbox-controller"),
             "--leader-elect=false",
-            f"--webhook-port={webhook_port}",
-            f"--webhook-cert-dir={processes.path('agent-sandbox-certs')}",
-            f"--webhook-service-name={SANDBOX_WEBHOOK_SERVICE}",
-            f"--webhook-namespace={SANDBOX_NAMESPACE}",
             f"--health-probe-bind-address=127.0.0.1:{health_port}",
             f"--metrics-bind-address=127.0.0.1:{metrics_port}",
             "--zap-log-level=info",
-            # One worker (the default) reconciles Sandboxes one at a time: a 1,000-agent
-            # roster's pods then trickle out at its round-trip rate (benchmarks/
-            # k8s_admission_bench.py). kind/README.md raises it the same way.
-            f"--sandbox-concurrent-workers={SANDBOX_WORKERS}",
         ],
     )
     wait_until(
@@ -260,13 +263,3 @@ def start_agent_sandbox(cp: ControlPlane) -> None:
         cp.startup_timeout,
         controller,
     )
-    wait_until(
-        "agent-sandbox webhook port",
-        lambda: tcp_open(webhook_port),
-        cp.startup_timeout,
-        controller,
-    )
-    api = client.ApiextensionsV1Api(cp.api_client())
-    for name in converted:
-        patch = {"spec": {"conversion": _conversion(cp, webhook_port)}}
-        _raw(api.patch_custom_resource_definition(name, patch, _preload_content=False))

@@ -349,6 +349,49 @@ def test_an_agent_sandbox_gets_a_running_pod_and_reports_ready(
     assert status["serviceFQDN"] == f"agent-a.{namespace}.svc.cluster.local"
     service = core.read_namespaced_service("agent-a", namespace)
     assert service.spec.cluster_ip == "None"
-    # Stored as v1beta1; reading v1alpha1 goes through the controller's conversion webhook.
-    old = custom.get_namespaced_custom_object(group, "v1alpha1", namespace, "sandboxes", "agent-a")
-    assert old["apiVersion"] == f"{group}/v1alpha1"
+
+
+def test_agent_sandbox_serves_its_core_and_extension_kinds_at_v1beta1_only(
+    control_plane: ControlPlane,
+) -> None:
+    from kubernetes import client
+
+    api = client.ApiextensionsV1Api(control_plane.api_client())
+    served = {
+        crd.spec.names.kind: [v.name for v in crd.spec.versions if v.served]
+        for crd in api.list_custom_resource_definition().items
+        if crd.spec.group.endswith(SANDBOX[0])
+    }
+    # The GA line dropped v1alpha1 and its conversion webhook; the extensions stay installed.
+    assert served == {
+        kind: ["v1beta1"]
+        for kind in ("Sandbox", "SandboxClaim", "SandboxTemplate", "SandboxWarmPool")
+    }
+
+
+def test_every_kueue_webhook_skips_kube_system_and_kueue_system_as_the_release_installs_it(
+    control_plane: ControlPlane,
+) -> None:
+    from kubernetes import client
+
+    api = client.AdmissionregistrationV1Api(control_plane.api_client())
+    webhooks = [
+        webhook
+        for listing in (
+            api.list_mutating_webhook_configuration(),
+            api.list_validating_webhook_configuration(),
+        )
+        for config in listing.items
+        if config.metadata.name.startswith("kueue-")
+        for webhook in config.webhooks
+    ]
+    assert len(webhooks) > 20
+    for webhook in webhooks:
+        if {group for rule in webhook.rules for group in rule.api_groups} == {KUEUE[0]}:
+            continue  # Kueue's own kinds: the release selects no namespaces for them
+        selector = webhook.namespace_selector
+        expressions = selector.match_expressions if selector else None
+        assert expressions, f"{webhook.name} has no namespaceSelector"
+        assert [(e.key, e.operator, sorted(e.values)) for e in expressions] == [
+            ("kubernetes.io/metadata.name", "NotIn", ["kube-system", "kueue-system"])
+        ], webhook.name

@@ -212,7 +212,8 @@ def test_a_chart_annotation_or_node_image_that_disagrees_with_the_pins_is_named(
     chart = tmp_path / "chart"
     chart.mkdir()
     text = (pins.CHART / "Chart.yaml").read_text()
-    (chart / "Chart.yaml").write_text(text.replace("v0.17.0", "v0.16.9"))
+    kueue = read_versions(pins.KIND_VERSIONS)["KUEUE_VERSION"]
+    (chart / "Chart.yaml").write_text(text.replace(kueue, "v0.16.9"))
     monkeypatch.setattr(pins, "CHART", chart)
     kind_config = tmp_path / "cluster.yaml"
     kind_config.write_text(pins.KIND_CONFIG.read_text().replace("v1.36.1@", "v1.35.4@"))

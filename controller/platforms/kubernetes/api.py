@@ -34,7 +34,7 @@ class Kind:
 KUEUE = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 SANDBOX_GROUP = "agents.x-k8s.io"
-SANDBOX_VERSION = "v1beta1"  # what Agent Sandbox v0.5.0 serves and stores
+SANDBOX_VERSION = "v1beta1"  # what Agent Sandbox v1.0.3 serves and stores (its only version)
 
 KINDS: dict[str, Kind] = {
     "Namespace": Kind("", "v1", "namespaces", namespaced=False),
