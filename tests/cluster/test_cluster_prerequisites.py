@@ -20,7 +20,7 @@ def _finder(*present: str):  # type: ignore[no-untyped-def]
 
 
 def _pinned_kind(kind: Path) -> str:
-    return "kind v0.32.0 go1.26.8 linux/amd64"
+    return "kind v0.33.0 go1.26.8 linux/amd64"
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +36,7 @@ def test_a_kind_cluster_needs_an_engine_kind_kubectl_and_helm_and_each_is_named(
         )
     missing = {item.tool: item.next_step for item in raised.value.missing}
     assert set(missing) == {"container engine", "kind", "kubectl", "helm"}
-    assert "go install sigs.k8s.io/kind@v0.32.0" in missing["kind"]
+    assert "go install sigs.k8s.io/kind@v0.33.0" in missing["kind"]
     assert "scripts/build-tools.sh" in missing["helm"]
     assert "Docker" in missing["container engine"] and "Podman" in missing["container engine"]
     assert raised.value.reason == "prerequisite-missing"
@@ -117,8 +117,8 @@ def test_a_kind_of_another_release_is_named_with_the_pinned_one(tmp_path: Path) 
         find_programs(existing_cluster=False, import_images=False, which=which)
     [wrong] = raised.value.missing
     assert (
-        wrong.tool == "kind" and "`kind v0.20.0 go1.20.4 linux/amd64`, not v0.32.0" in wrong.line()
+        wrong.tool == "kind" and "`kind v0.20.0 go1.20.4 linux/amd64`, not v0.33.0" in wrong.line()
     )
-    assert "go install sigs.k8s.io/kind@v0.32.0" in wrong.line()
-    kind.write_text("#!/bin/sh\necho 'kind v0.32.0 go1.26.8 linux/amd64'\n")
+    assert "go install sigs.k8s.io/kind@v0.33.0" in wrong.line()
+    kind.write_text("#!/bin/sh\necho 'kind v0.33.0 go1.26.8 linux/amd64'\n")
     assert find_programs(existing_cluster=False, import_images=False, which=which).kind == kind

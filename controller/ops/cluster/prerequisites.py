@@ -13,8 +13,8 @@ from pathlib import Path
 from controller.errors import OpsError
 from controller.ops.checks import tools
 
-KIND_VERSION = "v0.32.0"
-"""The kind release ``kind/cluster.yaml``'s node image belongs to."""
+KIND_VERSION = "v0.33.0"
+"""The kind release ``cluster up`` drives, the one the test cluster is made with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,7 @@ VersionOf = Callable[[Path], str]
 
 
 def kind_version(kind: Path) -> str:
-    """What ``kind version`` says (``kind v0.32.0 go1.24 linux/amd64``), or why it said nothing."""
+    """What ``kind version`` says (``kind v0.33.0 go1.24 linux/amd64``), or why it said nothing."""
     try:
         done = subprocess.run([str(kind), "version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -113,8 +113,8 @@ def find_programs(
     if kind is not None:
         said = version_of(kind)
         if KIND_VERSION not in said.split():
-            problem = (f"{kind} is `{said}`, not {KIND_VERSION} (the release whose node image "
-                       "kind/cluster.yaml pins)")  # fmt: skip
+            problem = (f"{kind} is `{said}`, not {KIND_VERSION} (the release the kind profile "
+                       "is tested with)")  # fmt: skip
             missing.append(Missing("kind", NEXT_STEPS["kind"], problem))
     engines = [provider] if provider else ["docker", "podman"]
     programs = Programs(
