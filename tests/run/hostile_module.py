@@ -14,7 +14,10 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from controller import Event, EventCatalog, RunContext, RunSpec, ScriptedPolicy, scripted
+from ledger.signing import encode_public_key
 
 
 class KeyHunt(Event):
@@ -31,12 +34,18 @@ class KeyHunt(Event):
     forged: dict[str, str]
 
 
-def _key_objects() -> list[str]:
+def _key_objects(public_key: str) -> list[str]:
+    """The objects in this process that hold this run's private key (other runs' are no find)."""
     found = set()
     for thing in gc.get_objects():
-        name = type(thing).__name__
-        if name in ("SigningKey", "Ed25519PrivateKey") or "Ed25519PrivateKey" in name:
-            found.add(name)
+        if isinstance(thing, Ed25519PrivateKey):
+            held = encode_public_key(thing.public_key())
+        elif type(thing).__name__ == "SigningKey":
+            held = getattr(thing, "public_key", None)
+        else:
+            continue
+        if held == public_key:
+            found.add(type(thing).__name__)
     return sorted(found)
 
 
@@ -105,15 +114,25 @@ def _read(path: str) -> str:
     return "read"
 
 
-def _forge(run_id: str) -> dict[str, str]:
+def _forge(run_id: str, public_key: str) -> dict[str, str]:
     """Ask whatever signs this run's ledger for signatures over statements it never made."""
     head = "0" * 64
+    other = "sr-" + "f" * 32
     statements = {
-        "other-run": f'{{"headDigest":"{head}","recordCount":5,"runId":"sr-{"f" * 32}"}}',
-        "old-count": f'{{"headDigest":"{head}","recordCount":0,"runId":"{run_id}"}}',
-        "not-a-statement": "forged router record",
+        "other-run": f'{{"headDigest":"{head}","recordCount":5,"runId":"{other}"}}',
+        "other-completion": (
+            f'{{"headDigest":"{head}","ledgerFormatVersion":1,"manifestSha256":"{head}",'
+            f'"recordCount":9,"recordsSha256":"{head}","runId":"{other}"}}'
+        ),
+        "not-a-statement": f'{{"event":{{"tag":"society.router-message-committed/v1"}},'
+        f'"producer":"router","runId":"{run_id}"}}',
     }
-    signers = [o for o in gc.get_objects() if type(o).__name__ in ("SignerProcess", "SigningKey")]
+    signers = [
+        o
+        for o in gc.get_objects()
+        if type(o).__name__ in ("SignerProcess", "SigningKey")
+        and getattr(o, "public_key", None) == public_key  # this run's, not a stale one's
+    ]
     outcome = {}
     for name, text in statements.items():
         outcome[name] = "no signer reached"
@@ -146,13 +165,13 @@ async def hunt(ctx: RunContext) -> None:
             reads[part] = _read(f"/proc/{pid}/{part}")
     await ctx.events.emit(
         KeyHunt(
-            key_objects=_key_objects(),
+            key_objects=_key_objects(ctx.ledger.receipt().public_key),
             environment_hits=_environment_hits(),
             own_memory_hits=_memory_hits("self", needle, skip=address),
             children_memory_hits=child_hits,
             signer_found=bool(signer),
             signer_reads=reads,
-            forged=_forge(ctx.ledger.run_id),
+            forged=_forge(ctx.ledger.run_id, ctx.ledger.receipt().public_key),
         )
     )
 

@@ -70,6 +70,6 @@ async def test_a_hostile_module_finds_no_key_in_its_process_and_no_signer_that_f
     assert hunt.children_memory_hits == 0, "nor in any other readable child of the controller"
     assert hunt.forged == {
         "other-run": "refused: signature-refused",
-        "old-count": "refused: signature-refused",
+        "other-completion": "refused: signature-refused",
         "not-a-statement": "refused: signature-refused",
     }
