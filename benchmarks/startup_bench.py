@@ -4,6 +4,12 @@
     .venv/bin/python benchmarks/startup_bench.py --agents 100 --rounds 5
     .venv/bin/python benchmarks/startup_bench.py --openclaw  # 1 and 5 OpenClaw agents, 1 round
     .venv/bin/python benchmarks/startup_bench.py --nanoclaw  # 1 and 5 NanoClaw agents
+    .venv/bin/python benchmarks/startup_bench.py --breakdown  # where one agent's start goes
+
+``--breakdown`` starts one process at a time (median of 15) for each step of a bubblewrap
+agent's start (bwrap with its keyring step around ``/bin/true``; a bare interpreter; one that
+imports the agent program, bare and in the sandbox) and, beside them, a fork of this
+interpreter after it imported the agent program, each over the sandboxed import-matched start.
 
 The run figure is the time from calling ``Run.execute`` to the program's first line (the gate
 passed and the program was dispatched): ledger creation, router start, admission, N agent
@@ -36,6 +42,7 @@ import argparse
 import json
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -266,6 +273,59 @@ def openclaw_main(sizes: list[int], rounds: int) -> None:
         )
 
 
+def breakdown(rounds: int = 15) -> None:
+    """Median wall time of each step of one agent's start, one process at a time."""
+    from controller.platforms.local.launch import fresh_session_keyring
+    from controller.platforms.local.sandbox import (
+        FIRST_AGENT_UID,
+        Bubblewrap,
+        python_executable,
+        seal,
+    )
+
+    bwrap, python = Bubblewrap.probe(), python_executable()
+    with tempfile.TemporaryDirectory(prefix="startup-breakdown-") as scratch:
+        os.chmod(scratch, 0o777)
+
+        def sandboxed(*inner: str) -> float:
+            sealed = seal(bwrap, inner, workdir=Path(scratch), sockets=(), uid=FIRST_AGENT_UID)
+            try:
+                return _timed(fresh_session_keyring(sealed.argv), pass_fds=sealed.fds)
+            finally:
+                sealed.close()
+
+        steps = {
+            "bwrap and its keyring step around /bin/true": lambda: sandboxed("/bin/true"),
+            "python -c pass": lambda: _timed([python, "-c", "pass"]),
+            "python importing the agent program": lambda: _timed([python, "-c", AGENT_IMPORTS]),
+            "the same in the sandbox": lambda: sandboxed(python, "-c", AGENT_IMPORTS),
+            "a fork of an interpreter that imported it": _fork_s,
+        }
+        medians = {
+            name: statistics.median(step() for _ in range(rounds)) for name, step in steps.items()
+        }
+    whole = medians["the same in the sandbox"]
+    for name, seconds in medians.items():
+        print(f"{name}: {seconds * 1000:.1f} ms ({seconds / whole:.2f}x the sandboxed start)")
+
+
+def _timed(argv: list[str], pass_fds: tuple[int, ...] = ()) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, pass_fds=pass_fds)
+    return time.perf_counter() - started
+
+
+def _fork_s() -> float:
+    import agent_images.scripted.agent  # noqa: F401 (what the template holds)
+
+    started = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", type=int, action="append", help="roster sizes (10 and 100)")
@@ -276,7 +336,11 @@ def main() -> None:
     parser.add_argument(
         "--nanoclaw", action="store_true", help="NanoClaw agents (1 and 5) vs bare SDK processes"
     )
+    parser.add_argument("--breakdown", action="store_true", help="where one agent's start goes")
     args = parser.parse_args()
+    if args.breakdown:
+        breakdown()
+        return
     if args.nanoclaw:
         from nanoclaw_bench import nanoclaw_main
 
