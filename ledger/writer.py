@@ -132,6 +132,11 @@ class LedgerWriter:
         return None if process is None else process.pid
 
     @property
+    def signer_pid(self) -> int | None:
+        """The ledger's signer process (None: a key object signs in this process)."""
+        return self._key.pid if isinstance(self._key, SignerProcess) else None
+
+    @property
     def sync_count(self) -> int:
         """fsyncs of records.ndjson so far, each making one or more group commits durable."""
         return self._pipeline.syncs
@@ -461,7 +466,7 @@ class LedgerWriter:
         if self._failure is None and self._encoder.pending_checkpoint:
             try:
                 self._write_durably(self._encoder.encode_checkpoint())
-            except OSError as exc:
+            except (OSError, LedgerError) as exc:  # the disk, or the signer: the tail is unsigned
                 self._latch(exc)
         self._close_files()
 

@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -131,6 +132,35 @@ async def test_the_signer_outlives_the_worker_thread_that_waited_for_its_key(
         await writer.append(Counted(n=1), producer="tester")
         receipt = await writer.complete()
     assert receipt.complete
+
+
+async def test_a_killed_signer_fails_the_completion_with_a_typed_error_and_keeps_the_prefix(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "ledger"
+    async with open_test_writer(directory) as writer:
+        await writer.append(Counted(n=1), producer="tester")
+        assert writer.signer_pid is not None
+        os.kill(writer.signer_pid, signal.SIGKILL)
+        with pytest.raises(LedgerError) as lost:
+            await writer.complete()
+        assert lost.value.reason == "signer-lost"
+    view = open_ledger_artifacts(catalog, directory, allow_incomplete=True)
+    assert [record.tag for record in view] == [Counted.tag]
+    assert view.signature == "unsigned"
+
+
+async def test_leaving_the_block_after_the_signer_died_closes_the_ledger_unsigned(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "ledger"
+    async with open_test_writer(directory) as writer:
+        await writer.append(Counted(n=1), producer="tester")
+        assert writer.signer_pid is not None
+        os.kill(writer.signer_pid, signal.SIGKILL)
+    assert writer.failed is not None and "signer" in str(writer.failed)
+    view = open_ledger_artifacts(catalog, directory, allow_incomplete=True)
+    assert [record.tag for record in view] == [Counted.tag]
 
 
 READER = """
