@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from controller.platforms.local.sandbox import (
     python_executable,
     seal,
 )
-from controller.platforms.local.template import launcher_plan, running_template
+from controller.platforms.local.template import ForkedAgent, launcher_plan, running_template
 from controller.run import PlatformLost, Run, RunContext, new_run_id
 
 temporal_port = test_sandbox.temporal_port
@@ -158,6 +159,55 @@ async def test_a_fork_that_cannot_enter_its_sandbox_exits_before_its_program_run
     code, log = await fork_report(bwrap, workdir, tmp_path / "fork.log", cgroups=(missing,))
     assert code == FAILED
     assert "cannot enter its sandbox" in log and '"status"' not in log
+
+
+BRIDGE_PROBE = """\
+import os, socket, stat
+fd = int(os.environ["PROBE_BRIDGE_FD"])
+print("socket" if stat.S_ISSOCK(os.fstat(fd).st_mode) else "not a socket", flush=True)
+"""
+
+
+@pytest.mark.anyio
+async def test_the_bridge_reaches_the_agent_open_whatever_number_it_takes(tmp_path: Path) -> None:
+    """The template's own descriptors are closed under the agent, never over its bridge."""
+    bwrap = Bubblewrap.probe()
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    launcher = ["run", "probe", "0", "-1", "{}", "--", "python", "-c", BRIDGE_PROBE]
+    answers: dict[int, str] = {}
+    forks: dict[int, ForkedAgent] = {}
+    async with anyio.create_task_group() as tasks:
+        async with running_template(
+            python_executable(), bwrap.python_path, (), run_id=new_run_id(), tasks=tasks
+        ) as template:
+            for number in range(3, 40):
+                plan = {
+                    **bwrap.mount_plan(workdir=workdir, sockets=()),
+                    **launcher_plan(launcher),
+                    "uid": FIRST_AGENT_UID,
+                    "cgroups": [],
+                    "seccomp": bwrap.seccomp.hex(),
+                    "environment": {"PROBE_BRIDGE_FD": str(number), "LANG": "C.UTF-8"},
+                    "bridge_fd": number,
+                }
+                log = tmp_path / f"bridge-{number}.log"
+                out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                stdin = os.open(os.devnull, os.O_RDONLY)
+                try:
+                    with socket.socket(socket.AF_UNIX) as bridge:
+                        fork = await template.fork(plan, (stdin, out, bridge.fileno()))
+                finally:
+                    os.close(stdin)
+                    os.close(out)
+                forks[number] = fork
+            with anyio.fail_after(60):
+                for number, fork in forks.items():
+                    await fork.wait()
+                    log = anyio.Path(tmp_path / f"bridge-{number}.log")
+                    answers[number] = (await log.read_text()).strip()
+        tasks.cancel_scope.cancel()
+    assert answers == {number: "socket" for number in range(3, 40)}
 
 
 def test_the_spy_is_refused_or_contained_at_every_step_when_forked_from_a_template(

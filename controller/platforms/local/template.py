@@ -79,6 +79,7 @@ def fork(message, fds):
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         events.close()
+        control.detach()  # closed below with the rest: its number may become the agent's bridge
         namespaces.enter(plan, fds)
         sys.argv = plan["argv"]
         return plan
