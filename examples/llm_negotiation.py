@@ -22,6 +22,7 @@ import anyio
 from agent_images.llm.config import Budget, ContextPolicy, ReplyPolicy
 from controller import Event, EventCatalog, RunContext, RunSpec, llm
 from controller.agents.llm import LLMRuntime
+from controller.network import Delivery
 
 OPENING_MESSAGES = 3
 """Agent messages before the partition."""
@@ -31,7 +32,7 @@ TURNS = 3
 """Each agent's turn budget: it stops by itself after that many model calls."""
 PHASE_DEADLINE_S = 60.0
 CLOSING_DEADLINE_S = 90.0
-QUIET_S = 20.0
+QUIET_S = 30.0
 """A phase also ends when no agent spoke for this long."""
 DRAIN_S = 1.0
 """Once every agent has stopped, a phase waits only this long for messages still in flight."""
@@ -86,7 +87,15 @@ async def negotiate(ctx: RunContext) -> dict[str, float | None]:
     last: dict[str, float | None] = dict.fromkeys(AGENTS)
     async with ctx.network.endpoint("chair") as chair:
         conversation = await chair.open(ada, ben, cy)
-        messages = chair.messages()
+        # A relay task reads the endpoint; a phase's lull cancels only its wait on the stream,
+        # never the endpoint's iterator (a cancelled generator is closed for good).
+        relay, messages = anyio.create_memory_object_stream[Delivery](64)
+
+        async def read_endpoint() -> None:
+            async with relay:
+                async for message in chair.messages():
+                    await relay.send(message)
+
         all_stopped = anyio.Event()
         lulls: list[anyio.CancelScope] = []
 
@@ -106,7 +115,7 @@ async def negotiate(ctx: RunContext) -> dict[str, float | None]:
                     quiet_s = DRAIN_S if all_stopped.is_set() else QUIET_S
                     with anyio.move_on_after(quiet_s) as lull:
                         lulls[:] = [lull]
-                        message = await anext(messages)
+                        message = await messages.receive()
                     lulls.clear()
                     if lull.cancelled_caught:
                         break
@@ -118,6 +127,7 @@ async def negotiate(ctx: RunContext) -> dict[str, float | None]:
 
         async with anyio.create_task_group() as watchers:
             watchers.start_soon(watch_agents)
+            watchers.start_soon(read_endpoint)
             await conversation.send(
                 "Ada, Ben, Cy: what should next quarter's budget be? Ada first."
             )

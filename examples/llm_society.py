@@ -31,7 +31,7 @@ from controller.agents.llm import LLM_RESOURCES, LLMRuntime
 RESIDENTS = 100
 TURNS = 5
 TABLE_SIZE = 5
-QUIET_S = 15.0
+QUIET_S = 60.0
 """A table with no message for this long, and residents with turns left, is asked again."""
 DEADLINE_S = 900.0
 PROJECTS = ("fountain", "garden", "market")

@@ -35,6 +35,11 @@ class Completion:
     finish_reason: str | None
 
 
+CALL_TIMEOUT_S = 900.0
+"""A backstop only: a call waits in the gateway's queue behind other agents' calls (a hundred
+agents share the local server's slots), and the gateway bounds each attempt itself."""
+
+
 class ModelClient:
     """``async with ModelClient(url, token, model) as model: await model.complete(...)``."""
 
@@ -44,7 +49,7 @@ class ModelClient:
         token: str,
         model: str,
         *,
-        timeout_s: float = 120.0,
+        timeout_s: float = CALL_TIMEOUT_S,
         unix_socket: str | None = None,
     ) -> None:
         self.model = model

@@ -58,7 +58,7 @@ async def test_the_llm_negotiation_example_runs_keyless_and_its_grader_reports_i
     assert report["total"]["calls"] == usage["total"]["calls"]
     assert set(report["stopped"]) == {"ada", "ben", "cy"}
     # once every agent has stopped, the program records the positions without waiting out its
-    # 20 s quiet timeout (it used to sit silent for that long)
+    # 30 s quiet timeout
     assert seconds_between_last_agent_end_and_positions(ledger) < 10.0
 
 
