@@ -2,7 +2,9 @@
 
 Each agent runs in its own bubblewrap sandbox (``local_sandbox``) inside its own cgroups
 (``local_cgroup``); ``--unsandboxed`` (``SOCIETY_UNSANDBOXED=1``) runs it as a plain child process
-instead, and the ledger records which (``AgentIsolation``).
+instead, and the ledger records which (``AgentIsolation``). As root, ``SOCIETY_LOCAL_TEMPLATE=1``
+(``template=True``) forks each sandboxed agent from a pre-imported template (``local_template``)
+that enters the same sandbox in-process (``local_namespaces``); the ledger's ``tool`` says so.
 
 Layout under ``<artifact_root>/<run_id>/``: ``ledger/<ref>/`` (the kernel's), ``sandboxes/<agent>/``
 (``work/`` is the agent's working directory, ``output.log`` its stdout and stderr, ``bridge.sock``
