@@ -58,14 +58,20 @@ async def relayed_cancellation() -> AsyncIterator[Interruption]:
             if not finished:
                 interruption.request("cancelled")
 
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(relay)
-        try:
-            with anyio.CancelScope(shield=True):
-                yield interruption
-        finally:
-            finished = True
-            tasks.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(relay)
+            try:
+                with anyio.CancelScope(shield=True):
+                    yield interruption
+            finally:
+                finished = True
+                tasks.cancel_scope.cancel()
+    except ExceptionGroup as group:  # the block's own error, not the relay's group around it
+        if len(group.exceptions) != 1:
+            raise
+        error = group.exceptions[0]
+        raise error from error.__cause__
     if interruption.reason is not None:
         await anyio.lowlevel.checkpoint()  # raises the caller's cancellation
         raise anyio.get_cancelled_exc_class()()

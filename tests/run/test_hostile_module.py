@@ -11,12 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from controller.platforms.local import LocalPlatform
-from controller.run import RunRequest, execute_run, load_run_spec
+from controller.run import Run, RunRequest, execute_run, load_run_spec
 from controller.run.runid import new_run_id
-from ledger import open_ledger_artifacts
+from ledger import LedgerError, open_ledger_artifacts
 
 pytestmark = pytest.mark.anyio
 
@@ -73,3 +74,17 @@ async def test_a_hostile_module_finds_no_key_in_its_process_and_no_signer_that_f
         "other-completion": "refused: signature-refused",
         "not-a-statement": "refused: signature-refused",
     }
+
+
+async def test_an_unreadable_operator_key_is_the_runs_one_typed_error_before_anything_starts(
+    artifact_root: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "operator.pem"
+    bad.write_text("not a key\n")
+    spec = load_run_spec(MODULE)
+    with pytest.raises(LedgerError) as refused:
+        await Run.execute(
+            spec, platform=LocalPlatform(), artifact_root=artifact_root, signing_key_file=bad
+        )
+    assert refused.value.reason == "signing-key-unreadable" and str(bad) in str(refused.value)
+    assert [entry async for entry in anyio.Path(artifact_root).iterdir()] == []
