@@ -141,7 +141,6 @@ class Bubblewrap:
             ]
         return argv + list(inner)
 
-
     def binds(
         self, *, workdir: Path, sockets: Iterable[tuple[Path, str]]
     ) -> list[tuple[str, str, str]]:
