@@ -16,6 +16,8 @@ if [ -x scripts/build-control-plane.sh ]; then
   # The kind test cluster (tests/kind): the kind CLI and its node image, built here.
   scripts/install-kind.sh >/dev/null
   scripts/build-kind-node-image.sh >/dev/null
+  # `cluster up --addons-from-source` (tests/kind): the registry, Kueue and Agent Sandbox images.
+  scripts/build-kind-addon-images.sh >/dev/null
 fi
 scripts/install-shellcheck.sh
 scripts/build-tools.sh >/dev/null  # helm, tofu, tflint, kubeconform, fake-gcs-server; one line each on stderr

@@ -72,7 +72,9 @@ def pushed_manifest(
     """Push the add-on's image to ``registry`` and write its manifest with the image pinned
     there (and, for Agent Sandbox, ``--sandbox-concurrent-workers``); returns the file."""
     repository = built.image.split(":", 1)[0].removeprefix("localhost/")
-    pinned = images.push_image(engine, built.image, f"{registry}/{repository}:{built.version}")
+    target = f"{registry}/{repository}:{built.version}"
+    pinned = images.push_image(engine, built.image, target)
+    subprocess.run([str(engine), "rmi", target], capture_output=True, check=False)  # the tag only
     text = built.manifest.read_text()
     if f"image: {built.image}\n" not in text:
         raise StepFailed(

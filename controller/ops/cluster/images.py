@@ -112,6 +112,8 @@ def push_to_registry(
         local = f"{ref.split('@', 1)[0]}:build"
         target = f"{registry}/{name.split('/', 1)[-1]}"
         pushed[name] = sources[ref] = push_image(engine, local, target)
+        # the registry holds it now: no copy stays in the engine's storage
+        subprocess.run([str(engine), "rmi", target, local], capture_output=True, check=False)
     return pushed, sources
 
 

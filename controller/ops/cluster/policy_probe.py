@@ -13,7 +13,7 @@ import anyio
 
 from controller.ops.cluster.kind import INSTALLED_BY
 from controller.ops.cluster.steps import StepFailed
-from controller.platforms.kubernetes.api import Obj
+from controller.platforms.kubernetes.api import KubeError, Obj
 from controller.platforms.kubernetes.kube import Kube
 from controller.platforms.kubernetes.objects import restricted_container, restricted_pod
 
@@ -96,6 +96,12 @@ async def check_enforcement(kube: Kube, image: str, nodes: dict[str, str]) -> st
                       "metadata": {"name": NAMESPACE, "labels": dict(INSTALLED_BY)}})  # fmt: skip
     try:
         return await _probe(kube, image, nodes)
+    except KubeError as exc:  # an admission webhook that is not serving yet, a quota, ...
+        raise StepFailed(
+            f"the NetworkPolicy probe's pods were refused: {exc}; run `up` again "
+            "once the cluster's webhooks answer",
+            reason="policy-probe-refused",
+        ) from None
     finally:
         with anyio.CancelScope(shield=True):
             await kube.delete("Namespace", NAMESPACE)
