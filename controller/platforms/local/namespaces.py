@@ -332,6 +332,7 @@ def _place_descriptors(fds: Sequence[int], bridge_fd: int) -> None:
 
 def _init(plan: dict[str, Any]) -> None:
     _die_with_parent(0)
+    os.setsid()  # bwrap --new-session: the sandbox's session, led by its pid 1
     socket.sethostname("agent")
     loopback_up()
     _mount(None, "/", None, MS_REC | MS_SLAVE)
