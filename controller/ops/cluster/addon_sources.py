@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,21 +48,10 @@ class AddonBuild:
 
 
 def build_addons(script: Path = BUILD_SCRIPT) -> AddonBuild:
-    """Run the build script (seconds when cached), its progress lines indented."""
-    process = subprocess.Popen(
-        ["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    assert process.stderr is not None and process.stdout is not None
-    for line in process.stderr:
-        print(f"      {line.rstrip()}", file=sys.stderr, flush=True)
-    output = process.stdout.read()
-    if process.wait() != 0:
-        raise StepFailed(
-            f"{script.name} failed (exit {process.returncode}); its error is above (it needs "
-            "Go, podman and the node image's kubectl: scripts/build-kind-node-image.sh)",
-            reason="addon-build-failed",
-        )
-    return AddonBuild.load(Path(output.strip().splitlines()[-1]))
+    """Run the build script (seconds when cached)."""
+    needs = "it needs Go, podman and the node image's kubectl: scripts/build-kind-node-image.sh"
+    built = images.run_build_script(script, needs=needs, reason="addon-build-failed")
+    return AddonBuild.load(built)
 
 
 def pushed_manifest(

@@ -32,8 +32,8 @@ class BuiltImages:
         return cls(dict(data["images"]), dict(data.get("archives") or {}))
 
 
-def build_images(script: Path = BUILD_SCRIPT) -> BuiltImages:
-    """Run the build script (seconds when nothing changed), its progress lines indented."""
+def run_build_script(script: Path, *, needs: str, reason: str) -> Path:
+    """Run a build script, its progress lines indented; the path its last stdout line names."""
     process = subprocess.Popen(
         ["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -43,11 +43,16 @@ def build_images(script: Path = BUILD_SCRIPT) -> BuiltImages:
     output = process.stdout.read()
     if process.wait() != 0:
         raise StepFailed(
-            f"{script.name} failed (exit {process.returncode}); its error is above, and "
-            "scripts/install-node.sh installs what it needs (podman, mmdebstrap)",
-            reason="image-build-failed",
+            f"{script.name} failed (exit {process.returncode}); its error is above ({needs})",
+            reason=reason,
         )
-    return BuiltImages.load(Path(output.strip().splitlines()[-1]))
+    return Path(output.strip().splitlines()[-1])
+
+
+def build_images(script: Path = BUILD_SCRIPT) -> BuiltImages:
+    """Run the build script (seconds when nothing changed)."""
+    needs = "scripts/install-node.sh installs what it needs: podman, mmdebstrap"
+    return BuiltImages.load(run_build_script(script, needs=needs, reason="image-build-failed"))
 
 
 def _run(argv: list[str], what: str) -> str:
