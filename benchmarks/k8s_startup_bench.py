@@ -1,37 +1,38 @@
-"""Submit -> readiness gate on the kubernetes platform's real node, beside the local profile and
-KWOK, same run, with the real node's time split into phases.
+"""Submit -> readiness gate on the kubernetes platform in real pods on kind, beside the local
+profile and KWOK, same run, with kind's time split into phases.
 
     sudo nice .venv/bin/python benchmarks/k8s_startup_bench.py [--agents 5 10] [--rounds 1]
 
-Starts the test control plane with its real node (tests/kubernetes/controlplane.py: etcd,
-kube-apiserver, Kueue, Agent Sandbox, and containerd, the kubelet, kube-proxy and kube-router in
-a network namespace; needs root, Go, the cached build and the images of
-scripts/build-images.sh) and one KWOK node (tainted off real pods), a ClusterQueue, then for each
-roster size runs a scripted society:
+Starts the real-pod tests' kind cluster (tests/kubernetes/kind_plane.py: kind on the node image
+built here, Kueue and Agent Sandbox from scripts/build-kind-addon-images.sh, the images of
+scripts/build-images.sh imported into the agents' node; needs root, podman and the builds) and
+the Go-built control plane with one KWOK node (tests/kubernetes/controlplane.py), a ClusterQueue
+in each, then for each roster size runs a scripted society:
 
-- on the real node: Kueue admission, one Sandbox per agent, each a pod from the scripted image
-  (the controller is this process, reached over the node's veth); submit -> the program's first
-  line (the gate passed), and the phases, each ending when the roster's last agent got there, as
-  this process saw them through watches: Workload admitted, every pod created (Agent Sandbox),
-  every agent container running (the kubelet: sandbox, CNI, container start; image pulls are
-  counted from the kubelet's ``Pulled`` events: the images were imported into containerd when
-  the node started), every agent ready (its program booted in the container, its bridge
-  attached and its router session authenticated: the controller's "agents ready" progress), the
-  gate passed;
+- on kind: Kueue admission, one Sandbox per agent, each a pod from the scripted image on the
+  agents' node (the controller is this process, which the pods reach at the gateway of the
+  cluster's podman network); submit -> the program's first line (the gate passed), and the
+  phases, each ending when the roster's last agent got there, as this process saw them through
+  watches: Workload admitted, every pod created (Agent Sandbox), every agent container running
+  (the kubelet: sandbox, CNI, container start; image pulls are counted from the kubelet's
+  ``Pulled`` events: the images were imported into containerd when the cluster was made), every
+  agent ready (its program booted in the container, its bridge attached and its router session
+  authenticated: the controller's "agents ready" progress), the gate passed;
 - on KWOK: the same roster placed on the KWOK node; its pods run nothing, so no gate can pass:
   submit -> admitted -> every pod Running, then the run is cancelled;
 - on the local profile: submit -> gate.
 
 Best of ``--rounds`` by submit -> gate (KWOK: by submit -> pods Running). Not a test.
 
-At the gate, what the roster's pods use on the real node, read from their cgroups (v1) and
-``/proc``: memory per agent pod (the resident set of its processes summed, their proportional
-set, and the cgroup's anonymous memory) and CPU per pod over ``SAMPLE_S`` idle seconds; and
-the controller's (this process's) resident set. ``--cpu-request`` gives the roster's agent
-containers a CPU request other than the scripted runtime's (``SCRIPTED_RESOURCES``): the
-scheduler places pods by requests, so on this 2-core node the default's arithmetic, not the
-pods' use, decides how many fit. A size whose real-node run fails is reported with the run's
-cause (a pod no node takes carries the scheduler's verdict) and ends the sweep.
+At the gate, what the roster's pods use on the agents' node, read from their cgroups (v1; the
+node's container shares this machine's kernel) and ``/proc``: memory per agent pod (the resident
+set of its processes summed, their proportional set, and the cgroup's anonymous memory) and CPU
+per pod over ``SAMPLE_S`` idle seconds; and the controller's (this process's) resident set.
+``--cpu-request`` gives the roster's agent containers a CPU request other than the scripted
+runtime's (``SCRIPTED_RESOURCES``): the scheduler places pods by requests, so on this 2-core
+machine the default's arithmetic, not the pods' use, decides how many fit. A size whose kind run
+fails is reported with the run's cause (a pod no node takes carries the scheduler's verdict) and
+ends the sweep.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ from typing import Any
 
 import anyio
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kubernetes"))
 
 from cluster_support import PINNED, SCRIPTED, make_cluster_queue, settings
-from controlplane import ControlPlane, Images, build_control_plane
+from controlplane import ControlPlane, build_control_plane
 from cp_build import build_images
-from cp_node import KWOK_TAINT
+from cp_images import Images
+from kind_plane import KindPlane
 
 from controller import Run, RunSpec
 from controller.agents import Resources, scripted
@@ -154,7 +157,7 @@ def spec_for(
 
 @dataclass(frozen=True)
 class Usage:
-    """What the roster's pods used on the real node at the gate, per pod (mean, max), and the
+    """What the roster's pods used on kind's agents' node at the gate, per pod (mean, max), and the
     controller's resident set."""
 
     pods: int
@@ -172,13 +175,18 @@ class Usage:
     """The machine's MemAvailable at the gate."""
 
 
-def _cgroup_dirs(hierarchy: str, cgroup_root: str, uids: set[str]) -> dict[str, Path]:
-    """Each pod's cgroup directory under the node's cgroup root (``.../pod<uid>``)."""
+def _cgroup_dirs(hierarchy: str, uids: set[str]) -> dict[str, Path]:
+    """Each pod's cgroup directory in this machine's ``hierarchy``: the kubelet in kind's node
+    names it ``kubepods-<class>-pod<uid with underscores>.slice`` (its systemd driver)."""
+    wanted = {f"pod{uid.replace('-', '_')}.slice": uid for uid in uids}
     found: dict[str, Path] = {}
-    for path, dirs, _ in os.walk(Path("/sys/fs/cgroup") / hierarchy / cgroup_root.lstrip("/")):
+    for path, dirs, _ in os.walk(Path("/sys/fs/cgroup") / hierarchy):
         for name in dirs:
-            if name.startswith("pod") and name[3:] in uids:
-                found[name[3:]] = Path(path) / name
+            uid = wanted.get(name.rsplit("-", 1)[-1])
+            if uid is not None:
+                found[uid] = Path(path) / name
+        if len(found) == len(wanted):
+            break
     return found
 
 
@@ -208,10 +216,10 @@ def _spread(values: list[float]) -> tuple[float, float]:
     return (sum(values) / len(values), max(values)) if values else (0.0, 0.0)
 
 
-def measure_usage(cgroup_root: str, uids: set[str]) -> Usage:
+def measure_usage(uids: set[str]) -> Usage:
     """Read the pods' memory, then their CPU over ``SAMPLE_S`` (blocking; run in a thread)."""
-    memory = _cgroup_dirs("memory", cgroup_root, uids)
-    cpu = _cgroup_dirs("cpuacct", cgroup_root, uids)
+    memory = _cgroup_dirs("memory", uids)
+    cpu = _cgroup_dirs("cpuacct", uids)
     rss, pss, anon, processes = [], [], [], 0
     for cgroup in memory.values():
         pids = _procs(cgroup)
@@ -273,22 +281,20 @@ async def watch(kube: Kube, run_id: str, agents: int, timeline: Timeline) -> Non
             tasks.start_soon(informer.until, check)
 
 
-class RealNodeFailed(Exception):
-    """The real node's run did not pass its gate: its cause, and what the watch saw."""
+class KindRunFailed(Exception):
+    """The run on kind did not pass its gate: its cause, and what the watch saw."""
 
     def __init__(self, agents: int, detail: str, timeline: Timeline) -> None:
         super().__init__(f"{agents} agents: {detail}")
         self.timeline = timeline
 
 
-async def on_real_node(
-    plane: ControlPlane, queue: str, agents: int, root: Path, roster: Roster, startup_s: float
+async def on_kind(
+    plane: KindPlane, queue: str, agents: int, root: Path, roster: Roster, startup_s: float
 ) -> Timeline:
     run_id = new_run_id()
     timeline = Timeline()
     core = _core(plane)
-    assert plane.node is not None
-    cgroup_root = plane.node.cgroup_root
 
     async def execute(ctx: RunContext) -> None:
         timeline.mark("gate")
@@ -301,7 +307,7 @@ async def on_real_node(
             lambda: core.list_namespaced_pod(run_id, label_selector=f"{objects.ROLE_LABEL}=agent")
         )
         uids = {pod.metadata.uid for pod in pods.items}
-        timeline.usage = await anyio.to_thread.run_sync(measure_usage, cgroup_root, uids)
+        timeline.usage = await anyio.to_thread.run_sync(measure_usage, uids)
 
     platform = KubernetesPlatform(settings(plane, cluster_queue=queue, startup_timeout_s=startup_s))
     async with Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube:
@@ -323,7 +329,7 @@ async def on_real_node(
         detail = f"{outcome.cause.reason}: {outcome.cause.detail}"
     else:
         detail = repr(outcome)
-    raise RealNodeFailed(agents, detail, timeline)
+    raise KindRunFailed(agents, detail, timeline)
 
 
 async def on_kwok(
@@ -336,14 +342,8 @@ async def on_kwok(
     async def execute(ctx: RunContext) -> None:
         raise AssertionError("a KWOK pod runs nothing: no gate can pass")
 
-    toleration = {**KWOK_TAINT, "operator": "Equal"}
     platform = KubernetesPlatform(
-        settings(
-            plane,
-            cluster_queue=queue,
-            agent_node_selector={"type": "kwok"},
-            agent_tolerations=[toleration],
-        )
+        settings(plane, cluster_queue=queue, agent_node_selector={"type": "kwok"})
     )
     async with Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube:
         async with anyio.create_task_group() as tasks:
@@ -384,7 +384,7 @@ async def on_local(agents: int, root: Path, roster: Roster) -> float:
     return gate[0] - submitted
 
 
-def _core(plane: ControlPlane) -> Any:
+def _core(plane: KindPlane | ControlPlane) -> Any:
     from kubernetes import client
 
     return client.CoreV1Api(plane.api_client())
@@ -403,29 +403,30 @@ class Sweep:
     """What every size of one invocation shares."""
 
     queue: str
+    kwok_queue: str
     roster: Roster
     rounds: int
     startup_s: float
 
 
-async def measure(plane: ControlPlane, sweep: Sweep, sizes: list[int], rows: list[Row]) -> None:
-    """Each size in turn, into ``rows``; a real-node failure is printed and ends the sweep (the
+async def measure(
+    plane: KindPlane, kwok: ControlPlane, sweep: Sweep, sizes: list[int], rows: list[Row]
+) -> None:
+    """Each size in turn, into ``rows``; a failure on kind is printed and ends the sweep (the
     next size cannot pass either)."""
     with tempfile.TemporaryDirectory(prefix="k8s-bench-") as scratch:
         root = Path(scratch)
         for agents in sizes:
             try:
                 real = [
-                    await on_real_node(
-                        plane, sweep.queue, agents, root, sweep.roster, sweep.startup_s
-                    )
+                    await on_kind(plane, sweep.queue, agents, root, sweep.roster, sweep.startup_s)
                     for _ in range(sweep.rounds)
                 ]
-            except RealNodeFailed as failed:
+            except KindRunFailed as failed:
                 _print_failure(failed)
                 break
             kwok = [
-                await on_kwok(plane, sweep.queue, agents, root, sweep.roster)
+                await on_kwok(kwok, sweep.kwok_queue, agents, root, sweep.roster)
                 for _ in range(sweep.rounds)
             ]
             local = min([await on_local(agents, root, sweep.roster) for _ in range(sweep.rounds)])
@@ -437,7 +438,7 @@ async def measure(plane: ControlPlane, sweep: Sweep, sizes: list[int], rows: lis
             )
             rows.append(row)
             print(
-                f"{agents} agents: real node {row.real.at['gate']:.2f} s to the gate (load "
+                f"{agents} agents: kind {row.real.at['gate']:.2f} s to the gate (load "
                 f"{_load(row.real)}), KWOK {_kwok(row.kwok)}, local {local:.2f} s to the gate",
                 flush=True,
             )
@@ -453,17 +454,17 @@ def _load(timeline: Timeline) -> str:
     return " / ".join(f"{value:.1f}" for value in timeline.load)
 
 
-def _print_failure(failed: RealNodeFailed) -> None:
+def _print_failure(failed: KindRunFailed) -> None:
     timeline = failed.timeline
     reached = ", ".join(f"{name} {at:.2f} s" for name, at in timeline.at.items()) or "nothing"
-    print(f"REAL NODE FAILED, {failed} (load {_load(timeline)}; reached: {reached})", flush=True)
+    print(f"KIND RUN FAILED, {failed} (load {_load(timeline)}; reached: {reached})", flush=True)
     for pod, verdict in sorted(timeline.unschedulable.items()):
         print(f"  still unschedulable as the run ended: {pod}: {verdict}", flush=True)
 
 
 def report(rows: list[Row]) -> None:
     print(
-        "\n| agents | real node submit -> gate | local submit -> gate | ratio | real node "
+        "\n| agents | kind submit -> gate | local submit -> gate | ratio | kind "
         "submit -> pods Running | KWOK submit -> pods Running | ratio |"
     )
     print("|---|---|---|---|---|---|---|")
@@ -479,12 +480,12 @@ def report(rows: list[Row]) -> None:
     print("\n| agents | where | " + " | ".join(PHASES) + " |")
     print("|---|---|" + "---|" * len(PHASES))
     for row in rows:
-        for where, timeline in (("real node", row.real), ("KWOK", row.kwok)):
+        for where, timeline in (("kind", row.real), ("KWOK", row.kwok)):
             shares = dict(timeline.phases())
             cells = [f"{shares[p]:.2f}" if p in shares else "-" for p in PHASES]
             print(f"| {row.agents} | {where} | " + " | ".join(cells) + " |")
     print(
-        f"\nOn the real node at the gate, per agent pod (mean / max; CPU over {SAMPLE_S:g} s "
+        f"\nOn kind's agents' node at the gate, per agent pod (mean / max; CPU over {SAMPLE_S:g} s "
         "with every agent idle), and this process (the controller: router, bridges):"
     )
     print(
@@ -508,23 +509,23 @@ def report(rows: list[Row]) -> None:
     for row in rows:
         present = sum("already present" in message for message in row.real.pulled)
         print(
-            f"\n{row.agents} agents, image pulls on the real node: {len(row.real.pulled)} "
+            f"\n{row.agents} agents, image pulls on kind: {len(row.real.pulled)} "
             f"kubelet Pulled events, {present} of them 'already present on machine' (0 s pulled)"
         )
 
 
-def image_import_s(plane: ControlPlane) -> float:
-    """One ``ctr images import`` of the scripted image's archive into the node's containerd (what
-    the node does for each image when it starts; no run pulls)."""
-    assert plane.node is not None and plane.images is not None
+def image_import_s(plane: KindPlane) -> float:
+    """One ``ctr images import`` of the scripted image's archive into the agents' node's
+    containerd (done for each image when the cluster is made; no run pulls)."""
+    assert plane.node is not None
     ref = plane.images.images[SCRIPTED]
-    archive = plane.images.archives[ref]
+    archive = Path(plane.images.archives[ref])
     started = time.monotonic()
-    plane.node.ctr("images", "import", "--base-name", ref.split("@", 1)[0], archive)
+    plane.cluster.import_image(ref, archive, nodes=[plane.node.name])
     return time.monotonic() - started
 
 
-def node_allocatable(plane: ControlPlane) -> str:
+def node_allocatable(plane: KindPlane) -> str:
     assert plane.node is not None
     node = _core(plane).read_node(plane.node.name)
     held = node.status.allocatable
@@ -546,7 +547,7 @@ def main() -> None:
         "--max-pods",
         type=int,
         default=110,
-        help="the real kubelet's maxPods (default: the kubelet's own, %(default)s)",
+        help="the agents' node's kubelet maxPods (default: the kubelet's own, %(default)s)",
     )
     parser.add_argument(
         "--startup-timeout",
@@ -566,25 +567,23 @@ def main() -> None:
     roster = Roster(resources, args.ready_timeout)
     print(f"roster: each agent {resources}, ready timeout {args.ready_timeout:g} s", flush=True)
     images = Images.load(build_images())
-    with ControlPlane(
-        build_control_plane(),
-        nodes=1,
-        real_node=True,
-        images=images,
-        real_node_max_pods=args.max_pods,
-    ) as plane:
-        print(f"real node allocatable: {node_allocatable(plane)}", flush=True)
+    with (
+        KindPlane(images, max_pods=args.max_pods) as plane,
+        ControlPlane(build_control_plane(), nodes=1) as kwok,
+    ):
+        print(f"kind's agents' node allocatable: {node_allocatable(plane)}", flush=True)
         queue = make_cluster_queue(plane, cpu="64", memory="64Gi")
+        kwok_queue = make_cluster_queue(kwok, cpu="64", memory="64Gi")
         imported = image_import_s(plane)
-        sweep = Sweep(queue, roster, args.rounds, args.startup_timeout)
+        sweep = Sweep(queue, kwok_queue, roster, args.rounds, args.startup_timeout)
         rows: list[Row] = []
         try:
-            anyio.run(measure, plane, sweep, args.agents, rows)
+            anyio.run(measure, plane, kwok, sweep, args.agents, rows)
         finally:  # what was measured, even when a later size broke the sweep
             report(rows)
             print(
-                f"image import into the node's containerd (once per image at node start, not "
-                f"per run): {imported:.2f} s for the scripted image"
+                f"image import into the agents' node's containerd (once per image when the "
+                f"cluster is made, not per run): {imported:.2f} s for the scripted image"
             )
 
 

@@ -2,9 +2,10 @@
 # Build the local Kubernetes control plane used by tests/kubernetes from the Go
 # module proxy: etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
 # kwok, the Kueue manager and the Agent Sandbox controller, plus the CRDs and
-# webhook manifests they need; and the real worker node's Go programs: kubelet,
-# kube-proxy, containerd (with ctr and its runc shim) and kube-router (the
-# NetworkPolicy enforcer). Every Go program of the harness is built here.
+# webhook manifests they need; and the programs the kind node image
+# (scripts/build-kind-node-image.sh) takes from here: kubelet, kube-proxy,
+# containerd (with ctr and its runc shim) and kube-router (the CNI and
+# NetworkPolicy enforcer).
 #
 # Prints one line per component with its time ("cached" when already built); the
 # Go tool's own output goes to <output>/build.log (its tail is shown on failure).

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Idempotent install of the Debian packages the test harness's real Kubernetes node and the
-# image build need (tests/kubernetes/cp_node.py, scripts/build-images.sh):
-#   runc                         the OCI runtime containerd and podman use (crun refuses this
-#                                host's hybrid cgroups)
-#   containernetworking-plugins  the CNI plugins (ptp, host-local, loopback, portmap)
-#   iptables ipset               kube-router's NetworkPolicy enforcement
-#   nftables conntrack           kube-proxy in nftables mode
-#   podman mmdebstrap            building the images from a locally made Debian base
+# Idempotent install of the Debian packages the kind test clusters and the image build need on
+# this machine (tests/kind_cluster.py, scripts/build-kind-node-image.sh, scripts/build-images.sh):
+#   runc                         the OCI runtime podman uses (crun refuses this host's hybrid
+#                                cgroups)
+#   containernetworking-plugins  podman's CNI plugins (kind's nodes' network)
+#   iptables                     podman's port mappings and NAT
+#   podman mmdebstrap            kind's node provider; building the images from a locally made
+#                                Debian base
 # Needs root and Debian's apt. Does nothing when everything is already there.
 set -euo pipefail
 
-packages=(runc containernetworking-plugins iptables ipset nftables conntrack podman mmdebstrap)
+packages=(runc containernetworking-plugins iptables podman mmdebstrap)
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "${package}" 2>/dev/null | grep -q "install ok installed"; then

@@ -2,21 +2,20 @@
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK (fake nodes whose
 pods become Running and Ready), the Kueue manager and the Agent Sandbox controller,
-built by scripts/build-control-plane.sh at the versions pinned in kind/versions.env; with
-``real_node=True`` also one real worker node (containerd, runc, kubelet, kube-proxy,
-kube-router) in its own network namespace, running the images of scripts/build-images.sh.
+built by scripts/build-control-plane.sh at the versions pinned in kind/versions.env. Pods
+that really run are kind's (kind_plane.py): this plane is for admission, scheduling and RBAC
+at scale, where KWOK's fake nodes cost next to nothing.
 
     build = build_control_plane()
     with ControlPlane(build, nodes=2) as cp:
         api = cp.api_client()            # kubernetes.client.ApiClient, admin
         subprocess.run([...], env=cp.env())  # KUBECONFIG set
 
-Without a real node everything listens on 127.0.0.1; with one, the API server listens on the
-host end of the node's veth (``cp.address``), where pods reach it too.
+Everything listens on 127.0.0.1.
 
 The parts: cp_build (building, manifests), cp_certificates (PKI), cp_processes (child
-processes, probes), cp_core (etcd to KWOK), cp_addons (Kueue, Agent Sandbox), cp_netns and
-cp_node (the real node). Test-only: nothing here is imported by `controller`.
+processes, probes), cp_core (etcd to KWOK), cp_addons (Kueue, Agent Sandbox). Test-only:
+nothing here is imported by `controller`.
 """
 
 from __future__ import annotations
@@ -43,8 +42,7 @@ from cp_build import (
 )
 from cp_certificates import Pki, write_kubeconfig, write_pki
 from cp_core import start_apiserver, start_etcd, start_kube_controllers, start_kwok
-from cp_netns import NodeNetwork
-from cp_node import Images, RealNode
+from cp_images import Images
 from cp_processes import KUBECONFIG_NAME, ProcessGroup, wait_until
 
 __all__ = [
@@ -56,7 +54,6 @@ __all__ = [
     "ControlPlaneError",
     "Images",
     "NodeCapacity",
-    "RealNode",
     "build_control_plane",
     "find_go",
     "pod_command",
@@ -89,19 +86,12 @@ class ControlPlane:
     startup_timeout: float = 180.0
     workdir: Path | None = None
     keep_workdir: bool = False
-    real_node: bool = False
-    images: Images | None = None
-    """The image map the real node imports (required with ``real_node``)."""
-    real_node_max_pods: int = 110
-    """The real kubelet's ``maxPods`` (110, its default; a benchmark raises it)."""
 
     def __post_init__(self) -> None:
         self.processes = ProcessGroup()
         self.processes.workdir = self.workdir
         self._owns_workdir = self.workdir is None
         self._failed = False
-        self.network: NodeNetwork | None = None
-        self.node: RealNode | None = None
 
     # public surface ---------------------------------------------------------------
 
@@ -111,8 +101,8 @@ class ControlPlane:
 
     @property
     def address(self) -> str:
-        """Where the API server listens: loopback, or the host end of the real node's veth."""
-        return self.network.host_ip if self.network is not None else "127.0.0.1"
+        """Where the API server listens."""
+        return "127.0.0.1"
 
     @property
     def server(self) -> str:
@@ -196,16 +186,10 @@ class ControlPlane:
         self.processes.workdir = self.workdir
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         try:
-            if self.real_node:
-                if self.images is None:
-                    raise ControlPlaneError("no-images", "a real node needs the image map")
-                self.images = self.images.snapshot(self.workdir / "images")
-                self.network = NodeNetwork.create()
             self.pki: Pki = write_pki(
                 self.workdir / "pki",
                 webhook_ca_name=KUEUE_CA_NAME,
                 webhook_dns_names=WEBHOOK_DNS_NAMES,
-                apiserver_ips=[self.address] if self.network else [],
             )
             self.processes.port("apiserver")
             write_kubeconfig(self.kubeconfig, self.server, self.pki)
@@ -218,25 +202,14 @@ class ControlPlane:
                 start_kueue(self)
             if self.agent_sandbox:
                 start_agent_sandbox(self)
-            if self.network is not None:
-                assert self.images is not None
-                self.node = RealNode(self, self.network, self.images)
-                self.node.start()
         except BaseException:
             self._failed = True  # keep the logs for the error message's reader
             self.stop()
             raise
 
     def stop(self) -> None:
-        """Stop every component this instance started, newest first, by pid: the real node
-        first (its pods, its programs, what they leave), the namespace it lives in last."""
-        try:
-            if self.node is not None:
-                self.node.stop()
-        finally:
-            self.processes.stop()
-            if self.network is not None:
-                self.network.close()
+        """Stop every component this instance started, newest first, by pid."""
+        self.processes.stop()
         keep = self.keep_workdir or self._failed
         if self.workdir is not None and self._owns_workdir and not keep:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -135,12 +135,8 @@ def write_pki(
     *,
     webhook_ca_name: str,
     webhook_dns_names: Sequence[str],
-    apiserver_ips: Sequence[str] = (),
 ) -> Pki:
-    """Issue every certificate, write the components' files under `pki_dir`, return the PKI.
-
-    `apiserver_ips`: further addresses the API server is reached at (a real node's veth).
-    """
+    """Issue every certificate, write the components' files under `pki_dir`, return the PKI."""
     pki_dir.mkdir(exist_ok=True)
     ca = issue("society-runner-test-ca", is_ca=True)
     apiserver = issue(
@@ -153,7 +149,7 @@ def write_pki(
             "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local",
         ],
-        ip_addresses=["127.0.0.1", "10.96.0.1", *apiserver_ips],
+        ip_addresses=["127.0.0.1", "10.96.0.1"],
         server=True,
     )
     admin = issue("kubernetes-admin", ca=ca, organization="system:masters", client=True)

@@ -7,7 +7,6 @@ import ssl
 from typing import TYPE_CHECKING
 
 from cp_build import load_yaml_documents
-from cp_node import KWOK_TAINT
 from cp_processes import http_ok, insecure, wait_until
 
 if TYPE_CHECKING:
@@ -69,9 +68,9 @@ def start_apiserver(cp: ControlPlane) -> None:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
             f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
-            # Without a real node nothing would reach an endpoint on loopback; with one, pods
-            # reach the API server at the `kubernetes` Service, on the node's veth.
-            f"--endpoint-reconciler-type={'lease' if cp.real_node else 'none'}",
+            # No pod that runs reaches this API server (KWOK's pods run nothing), and nothing
+            # would reach an endpoint on loopback.
+            "--endpoint-reconciler-type=none",
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
             f"--kubelet-client-key={pki / 'kubelet-client.key'}",
@@ -222,8 +221,7 @@ def start_kwok(cp: ControlPlane) -> None:
                         "kubernetes.io/role": "agent",
                     },
                 },
-                # With a real node in the plane, only pods that tolerate this land here.
-                "spec": {"taints": [KWOK_TAINT]} if cp.real_node else {},
+                "spec": {},
                 "status": {
                     "allocatable": capacity,
                     "capacity": capacity,

@@ -1,35 +1,42 @@
-"""Fixtures for tests on the harness's real worker node (``cp_node``): pods that really run.
+"""Fixtures for the real-pod tests: a kind cluster (``kind_plane``) whose pods really run.
 
-The node needs root (network namespace, mounts, cgroups), Go (the control plane and node
-programs) and Debian's runc, CNI plugins, iptables, ipset, nftables, podman and mmdebstrap
-(scripts/install-node.sh). Missing any of them skips these tests on a developer's machine
-and fails them when CI is set: they cannot skip in CI.
+It needs root, podman, mmdebstrap and Go (scripts/install-node.sh, scripts/install-kind.sh,
+scripts/build-kind-node-image.sh, scripts/build-kind-addon-images.sh, scripts/build-images.sh).
+Missing any of them skips these tests on a developer's machine and fails them when CI is set:
+they cannot skip in CI.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from controlplane import ControlPlane, Images, build_control_plane, find_go, wait_until
+from controlplane import find_go, wait_until
 from cp_build import build_images
+from cp_images import Images
+from kind_cluster import script_output
+from kind_plane import KindPlane
 
 NEEDS = (
-    "the real-node tests need root, Go >= 1.26 and the Debian packages of "
-    "scripts/install-node.sh (runc, containernetworking-plugins, iptables, ipset, nftables, "
-    "podman, mmdebstrap)"
+    "the real-pod tests need root, Go >= 1.26, podman and mmdebstrap: run "
+    "scripts/install-node.sh, scripts/install-kind.sh, scripts/build-kind-node-image.sh and "
+    "scripts/build-kind-addon-images.sh"
 )
 
 
 def node_prerequisites() -> list[str]:
-    """What this machine lacks for a real node (empty when it has everything)."""
+    """What this machine lacks for the kind cluster (empty when it has everything)."""
     missing = [] if os.geteuid() == 0 else ["root"]
     missing += [] if find_go() else ["go"]
-    missing += [t for t in ("runc", "podman", "mmdebstrap", "ipset", "nft") if not shutil.which(t)]
-    missing += [] if os.path.exists("/usr/lib/cni/ptp") else ["containernetworking-plugins"]
+    missing += [t for t in ("podman", "mmdebstrap") if not shutil.which(t)]
+    if not missing:
+        image = script_output("build-kind-node-image.sh", "--print-image")
+        if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
+            missing.append(f"the node image {image}")
     return missing
 
 
@@ -49,19 +56,16 @@ def node_images() -> Images:
 
 
 @pytest.fixture(scope="session")
-def node_plane(node_images: Images) -> Iterator[ControlPlane]:
-    """A control plane with one real node (and one KWOK node, tainted off real pods)."""
-    build = build_control_plane()
+def node_plane(node_images: Images) -> Iterator[KindPlane]:
+    """The kind cluster with Kueue, Agent Sandbox and the project's images on its agents' node."""
     keep = os.environ.get("SOCIETY_CONTROL_PLANE_KEEP") == "1"
-    with ControlPlane(
-        build, nodes=1, real_node=True, images=node_images, keep_workdir=keep
-    ) as plane:
+    with KindPlane(node_images, keep_workdir=keep) as plane:
         yield plane
 
 
 @pytest.fixture
-def node_namespace(node_plane: ControlPlane) -> Iterator[str]:
-    """A fresh namespace on the node's plane, deleted afterwards."""
+def node_namespace(node_plane: KindPlane) -> Iterator[str]:
+    """A fresh namespace on the kind cluster, deleted afterwards."""
     from kubernetes import client
 
     core = client.CoreV1Api(node_plane.api_client())
@@ -77,7 +81,7 @@ def node_namespace(node_plane: ControlPlane) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def control_plane(node_plane: ControlPlane) -> ControlPlane:
+def control_plane(node_plane: KindPlane) -> KindPlane:
     """Under tests/kubernetes/node the shared helpers (``cluster_support``'s queues) get the
-    plane with the real node."""
+    kind cluster."""
     return node_plane

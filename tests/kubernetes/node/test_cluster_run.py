@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 from cluster_support import make_cluster_queue
-from controlplane import REPO_ROOT, ControlPlane
+from controlplane import REPO_ROOT
+from kind_plane import KindPlane
 
 from controller.platforms.kubernetes import objects
 
@@ -43,7 +44,7 @@ class RouterEndpoints:
     """Every ready endpoint the routers' Services had while the run went on: the pod behind
     each (``Pod/<namespace>/<name>``), polled from the EndpointSlices in a thread."""
 
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: KindPlane) -> None:
         from kubernetes import client
 
         self.discovery = client.DiscoveryV1Api(plane.api_client())
@@ -81,7 +82,7 @@ class RouterEndpoints:
 
 
 def test_society_run_on_the_kind_profile_runs_the_negotiation_end_to_end(
-    node_plane: ControlPlane, tmp_path: Path
+    node_plane: KindPlane, tmp_path: Path
 ) -> None:
     assert node_plane.images is not None
     queue = make_cluster_queue(node_plane, cpu="4")

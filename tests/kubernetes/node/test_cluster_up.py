@@ -1,14 +1,13 @@
-"""``society cluster up --profile kind`` drives its install path against the harness's cluster
-with the real node (``--existing-kubeconfig``: the substitutes for what needs Docker, kind or
-the internet are listed in the README), then ``society run examples/negotiation.py --profile
+"""``society cluster up --profile kind --existing-kubeconfig`` (the path for a cluster that
+exists: nothing created, Kueue and Agent Sandbox checked rather than installed, the images
+imported into the agents' node's containerd, Temporal at a NodePort of the node) against the
+real-pod tests' kind cluster, then ``society run examples/negotiation.py --profile
 kind`` runs with no ``SOCIETY_*`` or ``TEMPORAL_*`` variable on the Temporal that ``up`` started
 in the cluster, its run directory comes home to the artifact root from the ledger's retained
 volume and verifies there, a second ``up`` changes nothing, and ``down`` leaves nothing behind.
 
-Substitutions (README, "Profiles"): kind's local-path provisioner is a StorageClass with one
-statically made hostPath volume (the harness runs no provisioner), and the node's volume
-directory is this machine's own (the real node shares its file system), so the volume mapping is
-the identity that kind's ``extraMounts`` gives a laptop.
+The ledgers' StorageClass is one statically made hostPath volume in the plane's work directory,
+which kind's ``extraMounts`` maps into the node at its own path (``--ledger-volumes``).
 """
 
 from __future__ import annotations
@@ -25,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controlplane import REPO_ROOT, ControlPlane
+from controlplane import REPO_ROOT
+from kind_plane import AGENT_POOL, KindPlane
 
 from controller.ops.cluster import install, temporal
 from controller.ops.cluster.queue_size import quantity
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
 
 
-def _clean_environment(plane: ControlPlane) -> dict[str, str]:
+def _clean_environment(plane: KindPlane) -> dict[str, str]:
     """The caller's environment without any run setting, with ``ctr`` on PATH."""
     env = {
         k: v
@@ -54,7 +54,7 @@ def _society(env: dict[str, str], *args: str, timeout: float = 600) -> Any:
     )
 
 
-async def _ensure_run_roles(plane: ControlPlane) -> None:
+async def _ensure_run_roles(plane: KindPlane) -> None:
     from controller.platforms.kubernetes.kube import Kube
     from controller.platforms.kubernetes.namespace import ensure_run_roles
 
@@ -74,7 +74,7 @@ def _workflow_status(address: str, run_id: str) -> str:
 
 
 @contextmanager
-def ledger_volumes(plane: ControlPlane) -> Iterator[tuple[str, Path]]:
+def ledger_volumes(plane: KindPlane) -> Iterator[tuple[str, Path]]:
     """A ``Retain`` StorageClass with one static hostPath volume in a directory of its own;
     yields the class and that directory (the nodes' volume root)."""
     from kubernetes import client
@@ -105,15 +105,13 @@ def ledger_volumes(plane: ControlPlane) -> Iterator[tuple[str, Path]]:
 
 
 def test_cluster_up_then_a_run_with_no_environment_then_down_leaves_nothing(
-    node_plane: ControlPlane, tmp_path: Path
+    node_plane: KindPlane, tmp_path: Path
 ) -> None:
     with ledger_volumes(node_plane) as (storage_class, volumes):
         _up_run_down(node_plane, tmp_path, storage_class, volumes)
 
 
-def _up_run_down(
-    node_plane: ControlPlane, tmp_path: Path, storage_class: str, volumes: Path
-) -> None:
+def _up_run_down(node_plane: KindPlane, tmp_path: Path, storage_class: str, volumes: Path) -> None:
     from kubernetes import client
 
     assert node_plane.node is not None
@@ -123,7 +121,7 @@ def _up_run_down(
     up = [
         "cluster", "up", "--profile", "kind", "--artifacts", str(artifacts),
         "--existing-kubeconfig", str(node_plane.kubeconfig),
-        "--agent-nodes", "society.test/node=real", "--node-containerd", socket,
+        "--agent-nodes", "=".join(AGENT_POOL), "--node-containerd", socket,
         "--ledger-storage-class", storage_class, "--ledger-volumes", str(volumes),
     ]  # fmt: skip
     # An administrator ran a run before `up`: its out-of-cluster prepare installed the run

@@ -17,8 +17,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
     on_cluster,
 )
-from controlplane import ControlPlane
 from k8s_run_support import hear_everyone, spec_of
+from kind_plane import KindPlane
 
 from controller import Run
 from controller.platforms.kubernetes import (
@@ -44,7 +44,7 @@ async def forbidden(call: Any) -> bool:
 
 
 async def test_the_controller_identity_runs_a_whole_run_and_can_do_nothing_more(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     run_id = new_run_id()
     other = new_run_id()

@@ -31,8 +31,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     cluster_queue,
     left_in_cluster,
 )
-from controlplane import ControlPlane
 from k8s_run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
+from kind_plane import KindPlane
 from temporalio import activity
 
 from controller.events.run import ProgramInterrupted
@@ -58,7 +58,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 def in_cluster_worker(
-    monkeypatch: pytest.MonkeyPatch, plane: ControlPlane, cluster_queue: str
+    monkeypatch: pytest.MonkeyPatch, plane: KindPlane, cluster_queue: str
 ) -> None:
     """The run worker's environment: this cluster, worker-owned namespaces, the image map; the
     controller runs as the run's Job (the default)."""
@@ -87,7 +87,7 @@ async def controller_pods(kube: Kube, run_id: str, seen: dict[str, Obj]) -> None
 
 @contextmanager
 def retained_volume(
-    plane: ControlPlane, run_id: str, monkeypatch: pytest.MonkeyPatch
+    plane: KindPlane, run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Path, Callable[[], str]]]:
     """``SOCIETY_LEDGER_PVC`` on a StorageClass with ``reclaimPolicy: Retain`` and a statically
     provisioned volume (a directory on the node: the harness runs no provisioner); yields the
@@ -132,7 +132,7 @@ def retained_volume(
 
 
 async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_its_result(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     cluster_queue: str,
     temporal_address: str,
     tmp_path: Path,
@@ -194,7 +194,7 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
 
 
 async def test_a_controller_job_that_dies_before_reporting_ends_the_run_platform_lost(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     cluster_queue: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -254,7 +254,7 @@ async def test_a_controller_job_that_dies_before_reporting_ends_the_run_platform
 
 
 async def test_the_ledger_on_a_retained_volume_outlives_the_controller_pod_and_verifies(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     cluster_queue: str,
     temporal_address: str,
     tmp_path: Path,
@@ -324,7 +324,7 @@ to 60 s for the Job; agents' pods get the kubelet's SIGTERM and their grace peri
 
 
 async def test_cancelling_a_job_run_deletes_every_pod_in_the_bound_and_finalizes_the_ledger(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     cluster_queue: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -24,8 +24,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
     on_cluster,
 )
-from controlplane import ControlPlane
 from k8s_run_support import echo, hear_everyone
+from kind_plane import KindPlane
 
 from controller import Run, RunSpec
 from controller.agents import SecretRef, scripted
@@ -48,7 +48,7 @@ ENV_CREDENTIAL = "SR_TEST_TOOL_TOKEN"
 
 
 @pytest.fixture
-async def credentials_namespace(control_plane: ControlPlane) -> AsyncIterator[tuple[str, str]]:
+async def credentials_namespace(control_plane: KindPlane) -> AsyncIterator[tuple[str, str]]:
     """A credentials namespace with the reader Role (the chart installs it) and one Secret whose
     ``tool-key`` holds a fresh value; yields ``(namespace, value)``."""
     name = f"creds-{uuid.uuid4().hex[:10]}"
@@ -97,7 +97,7 @@ async def object_dumps(kube: Kube, run_id: str) -> tuple[str, list[dict[str, Any
 
 
 async def test_secret_references_reach_only_the_agents_secrets_and_no_token_is_in_any_spec(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     cluster_queue: str,
     credentials_namespace: tuple[str, str],
     tmp_path: Path,
@@ -179,7 +179,7 @@ async def test_secret_references_reach_only_the_agents_secrets_and_no_token_is_i
 
 
 async def test_a_missing_secret_reference_fails_the_start_before_any_sandbox_with_the_reason(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     cluster_queue: str,
     credentials_namespace: tuple[str, str],
     tmp_path: Path,

@@ -18,7 +18,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
     on_cluster,
 )
-from controlplane import REPO_ROOT, ControlPlane
+from controlplane import REPO_ROOT
+from kind_plane import KindPlane
 
 from controller import Run
 from controller.run import ProgramFinished, Success
@@ -39,7 +40,7 @@ def _society(*argv: str | Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("example", ["negotiation", "partition"])
 async def test_an_example_runs_on_the_real_node_and_its_ledger_verifies_and_grades(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path, example: str
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path, example: str
 ) -> None:
     spec = load_run_spec(EXAMPLES / f"{example}.py")
     run_id = new_run_id()

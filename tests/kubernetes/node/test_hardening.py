@@ -14,7 +14,9 @@ from typing import Any
 
 import anyio
 import pytest
-from controlplane import ControlPlane, Images, wait_until
+from controlplane import wait_until
+from cp_images import Images
+from kind_plane import KindPlane
 
 from controller.agents import scripted
 from controller.incluster import access
@@ -68,7 +70,7 @@ print(json.dumps({
 
 
 def _exec(
-    plane: ControlPlane,
+    plane: KindPlane,
     namespace: str,
     pod: str,
     command: list[str],
@@ -92,7 +94,7 @@ def _exec(
     return output
 
 
-def test_the_agent_pod_runs_hardened(node_plane: ControlPlane, node_images: Images) -> None:
+def test_the_agent_pod_runs_hardened(node_plane: KindPlane, node_images: Images) -> None:
     from kubernetes import client
 
     run_id = new_run_id()

@@ -29,9 +29,9 @@ from cluster_support import (  # noqa: F401 (fixtures)
     cluster_queue,
     left_in_cluster,
 )
-from controlplane import ControlPlane
 from gcs_emulator import FakeGcsServer
 from k8s_run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
+from kind_plane import KindPlane
 from rbac_support import WORKER, worker_rights  # noqa: F401 (fixture)
 from temporalio import activity
 from test_controller_job import in_cluster_worker, retained_volume
@@ -53,7 +53,7 @@ BUCKET = "society-ledgers"
 
 
 @pytest.fixture
-def node_gcs(control_plane: ControlPlane, tmp_path: Path) -> Iterator[FakeGcsServer]:
+def node_gcs(control_plane: KindPlane, tmp_path: Path) -> Iterator[FakeGcsServer]:
     """fake-gcs-server on the node's host address: the export pod's only way out."""
     server = FakeGcsServer(tmp_path / "gcs", host=control_plane.address)
     server.root.mkdir()
@@ -78,7 +78,7 @@ async def export_pods(kube: Kube, run_id: str, seen: dict[str, Obj]) -> None:
 
 
 async def test_a_cluster_run_is_exported_from_its_claim_by_an_export_job_and_verifies_pinned(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     worker_rights: str,
     cluster_queue: str,
     temporal_address: str,

@@ -14,7 +14,9 @@ from typing import Any
 
 import anyio
 import pytest
-from controlplane import ControlPlane, Images, wait_until
+from controlplane import wait_until
+from cp_images import Images
+from kind_plane import KindPlane
 
 from controller.platforms.kubernetes import Kube, objects, prepare_run_namespace, routing
 from controller.run.runid import new_run_id
@@ -71,7 +73,7 @@ def _pod(name: str, run_id: str, role: str, image: str, command: list[str]) -> d
     }
 
 
-def _exec(plane: ControlPlane, namespace: str, pod: str, targets: list[str]) -> dict[str, bool]:
+def _exec(plane: KindPlane, namespace: str, pod: str, targets: list[str]) -> dict[str, bool]:
     from kubernetes import client
     from kubernetes.stream import stream
 
@@ -91,7 +93,7 @@ def _exec(plane: ControlPlane, namespace: str, pod: str, targets: list[str]) -> 
 
 
 def test_the_run_policies_hold_from_inside_an_agent_pod(
-    node_plane: ControlPlane, node_images: Images
+    node_plane: KindPlane, node_images: Images
 ) -> None:
     from kubernetes import client
 

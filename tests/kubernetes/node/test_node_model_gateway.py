@@ -20,7 +20,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
     on_cluster,
 )
-from controlplane import ControlPlane
+from kind_plane import KindPlane
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "modelgateway"))
 from fake_provider import FakeProviderServer
@@ -50,7 +50,7 @@ def fake_provider() -> Iterator[FakeProviderServer]:
 
 
 async def test_llm_agents_reach_the_gateway_through_the_run_service_on_a_port_policies_allow(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     cluster_queue: str,
     fake_provider: FakeProviderServer,
     tmp_path: Path,

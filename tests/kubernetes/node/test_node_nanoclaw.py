@@ -20,8 +20,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
     on_cluster,
 )
-from controlplane import ControlPlane
 from k8s_run_support import verified
+from kind_plane import KindPlane
 
 from agent_images.nanoclaw.config import SDK_VERSION
 from controller import Run, RunSpec
@@ -56,7 +56,7 @@ async def _image_of(kubeconfig: str, run_id: str, agent: str) -> str:
 
 
 async def test_a_nanoclaw_agent_in_a_real_pod_passes_the_gate_and_its_reply_is_committed(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     cluster_queue: str,
     tmp_path: Path,
     require_local_model: None,

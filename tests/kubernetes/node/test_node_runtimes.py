@@ -20,8 +20,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
     on_cluster,
 )
-from controlplane import ControlPlane
 from k8s_run_support import echo, verified
+from kind_plane import KindPlane
 
 from agent_images.openclaw.config import OPENCLAW_VERSION
 from agent_images.openclaw.rpc import OpenClawRPC
@@ -71,7 +71,7 @@ async def _images_of(kubeconfig: str, run_id: str, *agents: str) -> dict[str, st
 
 
 async def test_a_peer_in_a_real_pod_speaks_by_its_policy_and_its_bridge_cannot_make_it_send(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     assert control_plane.images is not None
     run_id = new_run_id()
@@ -153,7 +153,7 @@ async def test_a_peer_in_a_real_pod_speaks_by_its_policy_and_its_bridge_cannot_m
 
 
 @pytest.fixture
-def require_openclaw_image_run(control_plane: ControlPlane) -> None:
+def require_openclaw_image_run(control_plane: KindPlane) -> None:
     """The OpenClaw pod's model is the run's local model, served from this process."""
     if importlib.util.find_spec("llama_cpp") is not None:
         return
@@ -164,7 +164,7 @@ def require_openclaw_image_run(control_plane: ControlPlane) -> None:
 
 
 async def test_an_openclaw_agent_in_a_real_pod_passes_the_gate_and_its_reply_is_committed(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     cluster_queue: str,
     tmp_path: Path,
     require_openclaw_image_run: None,

@@ -22,8 +22,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
     on_cluster,
 )
-from controlplane import ControlPlane
 from k8s_run_support import echo, hear_everyone, verified
+from kind_plane import KindPlane
 
 from controller import Run, RunSpec
 from controller.agents import scripted
@@ -77,7 +77,7 @@ class FirstReady:
 
 
 async def test_a_pod_deleted_before_dispatch_is_replaced_and_the_run_dispatches_with_it(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     """Alice's pod is deleted while the gate waits for slowpoke: the gate takes her out until
     her replacement's bridge attached and its router session authenticated, and the program

@@ -25,8 +25,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
     on_cluster,
 )
-from controlplane import ControlPlane
 from k8s_run_support import echo, hear_everyone, verified
+from kind_plane import KindPlane
 
 from controller import Run, RunSpec
 from controller.agents import Resources, scripted
@@ -63,7 +63,7 @@ def spec_of(execute: Any, **agents: Any) -> RunSpec:
 
 
 async def test_the_roster_is_admitted_whole_then_every_sandbox_becomes_ready_and_execute_runs_once(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     bigger = Resources(cpu=0.05, memory_mib=96, memory_limit_mib=1536)
     spec = spec_of(hear_everyone, alice=agent(), bob=agent(), carol=agent(resources=bigger))
@@ -112,7 +112,7 @@ async def test_the_roster_is_admitted_whole_then_every_sandbox_becomes_ready_and
 
 
 async def test_eviction_of_the_workload_mid_run_ends_it_as_platform_lost_with_a_complete_receipt(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     run_id = new_run_id()
     evicted = anyio.Event()
@@ -147,7 +147,7 @@ async def test_eviction_of_the_workload_mid_run_ends_it_as_platform_lost_with_a_
 
 
 async def test_cleanup_deletes_the_namespace_after_a_failing_program(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     async def execute(ctx: RunContext) -> None:
         raise RuntimeError("the experiment broke")
@@ -169,7 +169,7 @@ async def test_cleanup_deletes_the_namespace_after_a_failing_program(
 
 
 async def test_cleanup_deletes_the_namespace_after_cancellation(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     started = anyio.Event()
 
@@ -205,7 +205,7 @@ ROSTER = 8
 
 
 async def test_a_roster_in_one_pod_set_is_admitted_and_becomes_ready(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     async def execute(ctx: RunContext) -> int:
         return len(ctx.agents)
@@ -234,7 +234,7 @@ async def test_a_roster_in_one_pod_set_is_admitted_and_becomes_ready(
 
 @pytest.mark.parametrize("how", ["its program exits", "its Sandbox is deleted"])
 async def test_a_sandbox_that_finishes_before_dispatch_fails_the_gate_and_execute_never_runs(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path, how: str
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path, how: str
 ) -> None:
     ran: list[str] = []
 
@@ -278,7 +278,7 @@ async def test_a_sandbox_that_finishes_before_dispatch_fails_the_gate_and_execut
 
 
 async def test_an_image_that_cannot_be_pulled_ends_the_run_platform_lost_naming_the_image(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     ran: list[str] = []
 
@@ -308,7 +308,7 @@ async def test_an_image_that_cannot_be_pulled_ends_the_run_platform_lost_naming_
 
 
 async def test_an_agent_container_killed_mid_run_is_evidence_and_the_program_goes_on(
-    control_plane: ControlPlane, cluster_queue: str, tmp_path: Path
+    control_plane: KindPlane, cluster_queue: str, tmp_path: Path
 ) -> None:
     """SIGKILL to alice's process from the node (what the kernel's OOM killer sends): her
     termination is recorded as the signal, and the program, still running, hears from bob."""

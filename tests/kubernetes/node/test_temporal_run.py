@@ -26,8 +26,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     cluster_queue,
     left_in_cluster,
 )
-from controlplane import ControlPlane
 from k8s_run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
+from kind_plane import KindPlane
 from temporalio import activity
 
 from controller.lifecycle.activities import LifecycleActivities
@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 async def test_society_run_prepares_the_namespace_runs_the_controller_and_cleanup_deletes_it(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     cluster_queue: str,
     temporal_address: str,
     tmp_path: Path,

@@ -23,8 +23,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     cluster_queue,
     left_in_cluster,
 )
-from controlplane import ControlPlane
 from k8s_run_support import MODULE, run_society, temporal_address  # noqa: F401 (fixture)
+from kind_plane import KindPlane
 from rbac_support import (  # noqa: F401 (fixture)
     CREDENTIALS,
     THE_WORKER,
@@ -52,7 +52,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 async def test_the_run_worker_as_its_service_account_runs_a_whole_run_in_cluster(
-    control_plane: ControlPlane,
+    control_plane: KindPlane,
     worker_rights: str,
     cluster_queue: str,
     temporal_address: str,

@@ -2,8 +2,9 @@
 merged in (controller/ops/cluster/kind_patches.py), on the node image that
 scripts/build-kind-node-image.sh builds here, with kind's podman provider.
 
-Its names are its own (cluster and podman network ``society-kind-test``), so it runs beside
-tests/kubernetes's Go-built control plane and a user's ``society`` cluster. Its host ports are
+Its names are its own (cluster and podman network ``society-kind-test``; the real-pod tests'
+cluster, kind_plane.py, is ``society-kind-node``), so it runs beside them, tests/kubernetes's
+Go-built control plane and a user's ``society`` cluster. Its host ports are
 kind/cluster.yaml's (127.0.0.1:17233 and :18233), which no other test binds.
 """
 
@@ -95,6 +96,8 @@ class KindCluster:
     image: str
     workdir: Path
     name: str = NAME
+    config: str | None = None
+    """The kind config to create from; default: kind/cluster.yaml with the CI host's patches."""
     created_s: float = 0.0
     deleted: bool = False
 
@@ -113,7 +116,8 @@ class KindCluster:
 
     def create(self) -> None:
         config = self.workdir / "kind-config.yaml"
-        config.write_text(patched_config(CLUSTER_CONFIG.read_text(), CI_HOST_PATCHES))
+        config.write_text(self.config or patched_config(CLUSTER_CONFIG.read_text(),
+                                                        CI_HOST_PATCHES))  # fmt: skip
         started = time.monotonic()
         self._run([str(self.kind), "create", "cluster", "--name", self.name, "--config",
                    str(config), "--image", self.image, "--kubeconfig", str(self.kubeconfig),
@@ -129,6 +133,13 @@ class KindCluster:
             merged_dirs=tuple(c["GraphDriver"]["Data"]["MergedDir"] for c in inspected),
             bridge=network.get("network_interface", ""),
         )
+
+    def delete_leftover(self) -> None:
+        """Delete a cluster of this name that an interrupted session left (a killed pytest)."""
+        if self.name in self._run([str(self.kind), "get", "clusters"]).split():
+            self._run([str(self.kind), "delete", "cluster", "--name", self.name])
+        if self.name in podman_names("network"):
+            self._podman("network", "rm", self.name)
 
     def delete(self) -> None:
         """``kind delete cluster``, then the podman network kind made for it."""
@@ -154,19 +165,26 @@ class KindCluster:
     def nodes(self) -> list[str]:
         return self._run([str(self.kind), "get", "nodes", "--name", self.name]).split()
 
-    def import_image(self, ref: str, archive: Path) -> None:
-        """Import one of scripts/build-images.sh's OCI archives into every node's containerd
-        under ``ref`` (``name@sha256:...``), as ``society cluster`` does for existing nodes."""
+    def import_image(self, ref: str, archive: Path, nodes: list[str] | None = None) -> None:
+        """Import one of scripts/build-images.sh's OCI archives into the containerd of every
+        node (or of ``nodes``) under ``ref`` (``name@sha256:...``), as ``society cluster`` does
+        for existing nodes."""
         name = ref.split("@", 1)[0]
-        ctr = ["ctr", "-n", "k8s.io", "images"]
-        for node in self.nodes():
+        for node in nodes or self.nodes():
+            self.import_archive(archive, name, [node])
+            self._podman("exec", node, "ctr", "-n", "k8s.io", "images", "tag", "--force",
+                         f"{name}:build", ref)  # fmt: skip
+
+    def import_archive(self, archive: Path, base_name: str, nodes: list[str]) -> None:
+        """``ctr images import --base-name base_name`` of an OCI archive on this machine into
+        the containerd of ``nodes``."""
+        ctr = ["ctr", "-n", "k8s.io", "images", "import", "--base-name", base_name, "-"]
+        for node in nodes:
             with archive.open("rb") as stream:
-                done = subprocess.run(["podman", "exec", "-i", node, *ctr, "import",
-                                       "--base-name", name, "-"], stdin=stream,
+                done = subprocess.run(["podman", "exec", "-i", node, *ctr], stdin=stream,
                                       capture_output=True, env=self.env())  # fmt: skip
             if done.returncode != 0:
                 raise AssertionError(f"importing {archive} into {node}: {done.stderr!r}")
-            self._podman("exec", node, *ctr, "tag", "--force", f"{name}:build", ref)
 
     def node_shell(self, node: str, script: str) -> str:
         """``sh -c script`` inside one node's container."""
