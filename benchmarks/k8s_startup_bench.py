@@ -3,11 +3,12 @@ profile and KWOK, same run, with kind's time split into phases.
 
     sudo nice .venv/bin/python benchmarks/k8s_startup_bench.py [--agents 5 10] [--rounds 1]
 
-Starts the real-pod tests' kind cluster (tests/kubernetes/kind_plane.py: kind on the node image
-built here, Kueue and Agent Sandbox from scripts/build-kind-addon-images.sh, the images of
-scripts/build-images.sh imported into the agents' node; needs root, podman and the builds) and
-the Go-built control plane with one KWOK node (tests/kubernetes/controlplane.py), a ClusterQueue
-in each, then for each roster size runs a scripted society:
+Starts a kind cluster as the real-pod tests make theirs (tests/kubernetes/kind_plane.py), named
+``society-kind-bench`` so that it runs beside them: kind on the node image built here, Kueue and
+Agent Sandbox from scripts/build-kind-addon-images.sh, the images of scripts/build-images.sh
+imported into the agents' node (needs root, podman and the builds); and the Go-built control
+plane with one KWOK node (tests/kubernetes/controlplane.py); a ClusterQueue in each, then for
+each roster size runs a scripted society:
 
 - on kind: Kueue admission, one Sandbox per agent, each a pod from the scripted image on the
   agents' node (the controller is this process, which the pods reach at the gateway of the
@@ -51,8 +52,9 @@ from typing import Any
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kubernetes"))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))  # after the repository's
+# own packages: tests/ledger would shadow ``ledger``
 
 from cluster_support import PINNED, SCRIPTED, make_cluster_queue, settings
 from controlplane import ControlPlane, build_control_plane
@@ -568,7 +570,7 @@ def main() -> None:
     print(f"roster: each agent {resources}, ready timeout {args.ready_timeout:g} s", flush=True)
     images = Images.load(build_images())
     with (
-        KindPlane(images, max_pods=args.max_pods) as plane,
+        KindPlane(images, max_pods=args.max_pods, name="society-kind-bench") as plane,
         ControlPlane(build_control_plane(), nodes=1) as kwok,
     ):
         print(f"kind's agents' node allocatable: {node_allocatable(plane)}", flush=True)

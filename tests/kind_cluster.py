@@ -21,7 +21,7 @@ from typing import Any
 
 from controller.ops.cluster.kind_patches import CI_CONTAINERS_CONF, CI_HOST_PATCHES, patched_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_CONFIG = ROOT / "kind" / "cluster.yaml"
 NAME = "society-kind-test"
 ENABLE_HINT = (

@@ -499,7 +499,7 @@ def grade_command(args: argparse.Namespace) -> int:
             print(
                 f"note: {args.grader} names no `run_spec` and no `definition_id`, so the ledger's "
                 f"definition id is not checked; import the RunSpec the grader was written for as "
-                f"`run_spec`, or set `definition_id = \"...\"`",
+                f'`run_spec`, or set `definition_id = "..."`',
                 file=sys.stderr,
             )
         receipt = read_receipt(args.receipt) if args.receipt else None

@@ -96,7 +96,9 @@ class KindPlane:
     """``with KindPlane(images) as plane:``: the cluster made, the add-ons and images in; on exit
     the cluster deleted (``kind delete``, then its podman network) and the work directory gone."""
 
-    def __init__(self, images: Images, *, keep_workdir: bool = False, max_pods: int = 110) -> None:
+    def __init__(
+        self, images: Images, *, keep_workdir: bool = False, max_pods: int = 110, name: str = NAME
+    ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="society-kind-node-"))
         self.keep_workdir = keep_workdir
         self.images = images.snapshot(self.workdir / "images")
@@ -106,7 +108,7 @@ class KindPlane:
             kubectl_path=node_dir / "bin" / "kubectl",
             image=script_output("build-kind-node-image.sh", "--print-image"),
             workdir=self.workdir,
-            name=NAME,
+            name=name,
             config=node_config(self.workdir, max_pods),
         )
         self.network: KindNetwork | None = None
@@ -155,23 +157,27 @@ class KindPlane:
         self.cluster.delete_leftover()
         self.cluster.create()
         network = json.loads(subprocess.run(
-            ["podman", "network", "inspect", NAME], capture_output=True, text=True, check=True,
+            ["podman", "network", "inspect", self.cluster.name], capture_output=True, text=True,
+            check=True,
         ).stdout)[0]  # fmt: skip
-        self.network = KindNetwork(host_ip=network["subnets"][0]["gateway"])
+        # kind's podman network is dual-stack; the cluster (kind/cluster.yaml) is IPv4 only.
+        gateways = [subnet["gateway"] for subnet in network["subnets"]]
+        self.network = KindNetwork(host_ip=next(g for g in gateways if ":" not in g))
         key, value = AGENT_POOL
         names = "jsonpath={.items[*].metadata.name}"
         found = self.cluster.kubectl("get", "nodes", "-l", f"{key}={value}", "-o", names)
         agents = found.stdout.split()
         assert len(agents) == 1, agents
         self.node = KindNode(self.cluster, agents[0])
-        for name in NODE_IMAGES:
-            ref = self.images.ref(f"society/{name}:dev")
-            self.cluster.import_image(ref, Path(self.images.archives[ref]), nodes=agents)
+        for ref, archive in sorted(self.images.archives.items()):
+            if ref.split("@", 1)[0].rsplit("/", 1)[-1] in NODE_IMAGES:
+                self.cluster.import_image(ref, Path(archive), nodes=agents)
         built = addon_sources.build_addons()
         for addon in ("kueue", "agent-sandbox"):
             image = built.addons[addon]
             self._import_local_image(image.image, agents)
-            apply_addon(self.cluster.kubectl_path, self.kubeconfig, addon, str(image.manifest))
+            manifest = self._local_manifest(addon, image)
+            apply_addon(self.cluster.kubectl_path, self.kubeconfig, addon, str(manifest))
         self._start_metadata()
 
     def _start_metadata(self) -> None:
@@ -189,7 +195,7 @@ class KindPlane:
                 "hostNetwork": True,
                 "nodeName": self.node.name,
                 "automountServiceAccountToken": False,
-                "containers": [{"name": "metadata", "image": self.images.ref("python"),
+                "containers": [{"name": "metadata", "image": self.images.ref("scripted"),
                                 "command": server, "securityContext": {"runAsUser": 0}}],
             },
         }  # fmt: skip
@@ -199,6 +205,27 @@ class KindPlane:
         self.cluster.apply(pod)
         self.cluster.kubectl("-n", METADATA_NAMESPACE, "wait", "--for=condition=Ready",
                              "pod/metadata", "--timeout=120s", timeout=150)  # fmt: skip
+
+    def _local_manifest(self, addon: str, built: addon_sources.AddonImage) -> Path:
+        """The add-on's rendered manifest as ``cluster up --addons-from-source`` applies it, but
+        with its image taken from the nodes' containerd (``imagePullPolicy: IfNotPresent``; the
+        upstream manifests say ``Always``) where ``cluster up`` pushes it to the local registry:
+        this cluster has none."""
+        import yaml  # type: ignore[import-untyped]
+
+        text = built.manifest.read_text()
+        if addon == "agent-sandbox":
+            text = addon_sources.with_sandbox_workers(text)
+        documents = [d for d in yaml.safe_load_all(text) if d]
+        for document in documents:
+            if document.get("kind") != "Deployment":
+                continue
+            for container in document["spec"]["template"]["spec"]["containers"]:
+                if container.get("image") == built.image:
+                    container["imagePullPolicy"] = "IfNotPresent"
+        path = self.workdir / f"{addon}.yaml"
+        path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+        return path
 
     def _import_local_image(self, image: str, nodes: list[str]) -> None:
         """An image of podman's storage into the nodes' containerd under its own name."""

@@ -99,3 +99,46 @@ async def test_deleting_the_owner_collects_every_run_object_including_the_contro
                 await collected()
         finally:
             await delete_run_namespace(kube, run_id)
+
+
+@pytest.mark.parametrize(
+    ("address", "cidr", "family"),
+    [("10.89.0.1", "10.89.0.1/32", "IPv4"), ("fc00:b540::1", "fc00:b540::1/128", "IPv6")],
+)
+async def test_an_out_of_cluster_router_address_of_either_family_is_accepted_by_the_api_server(
+    control_plane: ControlPlane, address: str, cidr: str, family: str
+) -> None:
+    """The debugging mode's Service endpoint and policies name the controller's address: the API
+    server takes an IPv4 or IPv6 address as a host route of its own family (a /32 on an IPv6
+    address is refused: "must not have bits set beyond the prefix length")."""
+    run_id = new_run_id()
+    async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
+        owner = await prepare_run_namespace(kube, run_id)
+        try:
+            manifests = [
+                routing.router_service(run_id, 7443, external=address),
+                routing.router_endpoints(run_id, address, 7443, []),
+                *routing.network_policies(
+                    run_id, controller_ports=[7443], bridge_ports=[7400], external=address
+                ),
+            ]
+            for manifest in manifests:
+                await kube.apply(objects.owned(manifest, owner))
+            slices, _ = await kube.list("EndpointSlice", run_id)
+            assert [s["addressType"] for s in slices] == [family]
+            policy = await kube.get("NetworkPolicy", "agents", run_id)
+            assert policy is not None
+            assert policy["spec"]["egress"][0]["to"] == [{"ipBlock": {"cidr": cidr}}]
+        finally:
+            await delete_run_namespace(kube, run_id)
+
+
+def test_a_router_address_that_is_no_ip_address_is_refused_naming_the_setting() -> None:
+    from controller.platforms.kubernetes import KubernetesPlatform, KubernetesSettings
+    from controller.run.platform import PlatformError
+
+    settings = KubernetesSettings(controller_job=False, router_address="laptop.local")
+    with pytest.raises(PlatformError) as refused:
+        KubernetesPlatform(settings)
+    assert refused.value.reason == "router-address-invalid"
+    assert "SOCIETY_ROUTER_ADDRESS" in str(refused.value) and "laptop.local" in str(refused.value)

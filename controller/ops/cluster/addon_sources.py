@@ -71,14 +71,14 @@ def pushed_manifest(
         )
     text = text.replace(f"image: {built.image}\n", f"image: {pinned}\n")
     if addon == "agent-sandbox":
-        text = _with_sandbox_workers(text)
+        text = with_sandbox_workers(text)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = out_dir / f"{addon}-{built.version}.yaml"
     path.write_text(text)
     return path
 
 
-def _with_sandbox_workers(text: str) -> str:
+def with_sandbox_workers(text: str) -> str:
     """The Agent Sandbox controller reconciling ``SANDBOX_WORKERS`` sandboxes at once, set in
     the manifest (so a second apply changes nothing)."""
     import yaml  # type: ignore[import-untyped]

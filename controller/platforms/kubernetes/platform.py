@@ -59,6 +59,11 @@ class KubernetesPlatform(Platform):
         self.settings = settings or KubernetesSettings.from_environment()
         self.external_router = None if self.settings.in_cluster else self.settings.router_address
         """Where pods reach this controller when it runs outside the cluster (debugging)."""
+        if self.external_router is not None:
+            try:
+                routing.external_address(self.external_router)
+            except ValueError as error:
+                raise PlatformError(str(error), reason="router-address-invalid") from None
         self.router_host = (
             "0.0.0.0" if self.settings.in_cluster else self.external_router or "127.0.0.1"
         )

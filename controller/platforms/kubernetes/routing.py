@@ -12,6 +12,7 @@ that address, and the policies name it as an ``ipBlock`` where they would name t
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,6 +54,18 @@ def router_service(
     )
 
 
+def external_address(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The out-of-cluster controller's address as an IP address (an EndpointSlice and an
+    ``ipBlock`` take no host name); ``ValueError`` says what to give instead."""
+    try:
+        return ipaddress.ip_address(address)
+    except ValueError:
+        raise ValueError(
+            f"the router address {address!r} is not an IP address: give SOCIETY_ROUTER_ADDRESS "
+            "as an IPv4 or IPv6 address of this machine that the cluster's pods reach"
+        ) from None
+
+
 def router_endpoints(run_id: str, address: str, port: int, service_ports: Sequence[int]) -> Obj:
     """The selector-less Service's one endpoint: the out-of-cluster controller's address."""
     metadata = run_metadata(run_id, ROUTER_SERVICE, **{ROLE_LABEL: "router"})
@@ -60,7 +73,7 @@ def router_endpoints(run_id: str, address: str, port: int, service_ports: Sequen
     return manifest(
         "EndpointSlice",
         metadata,
-        addressType="IPv4",
+        addressType=f"IPv{external_address(address).version}",
         endpoints=[{"addresses": [address], "conditions": {"ready": True}}],
         ports=[
             {"name": p["name"], "port": p["port"], "protocol": "TCP"}
@@ -88,9 +101,10 @@ def network_policies(
     outside the cluster."""
     agents = {"matchLabels": {ROLE_LABEL: "agent"}}
     controller = {"matchLabels": {ROLE_LABEL: "controller"}}
-    peer: dict[str, Any] = (
-        {"ipBlock": {"cidr": f"{external}/32"}} if external else {"podSelector": controller}
-    )
+    peer: dict[str, Any] = {"podSelector": controller}
+    if external:
+        host = external_address(external)
+        peer = {"ipBlock": {"cidr": f"{host}/{host.max_prefixlen}"}}
 
     def policy(name: str, spec: dict[str, Any]) -> Obj:
         return manifest("NetworkPolicy", run_metadata(run_id, name), spec=spec)

@@ -1,6 +1,6 @@
 """``society run --profile kind`` from outside the cluster, as a user runs it from a laptop, on the
-harness's real node: the default path runs the controller as the run's Job, whose pod the
-router's Service selects, so the agents' pods reach the router.
+real-pod tests' kind cluster: the default path runs the controller as the run's Job, whose pod
+the router's Service selects, so the agents' pods reach the router.
 
 On the code before this test the controller ran in the command's own process while agents
 dialled ``society-router.<run>.svc``, a Service that selected no pod: the run could not start.

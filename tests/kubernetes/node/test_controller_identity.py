@@ -1,4 +1,4 @@
-"""The controller's identity runs a whole run on the real node, and can do nothing more: its
+"""The controller's identity runs a whole run on kind, and can do nothing more: its
 Role and RoleBinding (``prepare_run_namespace``), impersonated by this process as the controller.
 """
 

@@ -1,5 +1,5 @@
-"""In-cluster execution: the run worker's ``execute`` runs the controller as the run's Job, on the
-real node, from the controller image built here (pinned by digest through the image map).
+"""In-cluster execution: the run worker's ``execute`` runs the controller as the run's Job, in a
+pod on kind, from the controller image built here (pinned by digest through the image map).
 
 The real ``SocietyRun`` on a dev server, with the worker in in-cluster mode against the real
 control plane: prepare makes the namespace, execute creates the RunSpec ConfigMap and
@@ -182,7 +182,7 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
     assert image == control_plane.images.ref("controller")
     assert seen["runspec"]["immutable"] is True
     assert seen["runspec"]["data"]["experiment.py"] == module.read_text()
-    # the Job ran once: one pod, on the real node, whose container exited 0
+    # the Job ran once: one pod, on kind, whose container exited 0
     assert len(pods) == 1, sorted(pods)
     pod = next(iter(pods.values()))
     assert pod["spec"]["nodeName"] == control_plane.node.name

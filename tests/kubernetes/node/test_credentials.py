@@ -1,7 +1,7 @@
 """Secrets on the cluster: credential references resolved by the controller's own identity, and
 no token or credential value in any object but the agents' Secrets (nor in the ledger).
 
-Runs against the real local control plane; the agents' pods run on its real node.
+Runs against the real-pod tests' kind cluster; the agents' pods run on its agents' node.
 """
 
 # ruff: noqa: F811  (pytest fixtures imported from cluster_support are parameters here)

@@ -1,4 +1,4 @@
-"""The shipped examples on the cluster profile's real node: their ledgers verify and grade as
+"""The shipped examples on the real-pod tests' kind cluster: their ledgers verify and grade as
 they do on the local profile, through the same ``society ledger verify`` and ``society grade``
 commands a user runs."""
 
@@ -39,7 +39,7 @@ def _society(*argv: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("example", ["negotiation", "partition"])
-async def test_an_example_runs_on_the_real_node_and_its_ledger_verifies_and_grades(
+async def test_an_example_runs_in_real_pods_on_kind_and_its_ledger_verifies_and_grades(
     control_plane: KindPlane, cluster_queue: str, tmp_path: Path, example: str
 ) -> None:
     spec = load_run_spec(EXAMPLES / f"{example}.py")

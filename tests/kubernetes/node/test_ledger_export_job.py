@@ -1,4 +1,4 @@
-"""The GKE profile's path, on the real node: the run worker, as its ServiceAccount, runs the
+"""The GKE profile's path, on kind: the run worker, as its ServiceAccount, runs the
 controller as the run's Job writing to a ledger claim, then exports the run directory from that
 claim to the bucket with an export Job in the run's namespace, and deletes the namespace.
 

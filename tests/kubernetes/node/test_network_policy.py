@@ -1,4 +1,4 @@
-"""The run's NetworkPolicies (``routing.network_policies``) enforced on the real node (kube-router),
+"""The run's NetworkPolicies (``routing.network_policies``) enforced on kind (kube-router),
 tested from inside an agent's pod: it reaches the router (through the Service, by the name its
 ``/etc/hosts`` gives) and the model gateway's port; it cannot reach another agent's bridge,
 another run's router, the Kubernetes API server or 169.254.169.254. The controller reaches the

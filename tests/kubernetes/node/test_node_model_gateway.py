@@ -1,5 +1,5 @@
 """The run's model gateway on a cluster: advertised through the per-run Service, on a port the
-NetworkPolicies open to agents only, and reached by llm agents in real pods on the real node,
+NetworkPolicies open to agents only, and reached by llm agents in real pods on kind,
 from the llm image built here; the node enforces the policies (kube-router)."""
 
 # ruff: noqa: F811  (pytest fixtures imported from cluster_support are parameters here)

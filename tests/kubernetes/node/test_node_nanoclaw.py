@@ -1,4 +1,4 @@
-"""The NanoClaw runtime in a real pod on the real node, from the image scripts/build-images.sh
+"""The NanoClaw runtime in a real pod on kind, from the image scripts/build-images.sh
 built here (``society/nanoclaw:dev``, pinned through the image map at submit time): through the
 readiness gate, its reply committed from its own router session, its calls measured by the run's
 model gateway as Anthropic Messages."""

@@ -1,4 +1,4 @@
-"""The peer and OpenClaw runtimes in real pods on the real node, from the images that
+"""The peer and OpenClaw runtimes in real pods on kind, from the images that
 scripts/build-images.sh built here. Their rosters name the default images (``society/peer:dev``,
 ``society/openclaw:dev``); the platform pins them through the image map at submit time."""
 

@@ -1,4 +1,4 @@
-"""The restart rule on the real node: before dispatch a replacement pod (Agent Sandbox re-creates
+"""The restart rule on kind: before dispatch a replacement pod (Agent Sandbox re-creates
 a deleted one) stays out of the readiness gate until its new application is ready; the run then
 dispatches with it. After dispatch a lost pod is evidence (``test_runs.py``: a killed container).
 

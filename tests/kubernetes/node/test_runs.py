@@ -1,10 +1,9 @@
-"""Whole runs on the kubernetes platform against the real local control plane and its real node.
+"""Whole runs on the kubernetes platform against the real-pod tests' kind cluster.
 
 Kueue admits, Agent Sandbox creates the pods, the node runs them from the locally built image
 (pinned by digest through the image map). The controller is this process, which the pods reach
-over the node's veth (the out-of-cluster debugging mode), so the readiness gate's bridge and
-router session, exec harvest and pod logs are all real.
-"""
+at the gateway of the cluster's podman network (the out-of-cluster debugging mode), so the
+readiness gate's bridge and router session, exec harvest and pod logs are all real."""
 
 # ruff: noqa: F811  (pytest fixtures imported from cluster_support are parameters here)
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The real ``SocietyRun`` workflow on a real Temporal dev server, profile ``kubernetes``, against
-the real local control plane and its real node, in the named debugging mode
-(``SOCIETY_CONTROLLER_JOB=0``): prepare makes the namespace, the controller runs in the execute
-activity of this process, outside the cluster, and the agents' pods on the node reach its router
-through the run's selector-less Service, whose one endpoint is ``SOCIETY_ROUTER_ADDRESS`` (the
-host end of the node's veth, the only way from the node's namespace to this machine, as from
-kind's network to a laptop). Cleanup deletes the namespace and waits until it is gone.
+the real-pod tests' kind cluster, in the named debugging mode (``SOCIETY_CONTROLLER_JOB=0``):
+prepare makes the namespace, the controller runs in the execute activity of this process,
+outside the cluster, and the agents' pods on the node reach its router through the run's
+selector-less Service, whose one endpoint is ``SOCIETY_ROUTER_ADDRESS`` (this machine's address
+on the cluster's podman network, as a laptop's on kind's network). Cleanup deletes the namespace
+and waits until it is gone.
 
 The activities are the real ``LifecycleActivities`` (the kernel loads the module late through
 ``execute_run``); nothing is substituted.
@@ -56,7 +56,7 @@ async def test_society_run_prepares_the_namespace_runs_the_controller_and_cleanu
     monkeypatch.setenv("SOCIETY_CLUSTER_QUEUE", cluster_queue)
     monkeypatch.setenv("SOCIETY_KUBE_WORKER_NAMESPACES", "1")
     # the named debugging mode: the controller runs in this process, outside the cluster, and
-    # the node's pods reach it at the host end of the node's veth (as pods on kind reach a laptop)
+    # the pods reach it at this machine's address on the kind cluster's podman network
     assert control_plane.network is not None and control_plane.images is not None
     monkeypatch.setenv("SOCIETY_CONTROLLER_JOB", "0")
     monkeypatch.setenv("SOCIETY_ROUTER_ADDRESS", control_plane.network.host_ip)
@@ -102,7 +102,7 @@ async def test_society_run_prepares_the_namespace_runs_the_controller_and_cleanu
     assert seen["namespace after execute"] is not None
     # ... and cleanup deleted it and waited until it was gone before the workflow returned
     assert left == []
-    # the agents ran in real pods on the real node
+    # the agents ran in real pods on kind
     assert control_plane.node is not None
     node = control_plane.node.name
     assert seen["agent pods"] == {"alice": node, "bob": node}

@@ -1,5 +1,5 @@
 """The run worker, as its ServiceAccount, runs a whole run in cluster: the controller as the run's
-Job and the agents' pods on the real node.
+Job and the agents' pods on kind.
 
 Against the real control plane, with the Helm chart's RBAC and admission policies applied as
 ``helm install`` would (``rbac_support``). The worker runs in this process and acts as its
