@@ -8,7 +8,10 @@ the copy the tests create from: no host ports (``kind/cluster.yaml``'s 17233 and
 ``society cluster up --profile kind``, which tests/kind runs), and this plane's work directory
 mounted at the same path in every node (kind's ``extraMounts``), so a hostPath volume there is a
 directory this machine reads. The agents' pods reach this machine at the gateway of the cluster's
-podman network, as pods on kind reach a laptop. 169.254.169.254:80 answers HTTP on the agents'
+podman network, as pods on kind reach a laptop; and this machine reaches the pods (the debugging
+mode's controller dials their bridges) by a route to each node's pod range through that node's
+address, which a Linux user of the debugging mode adds the same way (``ip route``; kind adds
+none), removed again at stop. 169.254.169.254:80 answers HTTP on the agents'
 node, as a cloud's metadata endpoint does: a test that a pod cannot reach it means something only
 if it answers.
 
@@ -113,6 +116,8 @@ class KindPlane:
         )
         self.network: KindNetwork | None = None
         self.node: KindNode | None = None
+        self.routes: list[list[str]] = []
+        """``ip route`` arguments of the routes ``start`` added (``stop`` deletes them)."""
 
     # public surface ---------------------------------------------------------------
 
@@ -178,7 +183,18 @@ class KindPlane:
             self._import_local_image(image.image, agents)
             manifest = self._local_manifest(addon, image)
             apply_addon(self.cluster.kubectl_path, self.kubeconfig, addon, str(manifest))
+        self._route_pod_ranges()
         self._start_metadata()
+
+    def _route_pod_ranges(self) -> None:
+        """A route on this machine to each node's pod range through the node's address."""
+        nodes = json.loads(self.cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+        for node in nodes:
+            addresses = node["status"]["addresses"]
+            address = next(a["address"] for a in addresses if a["type"] == "InternalIP")
+            route = [node["spec"]["podCIDR"], "via", address]
+            subprocess.run(["ip", "route", "replace", *route], check=True, capture_output=True)
+            self.routes.append(route)
 
     def _start_metadata(self) -> None:
         """An HTTP server on 169.254.169.254:80 of the agents' node: the address on the node's
@@ -236,6 +252,9 @@ class KindPlane:
         archive.unlink()
 
     def stop(self) -> None:
+        for route in self.routes:
+            subprocess.run(["ip", "route", "del", *route], capture_output=True, check=False)
+        self.routes.clear()
         try:
             self.cluster.delete()
         finally:
