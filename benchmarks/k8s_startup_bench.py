@@ -354,7 +354,7 @@ async def on_kwok(
             async def run() -> None:
                 timeline.submitted = time.monotonic()
                 outcome = await Run.execute(
-                    spec_for(agents, execute, SCRIPTED, roster),
+                    spec_for(agents, execute, PINNED, roster),
                     platform=platform,
                     run_id=run_id,
                     artifact_root=root,
@@ -412,7 +412,7 @@ class Sweep:
 
 
 async def measure(
-    plane: KindPlane, kwok: ControlPlane, sweep: Sweep, sizes: list[int], rows: list[Row]
+    plane: KindPlane, kwok_plane: ControlPlane, sweep: Sweep, sizes: list[int], rows: list[Row]
 ) -> None:
     """Each size in turn, into ``rows``; a failure on kind is printed and ends the sweep (the
     next size cannot pass either)."""
@@ -428,7 +428,7 @@ async def measure(
                 _print_failure(failed)
                 break
             kwok = [
-                await on_kwok(kwok, sweep.kwok_queue, agents, root, sweep.roster)
+                await on_kwok(kwok_plane, sweep.kwok_queue, agents, root, sweep.roster)
                 for _ in range(sweep.rounds)
             ]
             local = min([await on_local(agents, root, sweep.roster) for _ in range(sweep.rounds)])

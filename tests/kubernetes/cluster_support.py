@@ -1,10 +1,11 @@
 """Fixtures and helpers for the kubernetes platform's tests (import the fixtures by name).
 
 A ClusterQueue per quota, a platform for a run whose controller is the test's own process, and
-a recorder of what the cluster saw in order. On a plane with a real node (tests/kubernetes/node)
-the agents' pods run there and reach this process over the node's veth, as pods on kind reach a
-laptop: the out-of-cluster debugging mode (``SOCIETY_CONTROLLER_JOB=0``, ``router_address``).
-On a KWOK-only plane pods run nothing, so no run there passes its readiness gate.
+a recorder of what the cluster saw in order. On the kind plane (tests/kubernetes/node) the
+agents' pods run there and reach this process at its address on the cluster's podman network, as
+pods on kind reach a laptop: the out-of-cluster debugging mode (``SOCIETY_CONTROLLER_JOB=0``,
+``router_address``). On a KWOK-only plane pods run nothing, so no run there passes its readiness
+gate.
 """
 
 from __future__ import annotations
@@ -109,19 +110,19 @@ def small_queue(control_plane: ControlPlane) -> Iterator[str]:
 
 
 def settings(plane: ControlPlane, **changes: Any) -> KubernetesSettings:
-    """Settings for a controller in this process; with a real node, the image map and the
-    address where the node's pods reach this process (the host end of its veth)."""
+    """Settings for a controller in this process; on kind, the image map and the address where
+    the pods reach this process (this machine's on the cluster's podman network)."""
     base: dict[str, Any] = {
         "kubeconfig": str(plane.kubeconfig),
         "startup_timeout_s": 90.0,
         "admission_timeout_s": 60.0,
     }
-    if plane.network is not None:
-        assert plane.images is not None
+    network = getattr(plane, "network", None)  # the kind plane's; KWOK pods run nothing
+    if network is not None:
         base |= {
             "image_map": str(plane.images.path),
             "controller_job": False,
-            "router_address": plane.network.host_ip,
+            "router_address": network.host_ip,
         }
     return KubernetesSettings(**(base | changes))
 
