@@ -126,29 +126,34 @@ class KindCluster:
 
     def footprint(self) -> HostFootprint:
         nodes = self.nodes()
-        inspected = json.loads(self._podman("inspect", *nodes))
-        network = json.loads(self._podman("network", "inspect", self.name))[0]
+        inspected = json.loads(self.podman("inspect", *nodes))
         return HostFootprint(
             container_ids=tuple(c["Id"] for c in inspected),
             merged_dirs=tuple(c["GraphDriver"]["Data"]["MergedDir"] for c in inspected),
-            bridge=network.get("network_interface", ""),
+            bridge=self.network().get("network_interface", ""),
         )
 
+    def network(self) -> dict[str, Any]:
+        """``podman network inspect`` of the cluster's own network."""
+        found: dict[str, Any] = json.loads(self.podman("network", "inspect", self.name))[0]
+        return found
+
     def delete_leftover(self) -> None:
-        """Delete a cluster of this name that an interrupted session left (a killed pytest)."""
-        if self.name in self._run([str(self.kind), "get", "clusters"]).split():
-            self._run([str(self.kind), "delete", "cluster", "--name", self.name])
-        if self.name in podman_names("network"):
-            self._podman("network", "rm", self.name)
+        """Delete a cluster of this name that an interrupted session left (a killed pytest);
+        nothing happens when there is none (``kind delete`` of no cluster succeeds)."""
+        self._remove()
 
     def delete(self) -> None:
         """``kind delete cluster``, then the podman network kind made for it."""
         if self.deleted:
             return
         self.deleted = True
+        self._remove()
+
+    def _remove(self) -> None:
         self._run([str(self.kind), "delete", "cluster", "--name", self.name])
         if self.name in podman_names("network"):
-            self._podman("network", "rm", self.name)
+            self.podman("network", "rm", self.name)
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
@@ -172,8 +177,8 @@ class KindCluster:
         name = ref.split("@", 1)[0]
         for node in nodes or self.nodes():
             self.import_archive(archive, name, [node])
-            self._podman("exec", node, "ctr", "-n", "k8s.io", "images", "tag", "--force",
-                         f"{name}:build", ref)  # fmt: skip
+            self.podman("exec", node, "ctr", "-n", "k8s.io", "images", "tag", "--force",
+                        f"{name}:build", ref)  # fmt: skip
 
     def import_archive(self, archive: Path, base_name: str, nodes: list[str]) -> None:
         """``ctr images import --base-name base_name`` of an OCI archive on this machine into
@@ -188,9 +193,10 @@ class KindCluster:
 
     def node_shell(self, node: str, script: str) -> str:
         """``sh -c script`` inside one node's container."""
-        return self._podman("exec", node, "sh", "-c", script)
+        return self.podman("exec", node, "sh", "-c", script)
 
-    def _podman(self, *args: str) -> str:
+    def podman(self, *args: str) -> str:
+        """``podman ARGS`` with this cluster's environment; its stdout."""
         return self._run(["podman", *args])
 
     def _run(self, argv: list[str]) -> str:

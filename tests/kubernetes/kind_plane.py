@@ -21,7 +21,6 @@ Test-only: nothing here is imported by ``controller``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -64,19 +63,13 @@ class KindNode:
 
     def ctr(self, *args: str) -> str:
         """``ctr -n k8s.io ARGS`` against the node's containerd (inside its container)."""
-        done = subprocess.run(["podman", "exec", self.name, "ctr", "-n", "k8s.io", *args],
-                              capture_output=True, text=True, env=self.cluster.env())  # fmt: skip
-        if done.returncode != 0:
-            raise AssertionError(f"ctr {' '.join(args)} on {self.name}: {done.stderr.strip()}")
-        return done.stdout
+        return self.cluster.podman("exec", self.name, "ctr", "-n", "k8s.io", *args)
 
     @property
     def containerd_socket(self) -> Path:
         """The node's containerd socket, reached from this machine through the container's root
         (``/proc/<pid>/root``), as a tool on a machine that is the node reaches it."""
-        pid = subprocess.run(["podman", "inspect", "-f", "{{.State.Pid}}", self.name],
-                             capture_output=True, text=True, check=True,
-                             env=self.cluster.env()).stdout.strip()  # fmt: skip
+        pid = self.cluster.podman("inspect", "-f", "{{.State.Pid}}", self.name).strip()
         return Path(f"/proc/{pid}/root/run/containerd/containerd.sock")
 
 
@@ -136,9 +129,6 @@ class KindPlane:
         """Where the control-plane build's ``ctr`` is (``cluster up --node-containerd``)."""
         return Path(script_output("build-control-plane.sh")) / "bin"
 
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-
     def api_client(self) -> Any:
         """A new admin ``kubernetes.client.ApiClient``."""
         from kubernetes import config
@@ -161,12 +151,8 @@ class KindPlane:
     def start(self) -> None:
         self.cluster.delete_leftover()
         self.cluster.create()
-        network = json.loads(subprocess.run(
-            ["podman", "network", "inspect", self.cluster.name], capture_output=True, text=True,
-            check=True,
-        ).stdout)[0]  # fmt: skip
         # kind's podman network is dual-stack; the cluster (kind/cluster.yaml) is IPv4 only.
-        gateways = [subnet["gateway"] for subnet in network["subnets"]]
+        gateways = [subnet["gateway"] for subnet in self.cluster.network()["subnets"]]
         self.network = KindNetwork(host_ip=next(g for g in gateways if ":" not in g))
         key, value = AGENT_POOL
         names = "jsonpath={.items[*].metadata.name}"
@@ -246,8 +232,7 @@ class KindPlane:
     def _import_local_image(self, image: str, nodes: list[str]) -> None:
         """An image of podman's storage into the nodes' containerd under its own name."""
         archive = self.workdir / "images" / f"{image.rsplit('/', 1)[-1].replace(':', '-')}.tar"
-        subprocess.run(["podman", "save", "--format", "oci-archive", "-o", str(archive), image],
-                       capture_output=True, check=True)  # fmt: skip
+        self.cluster.podman("save", "--format", "oci-archive", "-o", str(archive), image)
         self.cluster.import_archive(archive, image.split(":")[0], nodes)
         archive.unlink()
 
