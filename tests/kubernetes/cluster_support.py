@@ -117,6 +117,7 @@ def settings(plane: ControlPlane, **changes: Any) -> KubernetesSettings:
         "startup_timeout_s": 90.0,
         "admission_timeout_s": 60.0,
     }
+    base |= getattr(plane, "placement", {})  # KWOK's fake nodes: the agents' pods go there
     network = getattr(plane, "network", None)  # the kind plane's; KWOK pods run nothing
     if network is not None:
         base |= {

@@ -208,10 +208,13 @@ class DirectCreated:
     """Every pod Running."""
 
 
-def direct_objects(run_id: str, roster: Mapping[str, RuntimeDescriptor]) -> list[Obj]:
+def direct_objects(
+    run_id: str, roster: Mapping[str, RuntimeDescriptor], placement: Mapping[str, Any] = {}
+) -> list[Obj]:
     """What a run's namespace holds for ``roster``, as plain objects the baseline creates
     itself: the platform's Secrets and policies, and for each Sandbox what Agent Sandbox makes
-    of it (a headless Service and a pod from its template)."""
+    of it (a headless Service and a pod from its template, with the pod-spec fields
+    ``placement`` adds: the node selector and tolerations the platform's settings give)."""
     shutdown = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
     made: list[Obj] = [
         routing.router_service(run_id, 7443),
@@ -227,7 +230,8 @@ def direct_objects(run_id: str, roster: Mapping[str, RuntimeDescriptor]) -> list
         template: dict[str, Any] = sandbox["spec"]["podTemplate"]
         labels = template["metadata"]["labels"]
         meta = {"name": agent, "namespace": run_id, "labels": labels}
-        made.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]})
+        spec = template["spec"] | dict(placement)
+        made.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
         made.append(
             {
                 "apiVersion": "v1",
@@ -240,7 +244,12 @@ def direct_objects(run_id: str, roster: Mapping[str, RuntimeDescriptor]) -> list
 
 
 async def create_directly(
-    plane: ControlPlane, agents: int, *, in_flight: int = 64, timeout_s: float = 600.0
+    plane: ControlPlane,
+    agents: int,
+    *,
+    in_flight: int = 64,
+    timeout_s: float = 600.0,
+    placement: Mapping[str, Any] = {},
 ) -> DirectCreated:
     """Create ``direct_objects`` for a roster of ``agents`` with ``in_flight`` requests at a
     time (no Kueue, no Agent Sandbox, no session), and time it until every pod is Running."""
@@ -258,7 +267,7 @@ async def create_directly(
                         await kube.create(obj)
 
                 async with anyio.create_task_group() as tasks:
-                    for obj in direct_objects(run_id, roster):
+                    for obj in direct_objects(run_id, roster, placement):
                         tasks.start_soon(create, obj)
                 created = time.monotonic() - started
                 with anyio.fail_after(timeout_s):
