@@ -1,19 +1,14 @@
 """Submit -> all pods Running for a large roster on KWOK nodes, phase by phase, next to the same
 objects created straight through the API, same run.
 
-    nice .venv/bin/python benchmarks/k8s_admission_bench.py [--plane go|kind] [--agents 50 200 1000]
+    nice .venv/bin/python benchmarks/k8s_admission_bench.py [--agents 50 200 1000]
 
-Starts a cluster with two KWOK nodes whose pods turn Running at once and run nothing, then a
-ClusterQueue with room for the largest roster:
-
-- ``--plane go`` (default): the test control plane (tests/kubernetes/controlplane.py: etcd,
-  kube-apiserver, controller-manager, scheduler, Kueue, Agent Sandbox as host processes; needs
-  Go and the cached build). CPU is counted per process.
-- ``--plane kind``: the kind test cluster (tests/kubernetes/kind_plane.py, with Kueue and Agent
-  Sandbox from their release manifests) and the KWOK controller deployed into it
-  (tests/kubernetes/kind_kwok.py); agents go to the fake nodes by the platform's node selector
-  and toleration. CPU is counted per node container (its cgroup), plus this process. Runs as
-  root (podman, routes).
+Starts the kind test cluster (tests/kubernetes/kind_plane.py, with Kueue and Agent Sandbox from
+their release manifests) with the KWOK controller deployed into it and two fake nodes whose pods
+turn Running at once and run nothing (tests/kubernetes/kind_kwok.py), then a ClusterQueue with
+room for the largest roster. Agents go to the fake nodes by the platform's node selector and
+toleration. CPU is counted per node container (its cgroup), plus this process. Runs as root
+(podman, routes).
 
 Then for each size:
 
@@ -36,9 +31,8 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 
@@ -47,7 +41,10 @@ sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.append(str(Path(__file__).resolve().parents[1] / "tests" / "kubernetes"))
 
 from cluster_support import make_cluster_queue
-from controlplane import ControlPlane, build_control_plane
+from cp_build import build_images
+from cp_images import Images
+from kind_kwok import KwokPlane, start_kwok
+from kind_plane import KindPlane
 from roster_scale import (
     SCALE_NODE_CAPACITY,
     RosterStarted,
@@ -76,49 +73,27 @@ def _cpu(spent: dict[str, float]) -> str:
     return ", ".join(f"{name} {seconds:.1f}" for name, seconds in busy if seconds >= 0.05)
 
 
-Cpu = Callable[[], dict[str, float]]
-
-
 @contextlib.contextmanager
-def go_plane() -> Iterator[tuple[Any, Cpu]]:
-    with ControlPlane(build_control_plane(), nodes=2, node_capacity=SCALE_NODE_CAPACITY) as plane:
-        yield plane, lambda: cpu_seconds(plane)
-
-
-@contextlib.contextmanager
-def kind_plane() -> Iterator[tuple[Any, Cpu]]:
-    from cp_build import build_images
-    from cp_images import Images
-    from kind_kwok import node_cpu_seconds, start_kwok
-    from kind_plane import KindPlane
-
+def kwok_plane() -> Iterator[KwokPlane]:
     started = time.monotonic()
     with KindPlane(Images.load(build_images()), name="society-kind-admission") as kind:
         kwok = start_kwok(kind.cluster, 2, SCALE_NODE_CAPACITY)
         print(f"kind cluster and KWOK nodes up in {time.monotonic() - started:.0f} s", flush=True)
-
-        def cpu() -> dict[str, float]:
-            return node_cpu_seconds(kind.cluster) | {
-                "this process (controller)": time.process_time()
-            }
-
-        yield kwok, cpu
+        yield kwok
 
 
-async def measure(plane: Any, cpu: Cpu, queue: str, sizes: list[int]) -> list[Row]:
+async def measure(plane: KwokPlane, queue: str, sizes: list[int]) -> list[Row]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="k8s-admission-") as scratch:
         for agents in sizes:
-            before = cpu()
+            before = cpu_seconds(plane)
             run = await start_roster(plane, queue, agents, Path(scratch))
-            platform_cpu = cpu_spent(before, cpu())
+            platform_cpu = cpu_spent(before, cpu_seconds(plane))
             print(f"{agents} agents, platform: {_phases(run)}", flush=True)
             print(f"    CPU s: {_cpu(platform_cpu)}", flush=True)
-            before = cpu()
-            direct = await create_directly(
-                plane, agents, placement=getattr(plane, "pod_placement", {})
-            )
-            direct_cpu = cpu_spent(before, cpu())
+            before = cpu_seconds(plane)
+            direct = await create_directly(plane, agents)
+            direct_cpu = cpu_spent(before, cpu_seconds(plane))
             print(
                 f"{agents} agents, baseline: created {direct.created:.2f} s, "
                 f"all pods Running {direct.running:.2f} s",
@@ -133,14 +108,12 @@ async def measure(plane: Any, cpu: Cpu, queue: str, sizes: list[int]) -> list[Ro
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--plane", choices=["go", "kind"], default="go")
     parser.add_argument("--agents", type=int, nargs="+", default=[50, 200, 1000])
     args = parser.parse_args()
-    print(f"plane: {args.plane}", flush=True)
-    with (kind_plane if args.plane == "kind" else go_plane)() as (plane, cpu):
+    with kwok_plane() as plane:
         cores, memory = scale_queue_quota(max(args.agents))
         queue = make_cluster_queue(plane, cpu=cores, memory=memory)
-        rows = anyio.run(measure, plane, cpu, queue, args.agents)
+        rows = anyio.run(measure, plane, queue, args.agents)
     print(
         "\n| agents | platform: submit -> all pods Running | baseline (direct) | ratio "
         "| CPU s, platform (all processes) | CPU s, baseline | ratio |"

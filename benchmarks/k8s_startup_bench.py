@@ -6,9 +6,9 @@ profile and KWOK, same run, with kind's time split into phases.
 Starts a kind cluster as the real-pod tests make theirs (tests/kubernetes/kind_plane.py), named
 ``society-kind-bench`` so that it runs beside them: kind on the node image built here, Kueue and
 Agent Sandbox from scripts/build-kind-addon-images.sh, the images of scripts/build-images.sh
-imported into the agents' node (needs root, podman and the builds); and the Go-built control
-plane with one KWOK node (tests/kubernetes/controlplane.py); a ClusterQueue in each, then for
-each roster size runs a scripted society:
+imported into the agents' node (needs root, podman and the builds), with the KWOK controller
+deployed into it and one fake node (tests/kubernetes/kind_kwok.py); a ClusterQueue, then for each
+roster size runs a scripted society:
 
 - on kind: Kueue admission, one Sandbox per agent, each a pod from the scripted image on the
   agents' node (the controller is this process, which the pods reach at the gateway of the
@@ -19,8 +19,9 @@ each roster size runs a scripted society:
   ``Pulled`` events: the images were imported into containerd when the cluster was made), every
   agent ready (its program booted in the container, its bridge attached and its router session
   authenticated: the controller's "agents ready" progress), the gate passed;
-- on KWOK: the same roster placed on the KWOK node; its pods run nothing, so no gate can pass:
-  submit -> admitted -> every pod Running, then the run is cancelled;
+- on KWOK: the same roster placed on the fake node by the platform's node selector and
+  toleration; its pods run nothing, so no gate can pass: submit -> admitted -> every pod
+  Running, then the run is cancelled;
 - on the local profile: submit -> gate.
 
 Best of ``--rounds`` by submit -> gate (KWOK: by submit -> pods Running). Not a test.
@@ -57,9 +58,9 @@ sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))  # after the
 # own packages: tests/ledger would shadow ``ledger``
 
 from cluster_support import PINNED, SCRIPTED, make_cluster_queue, settings
-from controlplane import ControlPlane, build_control_plane
 from cp_build import build_images
 from cp_images import Images
+from kind_kwok import KwokPlane, NodeCapacity, start_kwok
 from kind_plane import KindPlane
 
 from controller import Run, RunSpec
@@ -335,7 +336,7 @@ async def on_kind(
 
 
 async def on_kwok(
-    plane: ControlPlane, queue: str, agents: int, root: Path, roster: Roster
+    plane: KwokPlane, queue: str, agents: int, root: Path, roster: Roster
 ) -> Timeline:
     """Submit -> admitted -> every pod Running on the KWOK node; then the run is cancelled."""
     run_id = new_run_id()
@@ -344,9 +345,7 @@ async def on_kwok(
     async def execute(ctx: RunContext) -> None:
         raise AssertionError("a KWOK pod runs nothing: no gate can pass")
 
-    platform = KubernetesPlatform(
-        settings(plane, cluster_queue=queue, agent_node_selector={"type": "kwok"})
-    )
+    platform = KubernetesPlatform(settings(plane, cluster_queue=queue))
     async with Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(watch, kube, run_id, agents, timeline)
@@ -386,7 +385,7 @@ async def on_local(agents: int, root: Path, roster: Roster) -> float:
     return gate[0] - submitted
 
 
-def _core(plane: KindPlane | ControlPlane) -> Any:
+def _core(plane: KindPlane) -> Any:
     from kubernetes import client
 
     return client.CoreV1Api(plane.api_client())
@@ -412,7 +411,7 @@ class Sweep:
 
 
 async def measure(
-    plane: KindPlane, kwok_plane: ControlPlane, sweep: Sweep, sizes: list[int], rows: list[Row]
+    plane: KindPlane, kwok_plane: KwokPlane, sweep: Sweep, sizes: list[int], rows: list[Row]
 ) -> None:
     """Each size in turn, into ``rows``; a failure on kind is printed and ends the sweep (the
     next size cannot pass either)."""
@@ -569,10 +568,8 @@ def main() -> None:
     roster = Roster(resources, args.ready_timeout)
     print(f"roster: each agent {resources}, ready timeout {args.ready_timeout:g} s", flush=True)
     images = Images.load(build_images())
-    with (
-        KindPlane(images, max_pods=args.max_pods, name="society-kind-bench") as plane,
-        ControlPlane(build_control_plane(), nodes=1) as kwok,
-    ):
+    with KindPlane(images, max_pods=args.max_pods, name="society-kind-bench") as plane:
+        kwok = start_kwok(plane.cluster, 1, NodeCapacity())
         print(f"kind's agents' node allocatable: {node_allocatable(plane)}", flush=True)
         queue = make_cluster_queue(plane, cpu="64", memory="64Gi")
         kwok_queue = make_cluster_queue(kwok, cpu="64", memory="64Gi")

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Build the local Kubernetes control plane used by tests/kubernetes from the Go
-# module proxy: etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
-# kwok, the Kueue manager and the Agent Sandbox controller, plus the CRDs and
-# webhook manifests they need; and the programs the kind node image
-# (scripts/build-kind-node-image.sh) takes from here: kubelet, kube-proxy,
-# containerd (with ctr and its runc shim) and kube-router (the CNI and
-# NetworkPolicy enforcer).
+# Build the Kubernetes programs of the test cluster from the Go module proxy, at
+# the pins of kind/versions.env: what the kind node image
+# (scripts/build-kind-node-image.sh) takes from here (kube-apiserver,
+# kube-scheduler, kube-controller-manager, kubelet, kube-proxy, containerd with
+# ctr and its runc shim, and kube-router, the CNI and NetworkPolicy enforcer);
+# kwok, which tests/kubernetes/kind_kwok.py deploys into the cluster with its
+# stages; and the Kueue and Agent Sandbox CRDs the committed schemas are
+# generated from (scripts/generate-kube-schemas.py).
 #
 # Prints one line per component with its time ("cached" when already built); the
 # Go tool's own output goes to <output>/build.log (its tail is shown on failure).
@@ -31,7 +32,7 @@ log() { echo "build-control-plane: $*" >&2; }
 [[ -f "${VERSIONS_FILE}" ]] || die "missing ${VERSIONS_FILE}"
 # shellcheck source=../kind/versions.env
 source "${VERSIONS_FILE}"
-for var in KUBERNETES_VERSION ETCD_VERSION KWOK_VERSION KUEUE_VERSION AGENT_SANDBOX_VERSION \
+for var in KUBERNETES_VERSION KWOK_VERSION KUEUE_VERSION AGENT_SANDBOX_VERSION \
     CONTAINERD_VERSION KUBE_ROUTER_VERSION; do
     [[ -n "${!var:-}" ]] || die "${var} is not set in ${VERSIONS_FILE}"
 done
@@ -72,7 +73,7 @@ GO_BUILD_FLAGS=(-p "${GO_PARALLEL}" -trimpath)
 export GONOSUMDB="${GONOSUMDB:+${GONOSUMDB},}sigs.k8s.io/agent-sandbox"
 
 START_ALL=${SECONDS}
-log "versions: kubernetes ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, kueue ${KUEUE_VERSION}, agent-sandbox ${AGENT_SANDBOX_VERSION}, containerd ${CONTAINERD_VERSION}, kube-router ${KUBE_ROUTER_VERSION}"
+log "versions: kubernetes ${KUBERNETES_VERSION}, kwok ${KWOK_VERSION}, kueue ${KUEUE_VERSION}, agent-sandbox ${AGENT_SANDBOX_VERSION}, containerd ${CONTAINERD_VERSION}, kube-router ${KUBE_ROUTER_VERSION}"
 log "output: ${OUT_DIR} (Go's output: ${BUILD_LOG})"
 
 have() { [[ -x "${BIN_DIR}/$1" ]]; }
@@ -95,36 +96,6 @@ step() {
     CURRENT_STEP=""
 }
 cached() { log "$(printf '%-46s cached' "$1")"; }
-
-# --- etcd: wrapper module around go.etcd.io/etcd/server/v3/etcdmain ---------
-build_etcd() {
-    local dir="${SRC_DIR}/etcd"
-    rm -rf "${dir}" && mkdir -p "${dir}"
-    cat >"${dir}/go.mod" <<EOF
-module societyrunner.local/controlplane/etcd
-
-go 1.26
-EOF
-    cat >"${dir}/main.go" <<'EOF'
-// Command etcd is the etcd server, built from go.etcd.io/etcd/server/v3.
-package main
-
-import (
-	"os"
-
-	"go.etcd.io/etcd/server/v3/etcdmain"
-)
-
-func main() { etcdmain.Main(os.Args) }
-EOF
-    (
-        cd "${dir}"
-        "${GO[@]}" get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
-        "${GO[@]}" mod tidy
-        "${GO[@]}" build "${GO_BUILD_FLAGS[@]}" -ldflags="-s -w" -o "${BIN_DIR}/etcd.tmp" .
-    )
-    mv "${BIN_DIR}/etcd.tmp" "${BIN_DIR}/etcd"
-}
 
 # --- Kubernetes: wrapper module replacing ./staging with published modules ---
 # kubernetes_module writes it once (KUBE_DIR); build_kube_cmd builds one command in it.
@@ -215,23 +186,6 @@ install_cmd() {
     rm -rf "${tmp}"
 }
 
-# --- a command built inside a copy of its own module (its go.mod and go.sum) --
-# For modules whose version list the proxy does not serve: `go install pkg@version`
-# also reads that list (for deprecation notices) and fails on its 403.
-build_in_module() {
-    local binary="$1" module="$2" version="$3" package_dir="$4"
-    local dir="${SRC_DIR}/${binary}"
-    rm -rf "${dir}"
-    cp -r "$(module_dir "${module}@${version}")" "${dir}"
-    chmod -R u+w "${dir}"
-    (
-        cd "${dir}"
-        CGO_ENABLED=0 "${GO[@]}" build "${GO_BUILD_FLAGS[@]}" -ldflags="-s -w" -o "${BIN_DIR}/${binary}.tmp" "./${package_dir}"
-    )
-    mv "${BIN_DIR}/${binary}.tmp" "${BIN_DIR}/${binary}"
-    rm -rf "${dir}"
-}
-
 module_dir() {
     local dir
     dir="$(cd "${SRC_DIR}" && go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
@@ -253,14 +207,10 @@ component() {
     cached "${label}"
 }
 
-component "etcd ${ETCD_VERSION}" etcd build_etcd
 for cmd in kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy; do
     component "${cmd} ${KUBERNETES_VERSION}" "${cmd}" build_kube_cmd "${cmd}"
 done
 component "kwok ${KWOK_VERSION}" kwok install_cmd kwok sigs.k8s.io/kwok/cmd/kwok "${KWOK_VERSION}"
-component "kueue ${KUEUE_VERSION}" kueue install_cmd kueue sigs.k8s.io/kueue/cmd/kueue "${KUEUE_VERSION}"
-component "agent-sandbox-controller ${AGENT_SANDBOX_VERSION}" agent-sandbox-controller \
-    build_in_module agent-sandbox-controller sigs.k8s.io/agent-sandbox "${AGENT_SANDBOX_VERSION}" cmd/agent-sandbox-controller
 component "containerd, ctr, runc shim ${CONTAINERD_VERSION}" "containerd ctr containerd-shim-runc-v2" \
     build_containerd
 component "kube-router ${KUBE_ROUTER_VERSION}" kube-router \
@@ -268,7 +218,7 @@ component "kube-router ${KUBE_ROUTER_VERSION}" kube-router \
 
 # --- manifests: copied verbatim from the module sources ----------------------
 # Bump when the layout under manifests/ changes, so old caches are refreshed.
-MANIFEST_LAYOUT=3
+MANIFEST_LAYOUT=4
 
 copy_manifests() {
     local kueue_dir sandbox_dir kwok_dir
@@ -277,15 +227,8 @@ copy_manifests() {
     kwok_dir="$(module_dir "sigs.k8s.io/kwok@${KWOK_VERSION}")"
     local tmp="${MANIFEST_DIR}.tmp"
     rm -rf "${tmp}"
-    mkdir -p "${tmp}/kueue/crds" "${tmp}/kueue/crd-conversion-patches" "${tmp}/kueue/webhook" \
-        "${tmp}/agent-sandbox/crds" "${tmp}/kwok/stages"
+    mkdir -p "${tmp}/kueue/crds" "${tmp}/agent-sandbox/crds" "${tmp}/kwok/stages"
     cp "${kueue_dir}"/config/components/crd/bases/*.yaml "${tmp}/kueue/crds/"
-    cp "${kueue_dir}"/config/components/crd/patches/webhook_in_*.yaml "${tmp}/kueue/crd-conversion-patches/"
-    # Only the patches the release enables in its kustomization are applied.
-    grep -E '^- path: patches/webhook_in_' "${kueue_dir}/config/components/crd/kustomization.yaml" |
-        sed 's#^- path: patches/##' >"${tmp}/kueue/crd-conversion-patches/enabled.txt"
-    cp "${kueue_dir}/config/components/webhook/manifests.yaml" \
-        "${kueue_dir}/config/components/webhook/kustomization.yaml" "${tmp}/kueue/webhook/"
     cp "${sandbox_dir}"/k8s/crds/*.yaml "${tmp}/agent-sandbox/crds/"
     cp -r "${kwok_dir}/kustomize/stage/." "${tmp}/kwok/stages/"
     chmod -R u+w "${tmp}"

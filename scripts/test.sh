@@ -9,7 +9,7 @@ export CI="${CI:-1}"
 scripts/bootstrap.sh --all  # the dev tools, the local model and OpenClaw too
 scripts/install-browser.sh
 if [ -x scripts/build-control-plane.sh ]; then
-  # podman and the Debian packages of the image builds, the Go-built control plane (KWOK,
+  # podman and the Debian packages of the image builds, the Kubernetes programs (KWOK,
   # and the kubelet, containerd and kube-router the kind node image takes), then the images.
   scripts/install-node.sh
   scripts/build-control-plane.sh >/dev/null  # progress on stderr; stdout is its directory

@@ -3,8 +3,8 @@ merged in (controller/ops/cluster/kind_patches.py), on the node image that
 scripts/build-kind-node-image.sh builds here, with kind's podman provider.
 
 Its names are its own (cluster and podman network ``society-kind-test``; the real-pod tests'
-cluster, kind_plane.py, is ``society-kind-node``), so it runs beside them, tests/kubernetes's
-Go-built control plane and a user's ``society`` cluster. Its host ports are
+cluster, kind_plane.py, is ``society-kind-node``), so it runs beside them and a user's
+``society`` cluster. Its host ports are
 kind/cluster.yaml's (127.0.0.1:17233 and :18233), which no other test binds.
 """
 

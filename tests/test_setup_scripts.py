@@ -153,7 +153,7 @@ def test_the_control_plane_build_keeps_the_go_tools_chatter_in_its_log(tmp_path:
     )
     assert build.returncode == 1 and build.stdout == ""  # stdout carries only the directory
     first_step = next(line for line in build.stderr.splitlines() if "building " in line)
-    assert first_step.startswith("build-control-plane: ERROR: building etcd")  # the component
+    assert first_step.startswith("build-control-plane: ERROR: building kube-apiserver")  # the step
     [log] = out.glob("*/build.log")
     assert "go: downloading example.com/chatter" in log.read_text()
     assert f"the whole Go output is in {log}" in build.stderr  # and a failure shows its tail

@@ -4,8 +4,8 @@ A ClusterQueue per quota, a platform for a run whose controller is the test's ow
 a recorder of what the cluster saw in order. On the kind plane (tests/kubernetes/node) the
 agents' pods run there and reach this process at its address on the cluster's podman network, as
 pods on kind reach a laptop: the out-of-cluster debugging mode (``SOCIETY_CONTROLLER_JOB=0``,
-``router_address``). On a KWOK-only plane pods run nothing, so no run there passes its readiness
-gate.
+``router_address``). On KWOK's fake nodes (the other tests under tests/kubernetes) pods run
+nothing, so no run there passes its readiness gate.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
-from controlplane import ControlPlane, wait_until
+from plane import Plane, wait_until
 
 from controller.platforms.kubernetes import Kube, KubernetesPlatform, KubernetesSettings, objects
 from controller.platforms.kubernetes.kube import Informer, is_true
@@ -49,7 +49,7 @@ def anyio_backend() -> Any:
     return "asyncio"
 
 
-def make_cluster_queue(plane: ControlPlane, *, cpu: str, memory: str = "16Gi") -> str:
+def make_cluster_queue(plane: Plane, *, cpu: str, memory: str = "16Gi") -> str:
     """A ResourceFlavor and a ClusterQueue with this quota, for any namespace; returns its name."""
     from kubernetes import client
 
@@ -98,18 +98,18 @@ def make_cluster_queue(plane: ControlPlane, *, cpu: str, memory: str = "16Gi") -
 
 
 @pytest.fixture(scope="module")
-def cluster_queue(control_plane: ControlPlane) -> Iterator[str]:
+def cluster_queue(control_plane: Plane) -> Iterator[str]:
     """A ClusterQueue with room for 50 scripted agents and more."""
     yield make_cluster_queue(control_plane, cpu="8")
 
 
 @pytest.fixture(scope="module")
-def small_queue(control_plane: ControlPlane) -> Iterator[str]:
+def small_queue(control_plane: Plane) -> Iterator[str]:
     """A ClusterQueue with room for two scripted agents (20m each), not three."""
     yield make_cluster_queue(control_plane, cpu="50m")
 
 
-def settings(plane: ControlPlane, **changes: Any) -> KubernetesSettings:
+def settings(plane: Plane, **changes: Any) -> KubernetesSettings:
     """Settings for a controller in this process; on kind, the image map and the address where
     the pods reach this process (this machine's on the cluster's podman network)."""
     base: dict[str, Any] = {
@@ -176,7 +176,7 @@ async def recording(kube: Kube, run_id: str) -> AsyncIterator[ClusterRecord]:
 
 @asynccontextmanager
 async def on_cluster(
-    plane: ControlPlane, run_id: str, **platform_settings: Any
+    plane: Plane, run_id: str, **platform_settings: Any
 ) -> AsyncIterator[tuple[KubernetesPlatform, Kube, ClusterRecord]]:
     """A platform for ``run_id`` with its controller in this process, an admin client and a
     record of the run's cluster objects."""

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kind_cluster import KindCluster, script_output
+from cp_build import build_control_plane
+from kind_cluster import KindCluster
 
 NAMESPACE = "kwok-system"
 ANNOTATION = "kwok.x-k8s.io/node"
@@ -65,7 +66,7 @@ class KwokPlane:
     @property
     def manifest_dir(self) -> Path:
         """The control-plane build's manifests: the Kueue and Agent Sandbox CRDs at their pins."""
-        return control_plane_dir() / "manifests"
+        return build_control_plane() / "manifests"
 
     def api_client(self) -> Any:
         """A new admin ``kubernetes.client.ApiClient``."""
@@ -90,13 +91,9 @@ class KwokPlane:
         }
 
 
-def control_plane_dir() -> Path:
-    return Path(script_output("build-control-plane.sh"))
-
-
 def stages_config() -> str:
     """kwokctl's default stages as one multi-document YAML (``--config``)."""
-    stages = control_plane_dir() / "manifests" / "kwok" / "stages"
+    stages = build_control_plane() / "manifests" / "kwok" / "stages"
     files = [
         stages / "node" / "fast" / "node-initialize.yaml",
         stages / "node" / "heartbeat-with-lease" / "node-heartbeat-with-lease.yaml",
@@ -109,7 +106,7 @@ def stages_config() -> str:
 def kwok_image(cluster: KindCluster) -> str:
     """``localhost/society/kwok:<version>-<hash of the binary>`` in podman's storage (built once):
     the static binary alone, FROM scratch."""
-    binary = control_plane_dir() / "bin" / "kwok"
+    binary = build_control_plane() / "bin" / "kwok"
     digest = hashlib.sha256(binary.read_bytes()).hexdigest()[:12]
     image = f"localhost/society/kwok:{digest}"
     if subprocess.run(["podman", "image", "exists", image]).returncode == 0:
@@ -256,12 +253,3 @@ def node_cpu_seconds(cluster: KindCluster) -> dict[str, float]:
         usage = Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage"
         used[node] = int(usage.read_text()) / 1e9
     return used
-
-
-def stop_kwok(plane: KwokPlane) -> None:
-    """Delete the fake nodes (and with them what KWOK ran on them) and the KWOK controller, so the
-    cluster is as ``start_kwok`` found it."""
-    plane.cluster.kubectl("delete", "node", "--wait=true", *plane.node_names, timeout=180)
-    plane.cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", timeout=180)
-    plane.cluster.kubectl("delete", "clusterrolebinding/kwok-controller",
-                          "clusterrole/kwok-controller")  # fmt: skip

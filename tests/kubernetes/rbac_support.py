@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 from cluster_support import PINNED
-from controlplane import ControlPlane
+from plane import Plane
 from test_helm_chart import render
 
 from controller.incluster.access import controller_job
@@ -105,7 +105,7 @@ async def policy_enforced(admin: Kube, worker: Kube) -> None:
 
 
 @pytest.fixture(scope="module")
-async def worker_rights(control_plane: ControlPlane) -> AsyncIterator[str]:
+async def worker_rights(control_plane: Plane) -> AsyncIterator[str]:
     """The chart's namespaces, ServiceAccount, roles, bindings and admission policies, applied
     by an administrator (``helm install -n society-system``); yields the kubeconfig."""
     kubeconfig = str(control_plane.kubeconfig)

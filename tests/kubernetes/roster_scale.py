@@ -11,7 +11,6 @@ the platform's part of submit -> gate, phase by phase.
 from __future__ import annotations
 
 import datetime
-import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -22,7 +21,7 @@ from typing import Any
 
 import anyio
 from cluster_support import PINNED, settings
-from controlplane import ControlPlane, NodeCapacity
+from kind_kwok import KwokPlane, NodeCapacity, node_cpu_seconds
 
 from controller.agents import scripted
 from controller.agents.runtime import RuntimeDescriptor
@@ -49,19 +48,11 @@ def scale_queue_quota(agents: int) -> tuple[str, str]:
     return f"{round(agents * per_agent_cpu * 1000) + 1000}m", f"{agents * per_agent_mib + 1024}Mi"
 
 
-def cpu_seconds(plane: ControlPlane) -> dict[str, float]:
-    """CPU time (user + system) each control-plane component and this process used so far: a
-    machine shared with other work slows the wall clock, not these."""
-    tick = os.sysconf("SC_CLK_TCK")
-    used = {"this process (controller)": time.process_time()}
-    for component in plane.processes.components:
-        try:
-            fields = Path(f"/proc/{component.process.pid}/stat").read_text().rsplit(")", 1)[1]
-        except OSError:
-            continue
-        utime, stime = fields.split()[11:13]
-        used[component.name] = (int(utime) + int(stime)) / tick
-    return used
+def cpu_seconds(plane: KwokPlane) -> dict[str, float]:
+    """CPU time (user + system) each kind node (its API server, etcd, controllers, KWOK, Kueue,
+    Agent Sandbox and kubelet together) and this process used so far: a machine shared with
+    other work slows the wall clock, not these."""
+    return node_cpu_seconds(plane.cluster) | {"this process (controller)": time.process_time()}
 
 
 def cpu_spent(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
@@ -152,7 +143,7 @@ class RosterStarted:
 
 
 async def start_roster(
-    plane: ControlPlane, queue: str, agents: int, root: Path, *, timeout_s: float = 600.0
+    plane: KwokPlane, queue: str, agents: int, root: Path, *, timeout_s: float = 600.0
 ) -> RosterStarted:
     """Submit a roster of ``agents`` to the kubernetes platform on ``plane``'s KWOK nodes, start
     every agent at once as the run kernel does, and return the phase times; the run's
@@ -244,15 +235,17 @@ def direct_objects(
 
 
 async def create_directly(
-    plane: ControlPlane,
+    plane: KwokPlane,
     agents: int,
     *,
     in_flight: int = 64,
     timeout_s: float = 600.0,
-    placement: Mapping[str, Any] = {},
+    placement: Mapping[str, Any] | None = None,
 ) -> DirectCreated:
     """Create ``direct_objects`` for a roster of ``agents`` with ``in_flight`` requests at a
-    time (no Kueue, no Agent Sandbox, no session), and time it until every pod is Running."""
+    time (no Kueue, no Agent Sandbox, no session), and time it until every pod is Running. The
+    pods go on KWOK's nodes unless ``placement`` says otherwise."""
+    placement = plane.pod_placement if placement is None else placement
     run_id = new_run_id()
     roster = {name: d for name, d in large_roster(agents).items()}
     limiter = anyio.CapacityLimiter(in_flight)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from controlplane import read_versions
+from cp_build import read_versions
 from worker_rights import worker_objects
 
 from controller.incluster.access import worker_deployment

@@ -6,13 +6,13 @@ from __future__ import annotations
 import difflib
 import json
 
-from controlplane import ControlPlane
+from kind_kwok import KwokPlane
 
 from controller.ops.checks import kube_schemas
 
 
 def test_the_committed_schemas_match_the_pinned_control_planes_openapi_and_crds(
-    control_plane: ControlPlane,
+    control_plane: KwokPlane,
 ) -> None:
     generated = kube_schemas.generate(
         kube_schemas.fetch_openapi_v2(control_plane.api_client()),

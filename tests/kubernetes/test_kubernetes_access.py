@@ -18,7 +18,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
     on_cluster,
 )
-from controlplane import ControlPlane
+from kind_kwok import KwokPlane
 
 from controller.incluster.access import controller_job, runspec_configmap
 from controller.platforms.kubernetes import (
@@ -43,7 +43,7 @@ async def forbidden(call: Any) -> bool:
 
 
 async def test_deleting_the_owner_collects_every_run_object_including_the_controller_job(
-    control_plane: ControlPlane,
+    control_plane: KwokPlane,
 ) -> None:
     run_id = new_run_id()
     async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
@@ -106,7 +106,7 @@ async def test_deleting_the_owner_collects_every_run_object_including_the_contro
     [("10.89.0.1", "10.89.0.1/32", "IPv4"), ("fc00:b540::1", "fc00:b540::1/128", "IPv6")],
 )
 async def test_an_out_of_cluster_router_address_of_either_family_is_accepted_by_the_api_server(
-    control_plane: ControlPlane, address: str, cidr: str, family: str
+    control_plane: KwokPlane, address: str, cidr: str, family: str
 ) -> None:
     """The debugging mode's Service endpoint and policies name the controller's address: the API
     server takes an IPv4 or IPv6 address as a host route of its own family (a /32 on an IPv6

@@ -18,8 +18,8 @@ from cluster_support import (  # noqa: F401 (fixtures)
     on_cluster,
     small_queue,
 )
-from controlplane import ControlPlane
 from k8s_run_support import echo, hear_everyone, spec_of, verified
+from kind_kwok import KwokPlane
 
 from controller import Run
 from controller.agents import Resources, scripted
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 async def test_with_quota_for_part_of_the_roster_nothing_starts_and_admission_times_out(
-    control_plane: ControlPlane, small_queue: str, tmp_path: Path
+    control_plane: KwokPlane, small_queue: str, tmp_path: Path
 ) -> None:
     roster = {name: scripted(echo, image=PINNED) for name in ("alice", "bob", "carol")}
     spec = spec_of(hear_everyone, PINNED, **roster)
@@ -54,13 +54,13 @@ async def test_with_quota_for_part_of_the_roster_nothing_starts_and_admission_ti
 
 
 @pytest.fixture(scope="module")
-def wide_queue(control_plane: ControlPlane) -> Iterator[str]:
+def wide_queue(control_plane: KwokPlane) -> Iterator[str]:
     """A ClusterQueue with more CPU than any one KWOK node has (16 cores)."""
     yield make_cluster_queue(control_plane, cpu="40")
 
 
 async def test_an_agent_no_node_can_take_fails_the_gate_with_the_schedulers_verdict(
-    control_plane: ControlPlane, wide_queue: str, tmp_path: Path
+    control_plane: KwokPlane, wide_queue: str, tmp_path: Path
 ) -> None:
     """Kueue admits bob's 17 cores (the queue has 40), but no node has them: his pod stays
     Pending, and the failed gate says which agent, the scheduler's reason and what to do."""

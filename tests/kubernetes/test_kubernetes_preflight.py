@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cluster_support import anyio_backend, cluster_queue, settings  # noqa: F401 (fixtures)
-from controlplane import ControlPlane
+from kind_kwok import KwokPlane
 
 from controller.platforms.kubernetes.preflight import ClusterUnavailable, check_cluster
 
@@ -22,13 +22,13 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "negotiation.py"
 
 
 async def test_a_reachable_cluster_with_its_queue_passes_the_preflight(
-    control_plane: ControlPlane, cluster_queue: str
+    control_plane: KwokPlane, cluster_queue: str
 ) -> None:
     await check_cluster(settings(control_plane, cluster_queue=cluster_queue))
 
 
 async def test_a_missing_cluster_queue_is_named_with_the_next_step(
-    control_plane: ControlPlane,
+    control_plane: KwokPlane,
 ) -> None:
     with pytest.raises(ClusterUnavailable) as raised:
         await check_cluster(settings(control_plane, cluster_queue="no-such-queue"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from cluster_support import anyio_backend, make_cluster_queue  # noqa: F401 (a fixture)
-from controlplane import ControlPlane
+from kind_kwok import KwokPlane
 from roster_scale import large_roster, scale_queue_quota, start_roster
 
 from controller.platforms.kubernetes import Kube, objects, routing
@@ -20,7 +20,7 @@ AGENTS = 1000
 
 
 async def test_a_thousand_agent_roster_is_admitted_as_one_workload_and_every_pod_runs(
-    control_plane: ControlPlane, tmp_path: Path
+    control_plane: KwokPlane, tmp_path: Path
 ) -> None:
     cpu, memory = scale_queue_quota(AGENTS)
     queue = make_cluster_queue(control_plane, cpu=cpu, memory=memory)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from cluster_support import make_cluster_queue
-from controlplane import REPO_ROOT
+from cp_build import REPO_ROOT
 from kind_plane import KindPlane
 
 from controller.platforms.kubernetes import objects

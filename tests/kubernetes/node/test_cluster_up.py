@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controlplane import REPO_ROOT
+from cp_build import REPO_ROOT
 from kind_plane import AGENT_POOL, KindPlane
 
 from controller.ops.cluster import install, temporal

@@ -18,7 +18,7 @@ from cluster_support import (  # noqa: F401 (fixtures)
     left_in_cluster,
     on_cluster,
 )
-from controlplane import REPO_ROOT
+from cp_build import REPO_ROOT
 from kind_plane import KindPlane
 
 from controller import Run

@@ -14,9 +14,9 @@ from typing import Any
 
 import anyio
 import pytest
-from controlplane import wait_until
 from cp_images import Images
 from kind_plane import KindPlane
+from plane import wait_until
 
 from controller.agents import scripted
 from controller.incluster import access

@@ -14,9 +14,9 @@ from typing import Any
 
 import anyio
 import pytest
-from controlplane import wait_until
 from cp_images import Images
 from kind_plane import KindPlane
+from plane import wait_until
 
 from controller.platforms.kubernetes import Kube, objects, prepare_run_namespace, routing
 from controller.run.runid import new_run_id

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from controlplane import wait_until
 from cp_images import Images
 from kind_plane import KindPlane
+from plane import wait_until
 
 PROBE = """
 import json, os, sys
