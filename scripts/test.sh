@@ -26,5 +26,5 @@ echo "test: ruff and mypy" >&2
 .venv/bin/ruff check ledger controller tests benchmarks examples agent_images
 .venv/bin/mypy
 echo "test: pytest" >&2
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=25 "$@"  # the 25 slowest tests, for the time budget
 echo "test: finished in $(( $(date +%s) - start ))s" >&2
