@@ -51,18 +51,33 @@ __all__ = [
 FIELD_MANAGER = "society-runner"
 IN_CLUSTER_REACH_S = 60.0
 """How long an in-cluster client waits for its pod's first route to the API server."""
+CONNECT_RETRY_S = 30.0
+"""How long a request retries a connection the API server's address refused or could not
+route. Such a request never reached the server, so resending it is safe for any verb; the
+window covers a restart of the API server's pod and an enforcer rewriting its rules."""
 
 
 class Kube:
     """An API server connection: ``async with Kube.connect(kubeconfig=..., context=...)``."""
 
-    def __init__(self, api: Any, *, field_manager: str = FIELD_MANAGER) -> None:
+    def __init__(
+        self,
+        api: Any,
+        *,
+        field_manager: str = FIELD_MANAGER,
+        connect_retry_s: float = CONNECT_RETRY_S,
+    ) -> None:
         self.api = api
         self.field_manager = field_manager
+        self.connect_retry_s = connect_retry_s
 
     @classmethod
     def of(
-        cls, settings: KubernetesSettings, *, as_controller: bool = True
+        cls,
+        settings: KubernetesSettings,
+        *,
+        as_controller: bool = True,
+        connect_retry_s: float = CONNECT_RETRY_S,
     ) -> AbstractAsyncContextManager[Kube]:
         """``connect`` as ``settings`` say: in-cluster or their kubeconfig and context, acting as
         their ``impersonate`` user unless ``as_controller`` is false (a check that reads
@@ -72,6 +87,7 @@ class Kube:
             context=settings.context,
             in_cluster=settings.in_cluster,
             impersonate=settings.impersonate if as_controller else None,
+            connect_retry_s=connect_retry_s,
         )
 
     @classmethod
@@ -83,8 +99,10 @@ class Kube:
         context: str | None = None,
         in_cluster: bool = False,
         impersonate: str | None = None,
+        connect_retry_s: float = CONNECT_RETRY_S,
     ) -> AsyncIterator[Kube]:
-        """In-cluster (the pod's ServiceAccount) or from a kubeconfig; ``impersonate`` a user."""
+        """In-cluster (the pod's ServiceAccount) or from a kubeconfig; ``impersonate`` a user;
+        a refused connection is resent for ``connect_retry_s`` (``CONNECT_RETRY_S``)."""
         from kubernetes.aio import client, config
 
         configuration = client.Configuration()
@@ -101,7 +119,7 @@ class Kube:
         if impersonate:
             api.set_default_header("Impersonate-User", impersonate)  # type: ignore[no-untyped-call]
         try:
-            kube = cls(api)
+            kube = cls(api, connect_retry_s=connect_retry_s)
             if in_cluster:
                 await kube.until_reachable()
             yield kube
@@ -117,7 +135,7 @@ class Kube:
         delay = 0.2
         while True:
             try:
-                await self._request("GET", "/version", request_timeout=10.0)
+                await self._request("GET", "/version", request_timeout=10.0, connect_retry_s=0)
                 return
             except (OSError, aiohttp.ClientError, TimeoutError) as exc:
                 if anyio.current_time() + delay > deadline:
@@ -144,7 +162,10 @@ class Kube:
         content_type: str = "application/json",
         request_timeout: float | None = 60.0,
         stream: bool = False,
+        connect_retry_s: float | None = None,
     ) -> Any:
+        """One request; a connection refused or unroutable is resent for ``connect_retry_s``
+        (``None``: the client's ``connect_retry_s``; 0: raised at once)."""
         method_, url, headers, body_, _ = await self.api.param_serialize(
             method,
             path,
@@ -153,13 +174,14 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = await self.api.call_api(
+        response = await self._send(
             method_,
             url,
             headers,
             body_,
-            _request_timeout=request_timeout,
-            _preload_content=not stream,
+            request_timeout=request_timeout,
+            stream=stream,
+            retry_s=self.connect_retry_s if connect_retry_s is None else connect_retry_s,
         )
         if stream:
             if response.status >= 400:
@@ -171,6 +193,47 @@ class Kube:
         if response.status >= 400:
             raise _error(method, path, response.status, data)
         return json.loads(data) if data else None
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        headers: Any,
+        body: Any,
+        *,
+        request_timeout: float | None,
+        stream: bool,
+        retry_s: float,
+    ) -> Any:
+        """``call_api``, resending while the connection itself fails (refused, no route) for up
+        to ``retry_s``; a TLS failure or an answer of any status is never resent."""
+        deadline = anyio.current_time() + retry_s
+        delay = 0.2
+        while True:
+            try:
+                return await self.api.call_api(
+                    method,
+                    url,
+                    headers,
+                    body,
+                    _request_timeout=request_timeout,
+                    _preload_content=not stream,
+                )
+            except aiohttp.ClientSSLError:
+                raise
+            except aiohttp.ClientConnectorError as exc:
+                if retry_s <= 0:
+                    raise
+                if anyio.current_time() + delay > deadline:
+                    raise KubeError(
+                        f"the API server at {self.api.configuration.host} refused or could not "
+                        f"route connections for {retry_s:.0f} s ({exc}); check "
+                        "that the cluster is up and this client's route to it",
+                        status=0,
+                        reason="api-server-unreachable",
+                    ) from None
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def apply(self, obj: Obj) -> Obj:
         """Server-side apply ``obj`` (forced, as this field manager); returns the live object."""

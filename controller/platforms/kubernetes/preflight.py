@@ -23,7 +23,8 @@ async def check_cluster(settings: KubernetesSettings) -> None:
         check_kubeconfig(settings)
     where = "in-cluster" if settings.in_cluster else settings.kubeconfig or "the default kubeconfig"
     try:
-        async with Kube.of(settings, as_controller=False) as kube:
+        # A user waits on this answer: a refused connection fails it within a few seconds.
+        async with Kube.of(settings, as_controller=False, connect_retry_s=3.0) as kube:
             queue = await kube.get("ClusterQueue", settings.cluster_queue)
     except Exception as exc:  # the client raises many unrelated types for one meaning
         raise ClusterUnavailable(
