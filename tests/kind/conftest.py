@@ -1,4 +1,5 @@
-"""The session's kind cluster (kind_cluster.py), created once and deleted by the last test."""
+"""The kind cluster of test_kind_cluster.py (kind_cluster.py), created once for that module and
+deleted after its last test, so it does not share the two cores with the later tests' clusters."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kind_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindCluster]:
     """The test cluster; skips when a part is missing, except under CI (env CI set), where it
     fails instead."""
