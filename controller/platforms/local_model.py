@@ -43,6 +43,8 @@ _PORT_TAKEN_MARKERS = ("address already in use", "couldn't bind")
 MAX_SLOTS = 32
 SLOTS_PER_CORE = 8
 """Batched decoding of the 135M model gains little past about eight sequences per core."""
+THREADS_NAME = "SOCIETY_LOCAL_MODEL_THREADS"
+"""The variable that sets the local model's decoding threads (``local_model_threads``)."""
 KV_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 2
 """SmolLM2-135M's f16 KV cache per token: K and V, 30 layers, 3 KV heads of 64."""
 _PASSED_ENV = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH"})
@@ -159,9 +161,7 @@ class LocalModelServer:
         self.slots = slots
         self._model_path = model_path
         self._n_ctx = n_ctx
-        # Half the cores, as llama.cpp itself defaults: its threads spin at barriers, so more
-        # threads than idle cores (agents and the controller share them) is much slower.
-        self._n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
+        self._n_threads = n_threads or local_model_threads()
         self._chat_format = chat_format
         self._python = python
         self._startup_timeout_s = startup_timeout_s
@@ -341,6 +341,27 @@ def start_local_model(n_ctx: int, log_path: Path, *, parallel: int = 1) -> Local
     return LocalModelServer(
         n_ctx=n_ctx, log_path=log_path, slots=local_model_slots(parallel, n_ctx)
     )
+
+
+def local_model_threads(environ: dict[str, str] | None = None) -> int:
+    """The local model's decoding threads: ``SOCIETY_LOCAL_MODEL_THREADS`` when set, else half
+    the cores, as llama.cpp itself defaults (its threads spin at barriers, so more threads than
+    idle cores, shared with agents and the controller, can be much slower). A town of 100 mostly
+    waiting agents on 2 cores took 0.63x the time with 2 as with 1 (benchmarks/README.md)."""
+    value = (os.environ if environ is None else environ).get(THREADS_NAME)
+    if value is None or value == "":
+        return max(1, (os.cpu_count() or 2) // 2)
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise LocalModelError(
+            f"{THREADS_NAME}={value!r} is not a positive number of threads; set it to a whole "
+            f"number such as {os.cpu_count() or 1} (this machine's cores), or unset it for half",
+            reason="bad-threads",
+        )
+    return threads
 
 
 def local_model_slots(demand: int, n_ctx: int) -> int:

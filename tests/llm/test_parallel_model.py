@@ -20,8 +20,11 @@ from controller.modelgateway import ModelGateway, model_gateway_catalog
 from controller.modelgateway.events import AgentModelBudgetReached, AgentModelUsage
 from controller.platforms.local_model import (
     SLOTS_PER_CORE,
+    THREADS_NAME,
+    LocalModelError,
     LocalModelServer,
     local_model_slots,
+    local_model_threads,
 )
 from ledger import Event, Provenance, open_ledger_writer
 
@@ -182,3 +185,12 @@ def test_the_local_model_is_sized_from_the_roster_and_the_machine() -> None:
     assert local_model_slots(3, 2048) == 3
     assert 1 <= local_model_slots(1000, 2048) <= SLOTS_PER_CORE * len(os.sched_getaffinity(0))
     assert local_model_slots(1000, 2**40) == 1  # a context no memory holds twice: one slot
+
+
+def test_the_local_models_threads_are_half_the_cores_unless_the_environment_sets_them() -> None:
+    assert local_model_threads({}) == max(1, (os.cpu_count() or 2) // 2)
+    assert local_model_threads({THREADS_NAME: "2"}) == 2
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(LocalModelError) as raised:
+            local_model_threads({THREADS_NAME: bad})
+        assert raised.value.reason == "bad-threads" and THREADS_NAME in str(raised.value)
