@@ -11,7 +11,7 @@ live in ``api``, the informer in ``informer``; both are importable from here too
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -131,24 +131,19 @@ class Kube:
         """Until the API server answers ``/version``. A new pod's network may lag its start: a
         NetworkPolicy enforcer (kube-router, kindnet's) admits its egress once it has seen the
         pod, which under load takes seconds. ``KubeError`` names the server after ``limit_s``."""
-        deadline = anyio.current_time() + limit_s
-        delay = 0.2
-        while True:
-            try:
-                await self._request("GET", "/version", request_timeout=10.0, connect_retry_s=0)
-                return
-            except (OSError, aiohttp.ClientError, TimeoutError) as exc:
-                if anyio.current_time() + delay > deadline:
-                    host = self.api.configuration.host
-                    raise KubeError(
-                        f"the API server at {host} did not answer for {limit_s:.0f} s ({exc}); "
-                        "check that the pod's egress to it is allowed (NetworkPolicy) and that the "
-                        "cluster is up",
-                        status=0,
-                        reason="api-server-unreachable",
-                    ) from None
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        host = self.api.configuration.host
+        await _with_backoff(
+            lambda: self._request("GET", "/version", request_timeout=10.0, connect_retry_s=0),
+            retry=lambda exc: isinstance(exc, (OSError, aiohttp.ClientError, TimeoutError)),
+            limit_s=limit_s,
+            gave_up=lambda exc: KubeError(
+                f"the API server at {host} did not answer for {limit_s:.0f} s ({exc}); "
+                "check that the pod's egress to it is allowed (NetworkPolicy) and that the "
+                "cluster is up",
+                status=0,
+                reason="api-server-unreachable",
+            ),
+        )
 
     # ---- requests -------------------------------------------------------------------------
 
@@ -207,33 +202,30 @@ class Kube:
     ) -> Any:
         """``call_api``, resending while the connection itself fails (refused, no route) for up
         to ``retry_s``; a TLS failure or an answer of any status is never resent."""
-        deadline = anyio.current_time() + retry_s
-        delay = 0.2
-        while True:
-            try:
-                return await self.api.call_api(
-                    method,
-                    url,
-                    headers,
-                    body,
-                    _request_timeout=request_timeout,
-                    _preload_content=not stream,
-                )
-            except aiohttp.ClientSSLError:
-                raise
-            except aiohttp.ClientConnectorError as exc:
-                if retry_s <= 0:
-                    raise
-                if anyio.current_time() + delay > deadline:
-                    raise KubeError(
-                        f"the API server at {self.api.configuration.host} refused or could not "
-                        f"route connections for {retry_s:.0f} s ({exc}); check "
-                        "that the cluster is up and this client's route to it",
-                        status=0,
-                        reason="api-server-unreachable",
-                    ) from None
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+
+        def send() -> Any:
+            return self.api.call_api(
+                method, url, headers, body, _request_timeout=request_timeout,
+                _preload_content=not stream,
+            )  # fmt: skip
+
+        if retry_s <= 0:
+            return await send()
+        return await _with_backoff(
+            send,
+            retry=lambda exc: (
+                isinstance(exc, aiohttp.ClientConnectorError)
+                and not isinstance(exc, aiohttp.ClientSSLError)
+            ),
+            limit_s=retry_s,
+            gave_up=lambda exc: KubeError(
+                f"the API server at {self.api.configuration.host} refused or could not route "
+                f"connections for {retry_s:.0f} s ({exc}); check that the cluster is up and "
+                "this client's route to it",
+                status=0,
+                reason="api-server-unreachable",
+            ),
+        )
 
     async def apply(self, obj: Obj) -> Obj:
         """Server-side apply ``obj`` (forced, as this field manager); returns the live object."""
@@ -440,3 +432,26 @@ def _error(method: str, path: str, status: int, data: bytes) -> KubeError:
     except ValueError:
         message = data.decode(errors="replace")
     return KubeError(f"{method} {path}: {status} {message}", status=status)
+
+
+async def _with_backoff(
+    attempt: Callable[[], Awaitable[Any]],
+    *,
+    retry: Callable[[Exception], bool],
+    limit_s: float,
+    gave_up: Callable[[Exception], KubeError],
+) -> Any:
+    """``attempt()`` again after each exception ``retry`` accepts (0.2 s doubling to 2 s) until
+    ``limit_s`` has passed, then ``gave_up(exc)`` is raised; any other exception at once."""
+    deadline = anyio.current_time() + limit_s
+    delay = 0.2
+    while True:
+        try:
+            return await attempt()
+        except Exception as exc:
+            if not retry(exc):
+                raise
+            if anyio.current_time() + delay > deadline:
+                raise gave_up(exc) from None
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 2.0)
