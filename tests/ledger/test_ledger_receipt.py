@@ -84,6 +84,7 @@ def test_another_runs_receipt_is_refused_though_both_ledgers_verify(
         ("publicKey", SigningKey.generate().public_key, "public key"),
         ("receipt", "incomplete", "completeness"),
     ],
+    ids=["records", "headDigest", "publicKey", "receipt"],  # a fresh key is not an id
 )
 def test_an_edited_receipt_is_refused_naming_the_field(
     two_runs: tuple[Path, dict[str, Any], Path, Path],
