@@ -28,5 +28,5 @@ echo "test: ruff and mypy" >&2
 echo "test: pytest" >&2
 # Two workers (SOCIETY_TEST_WORKERS; 0 runs in this process): tests/conftest.py makes each
 # top-level test folder one unit, the kind clusters' folders one unit queued first.
-.venv/bin/python -m pytest -q --durations=25 -n "${SOCIETY_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"
+.venv/bin/python -m pytest -q --durations=25 -n "${SOCIETY_TEST_WORKERS:-2}" --dist loadscope --no-loadscope-reorder "$@"
 echo "test: finished in $(( $(date +%s) - start ))s" >&2

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
+import work_units
 from hypothesis import settings
 
 settings.register_profile("society", deadline=None)
@@ -15,25 +15,17 @@ settings.load_profile("society")
 # fails at once, naming the install command (scripts/test.sh installs both beforehand).
 os.environ.setdefault("SOCIETY_NO_INSTALL", "1")
 
-# Work units under pytest-xdist (scripts/test.sh runs `-n 2 --dist loadgroup`): one unit per
-# top-level folder of tests/ (a file directly under tests/ is its own), so a folder's session
-# fixtures (a Temporal dev server, the example suite's thirty runs, a real run read by many
-# tests) are made once, by one worker. tests/kind and tests/kubernetes are one unit, queued
-# first: their kind clusters are made one after another, never two beside each other on the
-# two cores, and the longest unit starts at once while the other worker takes the rest.
-KIND_UNIT = "kind-clusters"
-KIND_FOLDERS = frozenset({"kind", "kubernetes"})
+# Work units under pytest-xdist (scripts/test.sh runs `-n 2 --dist loadscope`): the scope of a
+# test is its top-level folder of tests/ (tests/work_units.py), not its module, and the kind
+# clusters' unit is collected first, so the longest unit starts at once on one worker.
 
 
-def work_unit(path: Path) -> str:
-    """The xdist group of a test file under tests/."""
-    parts = path.relative_to(Path(__file__).parent).parts
-    top = parts[0] if len(parts) > 1 else path.stem
-    return KIND_UNIT if top in KIND_FOLDERS else top
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getvalue("dist") != "loadscope":
+        return None  # xdist's own scheduler for any other --dist
+    return work_units.FolderScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(work_unit(item.path)))
-    items.sort(key=lambda item: work_unit(item.path) != KIND_UNIT)  # stable: order kept within
+    items.sort(key=lambda item: work_units.unit_of(item.nodeid) != work_units.KIND_UNIT)
