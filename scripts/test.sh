@@ -26,7 +26,7 @@ echo "test: ruff and mypy" >&2
 .venv/bin/ruff check ledger controller tests benchmarks examples agent_images
 .venv/bin/mypy
 echo "test: pytest" >&2
-# Two workers (SOCIETY_TEST_WORKERS; 0 runs in this process): tests/conftest.py makes each
+# Two workers (SOCIETY_TEST_WORKERS; 0 runs in this process): tests/work_units.py makes each
 # top-level test folder one unit, the kind clusters' folders one unit queued first.
 .venv/bin/python -m pytest -q --durations=25 -n "${SOCIETY_TEST_WORKERS:-2}" --dist loadscope --no-loadscope-reorder "$@"
 echo "test: finished in $(( $(date +%s) - start ))s" >&2

@@ -15,9 +15,8 @@ settings.load_profile("society")
 # fails at once, naming the install command (scripts/test.sh installs both beforehand).
 os.environ.setdefault("SOCIETY_NO_INSTALL", "1")
 
-# Work units under pytest-xdist (scripts/test.sh runs `-n 2 --dist loadscope`): the scope of a
-# test is its top-level folder of tests/ (tests/work_units.py), not its module, and the kind
-# clusters' unit is collected first, so the longest unit starts at once on one worker.
+# Under `--dist loadscope` (scripts/test.sh) a scope is a folder unit of tests/work_units.py;
+# the kind clusters' unit is collected first, so the longest unit starts at once.
 
 
 @pytest.hookimpl(optionalhook=True)
