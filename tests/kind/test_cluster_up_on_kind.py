@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -178,5 +179,24 @@ def test_cluster_up_on_kind_runs_the_examples_then_up_again_changes_nothing_and_
 
     down = _society(env, "cluster", "down", "--profile", "kind", "--artifacts", artifacts)
     assert down.returncode == 0, down.stderr[-4000:]
+    left = {kind: found for kind, found in _footprint().items() if found}
+    assert left == {}, left
+
+
+def test_a_create_that_fails_leaves_no_kind_network_behind(kind_up: Any) -> None:
+    """kind makes its network before it starts the nodes; when a node cannot start (here another
+    program holds the host port ``kind/cluster.yaml`` maps for Temporal), kind removes the nodes,
+    and ``cluster up`` removes the network it had no record of."""
+    env, _artifacts, up = kind_up
+    before = {kind: found for kind, found in _footprint().items() if found}
+    assert before == {}, f"this machine holds a kind cluster's parts already: {before}"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 17233))
+        holder.listen()
+        failed = _society(env, *(a for a in up if a != "--addons-from-source"), timeout=600)
+    assert failed.returncode != 0, failed.stderr[-4000:]
+    assert "kind create cluster failed" in failed.stderr, failed.stderr[-4000:]
+    assert f"the '{NETWORK}' podman network that kind made for it is removed" in failed.stderr
     left = {kind: found for kind, found in _footprint().items() if found}
     assert left == {}, left

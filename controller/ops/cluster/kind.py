@@ -148,7 +148,11 @@ def ledger_storage_class() -> dict[str, object]:
 
 
 def create_cluster(host: KindHost, kubeconfig: Path, config: str) -> bool:
-    """Create the cluster unless it exists; write its kubeconfig; ``True`` when created here."""
+    """Create the cluster unless it exists; write its kubeconfig; ``True`` when created here.
+
+    A create that fails leaves nothing of its own: kind removes the nodes it started, and the
+    network kind made for it (when there was none before and no container uses it) is removed
+    here, since no profile file records it for ``cluster down``."""
     env = host.env()
     created = False
     if not cluster_exists(host):
@@ -156,11 +160,21 @@ def create_cluster(host: KindHost, kubeconfig: Path, config: str) -> bool:
         config_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         config_file.write_text(config)
         image = [] if host.node_image is None else ["--image", host.node_image]
-        _run(
-            [str(host.kind), "create", "cluster", "--name", host.name, "--config",
-             str(config_file), *image, "--kubeconfig", str(kubeconfig), "--wait", "10m"],
-            "kind-create-failed", "kind create cluster", env,
-        )  # fmt: skip
+        had_network = network_exists(host)
+        try:
+            _run(
+                [str(host.kind), "create", "cluster", "--name", host.name, "--config",
+                 str(config_file), *image, "--kubeconfig", str(kubeconfig), "--wait", "10m"],
+                "kind-create-failed", "kind create cluster", env,
+            )  # fmt: skip
+        except StepFailed as failed:
+            if had_network or not remove_network(host):
+                raise
+            raise StepFailed(
+                f"{failed}\n  (the '{NETWORK}' {host.engine.name} network that kind made for it "
+                f"is removed)",
+                reason=failed.reason,
+            ) from None
         created = True
     config = _run([str(host.kind), "get", "kubeconfig", "--name", host.name], "kind-failed",
                   "kind get kubeconfig", env)  # fmt: skip
