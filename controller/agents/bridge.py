@@ -227,7 +227,8 @@ async def _connect(
                     f"malformed line ({exc or 'too long'}); its output.log may say why",
                     reason="bridge-malformed",
                 ) from None
-            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError):
+                # closed before it answered: not listening yet, or it gave up on a late hello
                 await stream.aclose()
                 await anyio.sleep(delay)
                 continue

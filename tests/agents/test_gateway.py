@@ -9,6 +9,7 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from agent_images import owner_api
 from agent_images.owner_api import OwnerApiServer, OwnerHandlers
 from controller.agents import Observation, RuntimeDescriptorError
 from controller.agents.bridge import BridgeOwner, attach_bridge
@@ -201,3 +202,37 @@ async def test_a_hostile_program_gets_a_typed_error_on_the_controller_side(
                 pass
         tasks.cancel_scope.cancel()
     assert refused.value.reason in ("bridge-malformed", "bridge-failed")
+
+
+async def test_a_connection_the_agent_closes_before_the_hello_is_tried_again() -> None:
+    """The agent's bridge closes a connection whose hello has not come within its hello timeout
+    (a controller slowed by a large roster's start can be that late): the controller sees the
+    connection end before any answer and connects again, and the agent is attached."""
+    handlers = OwnerHandlers(state=lambda: {"sent": 0}, instruct=None, stop=None)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    server = OwnerApiServer(listener, "bridge-token", handlers)
+
+    access = SandboxAccess("ann", "127.0.0.1", port, "bridge-token", exit=Observation())
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(server.serve)
+        real_connect = anyio.connect_tcp
+        first = True
+
+        async def connect_late_the_first_time(host: str, port: int) -> Any:
+            """The controller's first connection is the one that is late with its hello."""
+            nonlocal first
+            stream = await real_connect(host, port)
+            if first:
+                first = False
+                with pytest.raises(anyio.EndOfStream):
+                    await stream.receive()  # the agent closed it: no hello came in time
+            return stream
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(owner_api, "HELLO_TIMEOUT_S", 0.2)
+            patch.setattr(anyio, "connect_tcp", connect_late_the_first_time)
+            async with attach_bridge(access, BridgeOwner, runtime="test", timeout_s=10) as held:
+                assert await held.owner.state() == {"sent": 0}
+        assert first is False
+        tasks.cancel_scope.cancel()
