@@ -12,11 +12,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kind_cluster import KindCluster, wait_until
+from kind_cluster import KindCluster, podman_names, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -169,6 +170,18 @@ def test_a_default_deny_policy_refuses_the_probe_that_reached_the_pod_before(
     })  # fmt: skip
     wait_until("the allow policy to let the probe through", lambda: _probe(kind_cluster, server_ip),
                timeout=60)  # fmt: skip
+
+
+def test_the_nodes_have_no_task_limit_from_the_container_engine(kind_cluster: KindCluster) -> None:
+    """Podman gives a container a pids limit of 2,048 unless told otherwise (kind on Docker gets
+    none): a node running 200 agent pods (a pause process, two programs, a containerd shim and
+    its threads each) hit it, and runc's forks failed with EAGAIN. The host patch lifts it."""
+    nodes = podman_names("container", f"label=io.x-k8s.kind.cluster={kind_cluster.name}")
+    assert len(nodes) == 2, nodes
+    for node in sorted(nodes):
+        limit = subprocess.run(["podman", "exec", node, "cat", "/sys/fs/cgroup/pids/pids.max"],
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert limit.strip() == "max", (node, limit)
 
 
 def test_deleting_the_cluster_leaves_no_container_network_volume_mount_interface_or_rule(
