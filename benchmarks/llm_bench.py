@@ -10,11 +10,18 @@ repeats, and the rounds are summed, so drift in the machine's load hits both pat
 
 ``--society N`` runs ``examples/llm_society.py`` with N residents (5 turns each) on the local
 profile instead, verifies and grades its ledger, and then measures in the same run the model
-server's own batched throughput (as many requests at once as the run's server has slots, their
-prompts padded to the society's mean, straight to a server sized as the run's) and one slot's
-(the one-slot server, one request at a time). It prints the society's wall time (submit to
-outcome) and its aggregate completion tokens/s against both. Goals: >= 0.9x the batched
-throughput, the society in <= 10 minutes.
+server's own throughput on the society's own work: the bench keeps a copy of every request the
+run's gateway forwards (it wraps ``ProviderConnection.chat_completion``; nothing is changed), and
+replays ``--rounds`` x slots consecutive ones from the middle of the run straight to a fresh
+server sized as the run's, as many at once as it has slots (batched), after as many requests that
+came before them in the run (untimed: the slots' prompt caches then hold what the run's held),
+then a few one at a time to the one-slot server. It prints the society's wall time (submit to
+outcome) and its aggregate completion tokens/s against both. Goals: >= 0.9x the batched replay,
+the society in <= 10 minutes. It also prints the server on near-identical prompts padded to the
+society's mean length: llama.cpp reuses the cached prefix of a slot's previous prompt, so that
+figure is a cache-hit bound, not the server's throughput on a society's distinct prompts.
+``--prompt-cache`` shows the difference: the 16-slot server on that prompt set, on prompts of
+the same shape with distinct talk, and on the first set with llama.cpp's prompt cache off.
 
     python benchmarks/llm_bench.py --society 100 [--turns 5]
 
@@ -26,8 +33,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import random
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +49,7 @@ from controller.platforms.local_model import LocalModelServer, local_model_slots
 from ledger import Provenance, open_ledger_writer
 
 PROMPT = "Write a short story about a robot who learns to paint."
+REASONS = ("shade", "water", "bread", "trade", "music", "quiet evenings", "fresh fish", "shelter")
 SOCIETY = Path(__file__).resolve().parents[1] / "examples" / "llm_society.py"
 
 
@@ -167,7 +177,8 @@ def society_request(society: Any, number: int, lines: int) -> dict[str, Any]:
 
 async def server_throughput(society: Any, slots: int, rounds: int, prompt_tokens: float) -> Round:
     """``rounds`` batches of ``slots`` requests at once, straight to a ``slots``-slot server;
-    each request's prompt is padded to about ``prompt_tokens`` (the society's mean)."""
+    each request's prompt is padded to about ``prompt_tokens`` (the society's mean) with the same
+    lines, so the server reuses nearly all of each slot's cached prompt: a cache-hit bound."""
     async with LocalModelServer(slots=slots) as server:
         headers = {"authorization": f"Bearer {server.credentials[server.api_key_name]}"}
         async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=900) as c:
@@ -178,22 +189,114 @@ async def server_throughput(society: Any, slots: int, rounds: int, prompt_tokens
 
             one, nine = await prompt_of(1), await prompt_of(9)  # also the warm-up
             lines = max(1, 1 + round((prompt_tokens - one) / max(1.0, (nine - one) / 8)))
-            total = Round(0, 0, 0.0)
-            for batch in range(rounds):
-                tokens = 0
+            batches = [
+                [society_request(society, batch * slots + n, lines) for n in range(slots)]
+                for batch in range(rounds)
+            ]
+            return await _batches(c, batches)
 
-                async def ask(number: int) -> None:
-                    nonlocal tokens
-                    request = society_request(society, number, lines)
-                    response = await c.post("/chat/completions", json=request)
-                    tokens += response.raise_for_status().json()["usage"]["completion_tokens"]
 
-                started = time.perf_counter()
-                async with anyio.create_task_group() as group:
-                    for number in range(slots):
-                        group.start_soon(ask, batch * slots + number)
-                total += Round(slots, tokens, time.perf_counter() - started)
-            return total
+async def replay_throughput(
+    before: list[dict[str, Any]], requests: list[dict[str, Any]], slots: int
+) -> Round:
+    """``requests``, ``slots`` at a time, straight to a fresh ``slots``-slot server, timed; first
+    ``before`` (the requests that preceded them in the run) the same way, not timed, so the
+    slots' prompt caches hold what the run's held when ``requests`` came."""
+    async with LocalModelServer(slots=slots) as server:
+        headers = {"authorization": f"Bearer {server.credentials[server.api_key_name]}"}
+        async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=900) as c:
+            await _batches(c, [before[i : i + slots] for i in range(0, len(before), slots)])
+            batches = [requests[i : i + slots] for i in range(0, len(requests), slots)]
+            return await _batches(c, batches)
+
+
+async def _batches(client: httpx.AsyncClient, batches: list[list[dict[str, Any]]]) -> Round:
+    total = Round(0, 0, 0.0)
+    for batch in batches:
+        tokens = 0
+
+        async def ask(request: dict[str, Any]) -> None:
+            nonlocal tokens
+            response = await client.post("/chat/completions", json=request)
+            tokens += response.raise_for_status().json()["usage"]["completion_tokens"]
+
+        started = time.perf_counter()
+        async with anyio.create_task_group() as group:
+            for request in batch:
+                group.start_soon(ask, request)
+        total += Round(len(batch), tokens, time.perf_counter() - started)
+    return total
+
+
+def recording_requests() -> list[dict[str, Any]]:
+    """From now on, a copy of each request any gateway in this process forwards, as sent."""
+    from controller.modelgateway.provider import ProviderConnection
+
+    forwarded: list[dict[str, Any]] = []
+    original = ProviderConnection.chat_completion
+
+    async def chat_completion(self: ProviderConnection, request: dict[str, Any]) -> Any:
+        forwarded.append(json.loads(json.dumps(self._with_limit_field(request))))
+        return await original(self, request)
+
+    ProviderConnection.chat_completion = chat_completion  # type: ignore[method-assign]
+    return forwarded
+
+
+def middle(items: list[Any], count: int) -> tuple[list[Any], list[Any]]:
+    """``count`` consecutive items from the middle of ``items`` (all of them if fewer), and the
+    ``count`` before them (as many as there are)."""
+    start = max(0, (len(items) - count) // 2)
+    return items[max(0, start - count) : start], items[start : start + count]
+
+
+def distinct_request(society: Any, number: int, lines: int) -> dict[str, Any]:
+    """``society_request``'s shape and length, its talk lines drawn from ``number``'s own seed."""
+    draw = random.Random(number)
+    request = society_request(society, number, lines)
+    request["messages"][1]["content"] = "\n".join(
+        f"r{draw.randrange(1000):03d}: I want the {draw.choice(society.PROJECTS)}, it gives "
+        f"{draw.choice(REASONS)}."
+        for _ in range(lines)
+    )
+    return request
+
+
+async def prompt_cache_main(rounds: int, lines: int) -> None:
+    """The 16-slot server on three prompt sets of one shape: ``society_request``'s (the same
+    talk lines in each, so requests of one trade repeat), distinct talk, and the same-lines set
+    with llama.cpp's prompt cache off (``cache_prompt: false``)."""
+    society = load_module(SOCIETY, "llm_society")
+    slots = 16
+    sets: dict[str, Callable[[int], dict[str, Any]]] = {
+        "same lines": lambda n: society_request(society, n, lines),
+        "distinct lines": lambda n: distinct_request(society, n, lines),
+        "same lines, cache off": lambda n: {**society_request(society, n, lines),
+                                            "cache_prompt": False},
+    }  # fmt: skip
+    async with LocalModelServer(slots=slots) as server:
+        headers = {"authorization": f"Bearer {server.credentials[server.api_key_name]}"}
+        async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=900) as c:
+            warm = society_request(society, 10**6, 1)
+            (await c.post("/chat/completions", json=warm)).raise_for_status()
+            measured: dict[str, Round] = {}
+            for offset, (name, make) in enumerate(sets.items()):
+                numbers = [10_000 * (offset + 1) + n for n in range(rounds * slots)]
+                batches = [
+                    [make(n) for n in numbers[i : i + slots]] for i in range(0, len(numbers), slots)
+                ]
+                measured[name] = await _batches(c, batches)
+                print(
+                    f"{slots} slots, {name}: {measured[name].calls} calls, "
+                    f"{measured[name].completion_tokens} completion tokens in "
+                    f"{measured[name].seconds:.1f} s = {measured[name].tokens_per_s:.1f} tok/s",
+                    flush=True,
+                )
+    base = measured["distinct lines"].tokens_per_s
+    print(
+        "ratio to distinct lines: "
+        + ", ".join(f"{name} {r.tokens_per_s / base:.2f}x" for name, r in measured.items())
+    )
 
 
 def load_module(path: Path, name: str) -> Any:
@@ -213,6 +316,7 @@ async def society_main(residents: int, turns: int, rounds: int) -> None:
     society = load_module(SOCIETY, "llm_society")
     grader = load_module(SOCIETY.parent / "graders" / "llm_society_grade.py", "llm_society_grade")
     spec = society.society_spec(residents, turns)
+    forwarded = recording_requests()
     with tempfile.TemporaryDirectory() as scratch:
         started = time.perf_counter()
         outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=Path(scratch))
@@ -244,18 +348,25 @@ async def society_main(residents: int, turns: int, rounds: int) -> None:
     )
     print(f"grader: {json.dumps({k: v for k, v in report.items() if k != 'usage'})}")
     slots = local_model_slots(residents, 2048)
-    batched = await server_throughput(society, slots, rounds, mean_prompt)
-    single = await server_throughput(society, 1, max(2, rounds), mean_prompt)
-    for name, measured in ((f"{slots} slots", batched), ("1 slot", single)):
+    before, replayed = middle(forwarded, rounds * slots)
+    batched = await replay_throughput(before, replayed, slots)
+    single = await replay_throughput([], replayed[: max(2, rounds)], 1)
+    cached = await server_throughput(society, slots, rounds, mean_prompt)
+    for name, measured in (
+        (f"{slots} slots, {len(replayed)} of the society's requests", batched),
+        (f"1 slot, {single.calls} of them", single),
+        (f"{slots} slots, near-identical padded prompts (cache-hit bound)", cached),
+    ):
         print(
             f"model server, {name}: {measured.calls} calls, {measured.completion_tokens} "
             f"completion tokens in {measured.seconds:.1f} s = {measured.tokens_per_s:.1f} tok/s"
         )
     print(
-        f"ratio: society / batched server {rate / batched.tokens_per_s:.2f}x (goal >= 0.9x; "
+        f"ratio: society / batched replay {rate / batched.tokens_per_s:.2f}x (goal >= 0.9x; "
         f"{completion / window / batched.tokens_per_s:.2f}x over its calls' window); society / "
         f"one slot {rate / single.tokens_per_s:.2f}x; batched / one slot "
-        f"{batched.tokens_per_s / single.tokens_per_s:.2f}x; wall {wall / 60:.1f} min (goal <= 10)"
+        f"{batched.tokens_per_s / single.tokens_per_s:.2f}x; society / cache-hit bound "
+        f"{rate / cached.tokens_per_s:.2f}x; wall {wall / 60:.1f} min (goal <= 10)"
     )
 
 
@@ -268,8 +379,15 @@ if __name__ == "__main__":
     parser.add_argument("--society", type=int, metavar="N", help="run a town of N llm agents")
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3, help="batches for the server baseline")
+    parser.add_argument(
+        "--prompt-cache",
+        action="store_true",
+        help="the 16-slot server on the society's request shape: repeated, distinct, cache off",
+    )
     args = parser.parse_args()
-    if args.society:
+    if args.prompt_cache:
+        anyio.run(prompt_cache_main, args.rounds, 12)
+    elif args.society:
         anyio.run(society_main, args.society, args.turns, args.rounds)
     else:
         anyio.run(main, args.calls_per_client, args.max_tokens, args.concurrency, args.repeats)
