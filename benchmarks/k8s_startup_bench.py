@@ -21,7 +21,8 @@ roster size runs a scripted society:
   authenticated: the controller's "agents ready" progress), the gate passed;
 - on KWOK: the same roster placed on the fake node by the platform's node selector and
   toleration; its pods run nothing, so no gate can pass: submit -> admitted -> every pod
-  Running, then the run is cancelled;
+  Running, then the run is cancelled (their fake addresses route off this machine, so their
+  bridges are dialled at a loopback port that refuses);
 - on the local profile: submit -> gate.
 
 Best of ``--rounds`` by submit -> gate (KWOK: by submit -> pods Running). Not a test.
@@ -43,6 +44,7 @@ import argparse
 import dataclasses
 import math
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -345,29 +347,39 @@ async def on_kwok(
     async def execute(ctx: RunContext) -> None:
         raise AssertionError("a KWOK pod runs nothing: no gate can pass")
 
-    platform = KubernetesPlatform(settings(plane, cluster_queue=queue))
-    async with Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(watch, kube, run_id, agents, timeline)
+    # A KWOK pod's address is fake (kind_kwok.POD_CIDR), and that range routes off this machine,
+    # where something may answer: its bridge is dialled instead at a loopback port bound here and
+    # never listened on, which refuses, until the run is cancelled.
+    nowhere = socket.socket()
+    nowhere.bind(("127.0.0.1", 0))
+    refused = ("127.0.0.1", nowhere.getsockname()[1])
 
-            async def run() -> None:
-                timeline.submitted = time.monotonic()
-                outcome = await Run.execute(
-                    spec_for(agents, execute, PINNED, roster),
-                    platform=platform,
-                    run_id=run_id,
-                    artifact_root=root,
-                )
-                # Its gate failed before every pod ran (a bridge dialled at a KWOK pod's fake
-                # address got an answer, or none): no KWOK figure this round.
-                if isinstance(outcome, PlatformLost):
-                    timeline.ended = f"{outcome.cause.reason}: {outcome.cause.detail}"
-                timeline.running.set()
+    async def refusing(run_id: str, agent: str, default: tuple[str, int]) -> tuple[str, int]:
+        return refused
 
-            tasks.start_soon(run)
-            with anyio.fail_after(300):
-                await timeline.running.wait()
-            tasks.cancel_scope.cancel()  # the run finalizes and deletes its namespace
+    platform = KubernetesPlatform(settings(plane, cluster_queue=queue), bridge_address=refusing)
+    with nowhere:
+        async with Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(watch, kube, run_id, agents, timeline)
+
+                async def run() -> None:
+                    timeline.submitted = time.monotonic()
+                    outcome = await Run.execute(
+                        spec_for(agents, execute, PINNED, roster),
+                        platform=platform,
+                        run_id=run_id,
+                        artifact_root=root,
+                    )
+                    # Its gate failed before every pod ran: no KWOK figure this round.
+                    if isinstance(outcome, PlatformLost):
+                        timeline.ended = f"{outcome.cause.reason}: {outcome.cause.detail}"
+                    timeline.running.set()
+
+                tasks.start_soon(run)
+                with anyio.fail_after(300):
+                    await timeline.running.wait()
+                tasks.cancel_scope.cancel()  # the run finalizes and deletes its namespace
     return timeline
 
 
