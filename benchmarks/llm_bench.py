@@ -36,7 +36,8 @@ import json
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -179,21 +180,16 @@ async def server_throughput(society: Any, slots: int, rounds: int, prompt_tokens
     """``rounds`` batches of ``slots`` requests at once, straight to a ``slots``-slot server;
     each request's prompt is padded to about ``prompt_tokens`` (the society's mean) with the same
     lines, so the server reuses nearly all of each slot's cached prompt: a cache-hit bound."""
-    async with LocalModelServer(slots=slots) as server:
-        headers = {"authorization": f"Bearer {server.credentials[server.api_key_name]}"}
-        async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=900) as c:
+    async with model_client(slots) as c:
 
-            async def prompt_of(lines: int) -> int:
-                reply = await c.post("/chat/completions", json=society_request(society, 0, lines))
-                return int(reply.raise_for_status().json()["usage"]["prompt_tokens"])
+        async def prompt_of(lines: int) -> int:
+            reply = await c.post("/chat/completions", json=society_request(society, 0, lines))
+            return int(reply.raise_for_status().json()["usage"]["prompt_tokens"])
 
-            one, nine = await prompt_of(1), await prompt_of(9)  # also the warm-up
-            lines = max(1, 1 + round((prompt_tokens - one) / max(1.0, (nine - one) / 8)))
-            batches = [
-                [society_request(society, batch * slots + n, lines) for n in range(slots)]
-                for batch in range(rounds)
-            ]
-            return await _batches(c, batches)
+        one, nine = await prompt_of(1), await prompt_of(9)  # also the warm-up
+        lines = max(1, 1 + round((prompt_tokens - one) / max(1.0, (nine - one) / 8)))
+        requests = [society_request(society, n, lines) for n in range(rounds * slots)]
+        return await _batches(c, requests, slots)
 
 
 async def replay_throughput(
@@ -202,17 +198,24 @@ async def replay_throughput(
     """``requests``, ``slots`` at a time, straight to a fresh ``slots``-slot server, timed; first
     ``before`` (the requests that preceded them in the run) the same way, not timed, so the
     slots' prompt caches hold what the run's held when ``requests`` came."""
+    async with model_client(slots) as c:
+        await _batches(c, before, slots)
+        return await _batches(c, requests, slots)
+
+
+@asynccontextmanager
+async def model_client(slots: int) -> AsyncIterator[httpx.AsyncClient]:
+    """A fresh ``slots``-slot local model server, and a client that holds its key."""
     async with LocalModelServer(slots=slots) as server:
         headers = {"authorization": f"Bearer {server.credentials[server.api_key_name]}"}
         async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=900) as c:
-            await _batches(c, [before[i : i + slots] for i in range(0, len(before), slots)])
-            batches = [requests[i : i + slots] for i in range(0, len(requests), slots)]
-            return await _batches(c, batches)
+            yield c
 
 
-async def _batches(client: httpx.AsyncClient, batches: list[list[dict[str, Any]]]) -> Round:
+async def _batches(client: httpx.AsyncClient, requests: list[dict[str, Any]], size: int) -> Round:
+    """``requests`` in batches of ``size`` at once, one batch after another; the sum."""
     total = Round(0, 0, 0.0)
-    for batch in batches:
+    for batch in (requests[i : i + size] for i in range(0, len(requests), size)):
         tokens = 0
 
         async def ask(request: dict[str, Any]) -> None:
@@ -274,24 +277,19 @@ async def prompt_cache_main(rounds: int, lines: int) -> None:
         "same lines, cache off": lambda n: {**society_request(society, n, lines),
                                             "cache_prompt": False},
     }  # fmt: skip
-    async with LocalModelServer(slots=slots) as server:
-        headers = {"authorization": f"Bearer {server.credentials[server.api_key_name]}"}
-        async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=900) as c:
-            warm = society_request(society, 10**6, 1)
-            (await c.post("/chat/completions", json=warm)).raise_for_status()
-            measured: dict[str, Round] = {}
-            for offset, (name, make) in enumerate(sets.items()):
-                numbers = [10_000 * (offset + 1) + n for n in range(rounds * slots)]
-                batches = [
-                    [make(n) for n in numbers[i : i + slots]] for i in range(0, len(numbers), slots)
-                ]
-                measured[name] = await _batches(c, batches)
-                print(
-                    f"{slots} slots, {name}: {measured[name].calls} calls, "
-                    f"{measured[name].completion_tokens} completion tokens in "
-                    f"{measured[name].seconds:.1f} s = {measured[name].tokens_per_s:.1f} tok/s",
-                    flush=True,
-                )
+    async with model_client(slots) as c:
+        warm = society_request(society, 10**6, 1)
+        (await c.post("/chat/completions", json=warm)).raise_for_status()
+        measured: dict[str, Round] = {}
+        for offset, (name, make) in enumerate(sets.items()):
+            requests = [make(10_000 * (offset + 1) + n) for n in range(rounds * slots)]
+            measured[name] = await _batches(c, requests, slots)
+            print(
+                f"{slots} slots, {name}: {measured[name].calls} calls, "
+                f"{measured[name].completion_tokens} completion tokens in "
+                f"{measured[name].seconds:.1f} s = {measured[name].tokens_per_s:.1f} tok/s",
+                flush=True,
+            )
     base = measured["distinct lines"].tokens_per_s
     print(
         "ratio to distinct lines: "

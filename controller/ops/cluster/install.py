@@ -203,14 +203,13 @@ class ClusterUp:
             return f"existing cluster of {self.options.kubeconfig} ({len(nodes)} nodes)"
         host = self.host
         self.volumes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        had_network = kind.network_exists(host)
         created = await anyio.to_thread.run_sync(
             lambda: kind.create_cluster(host, self.options.kubeconfig,
                                         host.config(self.volumes_dir))
         )  # fmt: skip
-        self.made_cluster = self.made_cluster or created
-        self.made_network = self.made_network or (created and not had_network)
-        return f"{'created' if created else 'reused'} kind cluster '{host.name}'"
+        self.made_cluster = self.made_cluster or created.cluster
+        self.made_network = self.made_network or created.network
+        return f"{'created' if created.cluster else 'reused'} kind cluster '{host.name}'"
 
     async def build_addons(self) -> str:
         self.addon_build = await anyio.to_thread.run_sync(addon_sources.build_addons)

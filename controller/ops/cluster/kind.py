@@ -147,14 +147,23 @@ def ledger_storage_class() -> dict[str, object]:
     }
 
 
-def create_cluster(host: KindHost, kubeconfig: Path, config: str) -> bool:
-    """Create the cluster unless it exists; write its kubeconfig; ``True`` when created here.
+@dataclass(frozen=True, slots=True)
+class Created:
+    """What ``create_cluster`` made: the cluster, and kind's network with it."""
+
+    cluster: bool
+    network: bool
+    """There was no kind network before this create."""
+
+
+def create_cluster(host: KindHost, kubeconfig: Path, config: str) -> Created:
+    """Create the cluster unless it exists; write its kubeconfig; what was made here.
 
     A create that fails leaves nothing of its own: kind removes the nodes it started, and the
     network kind made for it (when there was none before and no container uses it) is removed
     here, since no profile file records it for ``cluster down``."""
     env = host.env()
-    created = False
+    created = Created(cluster=False, network=False)
     if not cluster_exists(host):
         config_file = kubeconfig.parent / f"{host.name}-kind-config.yaml"
         config_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -175,7 +184,7 @@ def create_cluster(host: KindHost, kubeconfig: Path, config: str) -> bool:
                 f"is removed)",
                 reason=failed.reason,
             ) from None
-        created = True
+        created = Created(cluster=True, network=not had_network)
     config = _run([str(host.kind), "get", "kubeconfig", "--name", host.name], "kind-failed",
                   "kind get kubeconfig", env)  # fmt: skip
     kubeconfig.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
