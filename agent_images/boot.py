@@ -17,6 +17,10 @@ from pathlib import Path
 AGENT_NAME = "SOCIETY_AGENT_NAME"
 ROUTER_URL = "SOCIETY_ROUTER_URL"
 ROUTER_CA_FILE = "SOCIETY_ROUTER_CA_FILE"
+ROUTER_ADDRESS = "SOCIETY_ROUTER_ADDRESS"
+"""Where to dial the router (``host:port``) when the URL's host does not resolve in the sandbox
+(a warm pod, made before the run's router existed); the URL still names it in TLS and the
+handshake."""
 ROUTER_SOCKET = "SOCIETY_ROUTER_SOCKET"
 """Local sandbox only: the router's Unix socket (the sandbox has no other way out)."""
 BRIDGE_PORT = "SOCIETY_BRIDGE_PORT"
@@ -29,6 +33,7 @@ BOOT_VARIABLES = (
     AGENT_NAME,
     ROUTER_URL,
     ROUTER_CA_FILE,
+    ROUTER_ADDRESS,
     ROUTER_SOCKET,
     BRIDGE_PORT,
     BRIDGE_FD,
@@ -84,6 +89,7 @@ class BootConfig:
     bridge_fd: int | None = None
     router_ca_file: str | None = None
     router_socket: str | None = None
+    router_address: str | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> BootConfig:
@@ -101,6 +107,7 @@ class BootConfig:
             bridge_fd=int(fd) if fd else None,
             router_ca_file=env.get(ROUTER_CA_FILE) or None,
             router_socket=env.get(ROUTER_SOCKET) or None,
+            router_address=env.get(ROUTER_ADDRESS) or None,
         )
 
     def bridge_socket(self) -> socket.socket:

@@ -46,6 +46,7 @@ async def live_session(
         secrets.router_token,
         ca_file=config.router_ca_file,
         unix_path=config.router_socket,
+        address=config.router_address,
     ) as session:
         on_connect(session)
         async with anyio.create_task_group() as tasks:

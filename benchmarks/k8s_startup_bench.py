@@ -27,6 +27,12 @@ roster size runs a scripted society:
 
 Best of ``--rounds`` by submit -> gate (KWOK: by submit -> pods Running). Not a test.
 
+``--warm`` measures warm pools instead of KWOK: for each size, a SandboxWarmPool of the roster's
+shape (controller/platforms/kubernetes/warm.py) is scaled to that many sandboxes and waited
+ready, the roster runs claiming them (warm), the pool is scaled to 0, the same roster runs with
+every Sandbox made for it (cold), then on the local profile: submit -> gate for each, and each
+run's count of agents the ledger records as started warm.
+
 At the gate, what the roster's pods use on the agents' node, read from their cgroups (v1; the
 node's container shares this machine's kernel) and ``/proc``: memory per agent pod (the resident
 set of its processes summed, their proportional set, and the cgroup's anonymous memory) and CPU
@@ -68,13 +74,15 @@ from kind_plane import KindPlane
 from controller import Run, RunSpec
 from controller.agents import Resources, scripted
 from controller.agents.scripted import SCRIPTED_RESOURCES
-from controller.platforms.kubernetes import Kube, KubernetesPlatform, objects
+from controller.events.run import AgentRuntimeReady
+from controller.platforms.kubernetes import Kube, KubernetesPlatform, objects, warm
 from controller.platforms.kubernetes import sandbox as observed
 from controller.platforms.kubernetes.kube import Informer, Obj, is_true
 from controller.platforms.local import LocalPlatform
 from controller.run import PlatformLost, ProgramFinished, RunContext
 from controller.run.progress import Counter
 from controller.run.runid import new_run_id
+from ledger import open_ledger_artifacts
 
 PHASES = ("admitted", "pods created", "containers running", "agents ready", "gate")
 SAMPLE_S = 5.0
@@ -99,6 +107,8 @@ class Timeline:
     """The machine's load averages at the gate (or when the run ended)."""
     ended: str = ""
     """Why a KWOK run ended before every pod ran."""
+    starts: dict[str, int] = field(default_factory=dict)
+    """How many agents the ledger records as started ``warm`` and ``cold``."""
 
     def mark(self, milestone: str) -> None:
         self.at.setdefault(milestone, time.monotonic() - self.submitted)
@@ -295,7 +305,14 @@ class KindRunFailed(Exception):
 
 
 async def on_kind(
-    plane: KindPlane, queue: str, agents: int, root: Path, roster: Roster, startup_s: float
+    plane: KindPlane,
+    queue: str,
+    agents: int,
+    root: Path,
+    roster: Roster,
+    startup_s: float,
+    *,
+    warm_pools: bool = False,
 ) -> Timeline:
     run_id = new_run_id()
     timeline = Timeline()
@@ -314,13 +331,16 @@ async def on_kind(
         uids = {pod.metadata.uid for pod in pods.items}
         timeline.usage = await anyio.to_thread.run_sync(measure_usage, uids)
 
-    platform = KubernetesPlatform(settings(plane, cluster_queue=queue, startup_timeout_s=startup_s))
+    platform = KubernetesPlatform(
+        settings(plane, cluster_queue=queue, startup_timeout_s=startup_s, warm_pools=warm_pools)
+    )
+    spec = spec_for(agents, execute, SCRIPTED, roster)
     async with Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(watch, kube, run_id, agents, timeline)
             timeline.submitted = time.monotonic()
             outcome = await Run.execute(
-                spec_for(agents, execute, SCRIPTED, roster),
+                spec,
                 platform=platform,
                 run_id=run_id,
                 artifact_root=root,
@@ -328,6 +348,12 @@ async def on_kind(
             )
             tasks.cancel_scope.cancel()
     if isinstance(outcome, ProgramFinished) and outcome.succeeded:
+        ledger = open_ledger_artifacts(
+            spec.catalog, outcome.receipt.ledger_dir, trusted_key=outcome.receipt.public_key
+        )
+        for event in ledger.events(AgentRuntimeReady):
+            start = event.sandbox_start or "none"
+            timeline.starts[start] = timeline.starts.get(start, 0) + 1
         return timeline
     timeline.load = os.getloadavg()
     if isinstance(outcome, PlatformLost):
@@ -457,6 +483,107 @@ async def measure(
             )
 
 
+@dataclass
+class WarmRow:
+    agents: int
+    warm: Timeline
+    cold: Timeline
+    local: float
+
+
+POOL_READY_S = 900.0
+
+
+async def _scale_pool(kube: Kube, pool: Obj, replicas: int) -> float:
+    """Scale the pool to ``replicas`` and wait until that many are ready (0: until its pods are
+    gone); the seconds that took."""
+    name = pool["metadata"]["name"]
+    started = time.monotonic()
+    await kube.apply({**pool, "spec": {**pool["spec"], "replicas": replicas}})
+    with anyio.fail_after(POOL_READY_S):
+        while True:
+            found = await kube.get("SandboxWarmPool", name, warm.WARM_NAMESPACE) or {}
+            ready = int((found.get("status") or {}).get("readyReplicas") or 0)
+            pods, _ = await kube.list(
+                "Pod", warm.WARM_NAMESPACE, label_selector=f"{warm.POOL_LABEL}={name}"
+            )
+            if (replicas and ready >= replicas) or (not replicas and not pods):
+                return time.monotonic() - started
+            await anyio.sleep(1.0)
+
+
+async def warm_row(
+    plane: KindPlane, kube: Kube, pool: Obj, sweep: Sweep, agents: int, root: Path
+) -> WarmRow:
+    """One size: warm (claimed from a pool of that size), cold (the pool at 0), local."""
+    warm_runs, cold_runs = [], []
+    for _ in range(sweep.rounds):
+        filled = await _scale_pool(kube, pool, agents)
+        print(f"{agents} agents: a pool of {agents} ready in {filled:.1f} s", flush=True)
+        warm_runs.append(
+            await on_kind(
+                plane, sweep.queue, agents, root, sweep.roster, sweep.startup_s, warm_pools=True
+            )
+        )
+        await _scale_pool(kube, pool, 0)
+        cold_runs.append(
+            await on_kind(plane, sweep.queue, agents, root, sweep.roster, sweep.startup_s)
+        )
+    local = min([await on_local(agents, root, sweep.roster) for _ in range(sweep.rounds)])
+    return WarmRow(
+        agents,
+        min(warm_runs, key=lambda t: t.at["gate"]),
+        min(cold_runs, key=lambda t: t.at["gate"]),
+        local,
+    )
+
+
+async def measure_warm(
+    plane: KindPlane, sweep: Sweep, sizes: list[int], rows: list[WarmRow]
+) -> None:
+    """Each size in turn, into ``rows``; a failure on kind is printed and ends the sweep."""
+    platform = KubernetesPlatform(settings(plane))
+    agent = scripted(
+        image=SCRIPTED, resources=sweep.roster.resources,
+        ready_timeout_s=sweep.roster.ready_timeout_s,
+    )  # fmt: skip
+    manifests = warm.pool_manifests(platform.pinned(agent), 0)
+    pool = manifests[-1]
+    async with Kube.connect(kubeconfig=str(plane.kubeconfig)) as kube:
+        for manifest in manifests:
+            await kube.apply(manifest)
+        with tempfile.TemporaryDirectory(prefix="k8s-bench-") as scratch:
+            for agents in sizes:
+                try:
+                    row = await warm_row(plane, kube, pool, sweep, agents, Path(scratch))
+                except KindRunFailed as failed:
+                    _print_failure(failed)
+                    break
+                rows.append(row)
+                print(
+                    f"{agents} agents: warm {row.warm.at['gate']:.2f} s {row.warm.starts}, "
+                    f"cold {row.cold.at['gate']:.2f} s {row.cold.starts}, "
+                    f"local {row.local:.2f} s",
+                    flush=True,
+                )
+        await kube.delete("SandboxWarmPool", pool["metadata"]["name"], warm.WARM_NAMESPACE)
+
+
+def report_warm(rows: list[WarmRow]) -> None:
+    print(
+        "\n| agents | warm submit -> gate | cold submit -> gate | local submit -> gate | "
+        "warm / local | cold / local | warm / cold | started warm |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        w, c, local = row.warm.at["gate"], row.cold.at["gate"], row.local
+        print(
+            f"| {row.agents} | {w:.2f} s | {c:.2f} s | {local:.2f} s | {w / local:.2f}x | "
+            f"{c / local:.2f}x | {w / c:.2f}x | {row.warm.starts.get('warm', 0)} of "
+            f"{row.agents} |"
+        )
+
+
 def _kwok(timeline: Timeline) -> str:
     if "containers running" in timeline.at:
         return f"{timeline.at['containers running']:.2f} s to pods Running"
@@ -575,12 +702,27 @@ def main() -> None:
         help="seconds a running agent may take to attach and authenticate (the runtime's "
         "ready_timeout_s; default: the scripted runtime's, %(default)g)",
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="measure warm pools (claimed) against cold Sandboxes and the local profile, instead "
+        "of KWOK",
+    )
     args = parser.parse_args()
     resources = dataclasses.replace(SCRIPTED_RESOURCES, cpu=args.cpu_request / 1000)
     roster = Roster(resources, args.ready_timeout)
     print(f"roster: each agent {resources}, ready timeout {args.ready_timeout:g} s", flush=True)
     images = Images.load(build_images())
     with KindPlane(images, max_pods=args.max_pods, name="society-kind-bench") as plane:
+        if args.warm:
+            queue = make_cluster_queue(plane, cpu="64", memory="64Gi")
+            sweep = Sweep(queue, "", roster, args.rounds, args.startup_timeout)
+            warm_rows: list[WarmRow] = []
+            try:
+                anyio.run(measure_warm, plane, sweep, args.agents, warm_rows)
+            finally:
+                report_warm(warm_rows)
+            return
         kwok = start_kwok(plane.cluster, 1, NodeCapacity())
         print(f"kind's agents' node allocatable: {node_allocatable(plane)}", flush=True)
         queue = make_cluster_queue(plane, cpu="64", memory="64Gi")

@@ -180,6 +180,7 @@ async def run(config: BootConfig, options: AgentOptions, workdir: Path, log: IO[
                 secrets.router_token,
                 ca_file=config.router_ca_file,
                 unix_path=config.router_socket,
+                address=config.router_address,
             ) as session,
             anyio.create_task_group() as tasks,
         ):

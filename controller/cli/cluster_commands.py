@@ -117,6 +117,16 @@ def add_commands(subparsers: Any) -> None:
         "proxy (scripts/build-kind-addon-images.sh) instead of the published images and "
         "release manifests, for a machine that reaches no image registry",
     )
+    up.add_argument(
+        "--warm-pool",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N sandboxes of the scripted runtime's shape warm (Agent Sandbox's "
+        "SandboxWarmPool in the namespace society-warm): a roster whose scripted agents fit "
+        "claims them instead of making a pod each (docs/kubernetes.md, 'Warm pools'; "
+        "default: %(default)s, no pool)",
+    )
     up.set_defaults(handler=_up)
     down = actions.add_parser(
         "down",
@@ -229,6 +239,7 @@ def _up(args: argparse.Namespace) -> int:
         node_image=args.node_image,
         host_patches=args.host_patches,
         addons_from_source=args.addons_from_source,
+        warm_pool=args.warm_pool,
     )
     try:
         path = anyio.run(ClusterUp(options, programs, sys.stderr).run)

@@ -135,6 +135,9 @@ class AgentRuntimeReady(Event):
     """Names of the credentials delivered through the secrets file (values are never recorded)."""
     files: list[DeclaredFile]
     startup_ms: float = Field(ge=0)
+    sandbox_start: Literal["warm", "cold"] | None = None
+    """On a cluster: ``warm`` when the agent's pod came from a warm pool (claimed, then told who
+    it is), ``cold`` when it was made for the agent; absent where the platform has no pools."""
 
 
 class AgentRuntimeStartFailed(Event):

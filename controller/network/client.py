@@ -83,9 +83,13 @@ class AgentSession:
         token: str,
         ssl_context: ssl.SSLContext | None,
         unix_path: str | None = None,
+        address: str | None = None,
     ) -> None:
         self._url = url
         self._unix: dict[str, Any] = {"unix": True, "path": unix_path} if unix_path else {}
+        if address and not unix_path:
+            host, _, port = address.rpartition(":")
+            self._unix = {"host": host.strip("[]"), "port": int(port)}
         self._token = token
         self._ssl = ssl_context
         self._identity: Participant | None = None
@@ -392,6 +396,7 @@ async def connect_agent(
     ca_file: str | Path | None = None,
     ssl_context: ssl.SSLContext | None = None,
     unix_path: str | None = None,
+    address: str | None = None,
 ) -> AsyncIterator[AgentSession]:
     """Connect and authenticate to the router at ``url`` with a router-issued ``token``.
 
@@ -400,10 +405,14 @@ async def connect_agent(
     ``NetworkError`` (``authentication-failed``). Wrap in ``anyio.fail_after`` to bound the wait
     for a router that is not listening yet. ``unix_path``: reach the router through this Unix
     socket (a local sandbox's only way out); ``url`` then only names the host in the handshake.
+    ``address`` (``host:port``): dial there instead of the URL's host, which still names the
+    router in the handshake and TLS (a warm pod, where the router's name does not resolve).
     """
     if ssl_context is None and ca_file is not None:
         ssl_context = ssl.create_default_context(cafile=str(ca_file))
-    session = AgentSession(url, token, ssl_context if url.startswith("wss:") else None, unix_path)
+    session = AgentSession(
+        url, token, ssl_context if url.startswith("wss:") else None, unix_path, address
+    )
     async with owned_task_group() as tasks:
         await tasks.start(session._run)
         try:

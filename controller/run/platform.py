@@ -110,6 +110,9 @@ class Sandbox(ABC):
 
     name: str
     access: SandboxAccess
+    start: Literal["warm", "cold"] | None = None
+    """On a platform with warm pools: whether the sandbox was made ahead (``warm``) or for this
+    agent (``cold``); ``None`` where the platform has no pools."""
 
     @property
     def exit(self) -> ProcessExit | None:

@@ -270,6 +270,7 @@ class Society:
                     for path, (digest, size) in descriptor.file_digests().items()
                 ],
                 startup_ms=(time.monotonic() - slot.requested_at) * 1000,
+                sandbox_start=slot.sandbox.start,
             )
         )
         self.gate.ready(slot.name)

@@ -41,6 +41,7 @@ RUN_KINDS = (
     "ConfigMap",
     "Pod",
     "RoleBinding",
+    "NetworkPolicy",  # a claiming run's policy in the warm namespace
 )
 
 

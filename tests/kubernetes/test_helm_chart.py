@@ -16,7 +16,8 @@ from worker_rights import worker_objects
 
 from controller.incluster.access import worker_deployment
 from controller.ops.checks.tools import tool
-from controller.platforms.kubernetes.rbac import credentials_reader_role
+from controller.platforms.kubernetes.rbac import credentials_reader_role, warm_claimer_role
+from controller.platforms.kubernetes.warm import WARM_NAMESPACE
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "society-runner"
@@ -55,9 +56,13 @@ def test_the_chart_renders_to_objects_that_parse_and_pin_every_image_by_digest()
         "ClusterRoleBinding/society-run-worker",
         "Deployment/society-run-worker",
         "Namespace/society-credentials",
+        "Namespace/society-warm",
         "ResourceFlavor/society-agents",
         "Role/society-credentials-reader",
         "Role/society-run-worker",
+        "Role/society-run-worker",
+        "Role/society-warm-claimer",
+        "RoleBinding/society-run-worker",
         "RoleBinding/society-run-worker",
         "ServiceAccount/society-run-worker",
         "ValidatingAdmissionPolicy/society-run-namespaces",
@@ -79,7 +84,11 @@ def rbac_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_the_chart_grants_exactly_what_the_code_grants() -> None:
     objects = render("release-ns", credentialsNamespace="creds-ns")
-    coded = [*worker_objects("release-ns", "creds-ns"), credentials_reader_role("creds-ns")]
+    coded = [
+        *worker_objects("release-ns", "creds-ns"),
+        credentials_reader_role("creds-ns"),
+        warm_claimer_role(WARM_NAMESPACE),
+    ]
     assert rbac_objects(objects) == rbac_objects(coded)
     by_kind = {o["kind"]: o for o in objects}
     worker = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]

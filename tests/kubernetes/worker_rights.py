@@ -10,13 +10,15 @@ say it (``failurePolicy: Fail``):
   its creator at creation, and the annotation never changes or appears later.
 * ``society-run-worker`` (the worker only): it creates only run namespaces (``sr-<32 hex>``,
   labelled as runs) and RoleBindings only in run namespaces it created (itself to
-  ``society-run-namespace``, the run's controller to ``society-run-controller``) and in the
-  credentials namespace (a run's controller to the credentials reader, named for the run).
+  ``society-run-namespace``, the run's controller to ``society-run-controller``), in the
+  credentials namespace (a run's controller to the credentials reader, named for the run) and in
+  the warm namespace (a run's controller to the warm claimer, named for the run).
 """
 
 from __future__ import annotations
 
 from controller.platforms.kubernetes.kube import Obj
+from controller.platforms.kubernetes.warm import WARM_NAMESPACE
 from controller.platforms.kubernetes.objects import CONTROLLER_ACCOUNT, MANAGED_BY, RUN_LABEL
 from controller.platforms.kubernetes.rbac import (
     CONTROLLER_ROLE,
@@ -28,8 +30,10 @@ from controller.platforms.kubernetes.rbac import (
     WORKER_ACCOUNT,
     WORKER_BINDING,
     WORKER_CLUSTER_ROLE,
+    WARM_CLAIMER,
     WORKER_CREDENTIALS_RULES,
     WORKER_RULES,
+    WORKER_WARM_RULES,
     _cluster_object,
     _namespaced,
     _role_ref,
@@ -63,6 +67,14 @@ def worker_objects(
             "RoleBinding",
             WORKER_BINDING,
             credentials_namespace,
+            roleRef=_role_ref("Role", WORKER_BINDING),
+            subjects=[worker],
+        ),
+        _namespaced("Role", WORKER_BINDING, WARM_NAMESPACE, rules=WORKER_WARM_RULES),
+        _namespaced(
+            "RoleBinding",
+            WORKER_BINDING,
+            WARM_NAMESPACE,
             roleRef=_role_ref("Role", WORKER_BINDING),
             subjects=[worker],
         ),
@@ -162,15 +174,19 @@ def worker_policy(worker: str, credentials_namespace: str) -> Obj:
         )
         + "))"
     )
-    credentials_binding = (
-        f"variables.binding.roleRef.kind == 'Role' && "
-        f"variables.binding.roleRef.name == '{CREDENTIALS_READER}' && "
-        + subjects.format(
-            f"{account} && s.name == '{CONTROLLER_ACCOUNT}' && "
-            f"s.namespace.matches('{RUN_ID_PATTERN}') && "
-            f"variables.binding.metadata.name == '{CREDENTIALS_READER}-' + s.namespace"
+    def controller_to(role: str) -> str:
+        """A run's controller bound to ``role`` (a Role), as ``<role>-<run id>``."""
+        return (
+            f"variables.binding.roleRef.kind == 'Role' && "
+            f"variables.binding.roleRef.name == '{role}' && "
+            + subjects.format(
+                f"{account} && s.name == '{CONTROLLER_ACCOUNT}' && "
+                f"s.namespace.matches('{RUN_ID_PATTERN}') && "
+                f"variables.binding.metadata.name == '{role}-' + s.namespace"
+            )
         )
-    )
+
+    credentials_binding = controller_to(CREDENTIALS_READER)
     validations = [
         (
             "request.resource.resource != 'namespaces' || "
@@ -184,9 +200,10 @@ def worker_policy(worker: str, credentials_namespace: str) -> Obj:
         ),
         (
             "request.resource.resource != 'rolebindings' || "
-            "(variables.runNamespace && request.operation != 'DELETE') || variables.credentials",
-            "the run worker binds roles only in the run namespaces it created and in the "
-            "credentials namespace",
+            "(variables.runNamespace && request.operation != 'DELETE') || variables.credentials "
+            "|| variables.warm",
+            "the run worker binds roles only in the run namespaces it created, the credentials "
+            "namespace and the warm namespace",
         ),
         (
             "request.resource.resource != 'rolebindings' || !variables.runNamespace || "
@@ -200,6 +217,12 @@ def worker_policy(worker: str, credentials_namespace: str) -> Obj:
             f"in the credentials namespace the run worker binds only a run's "
             f"{CONTROLLER_ACCOUNT} ServiceAccount to {CREDENTIALS_READER}, "
             f"as {CREDENTIALS_READER}-<run id>",
+        ),
+        (
+            "request.resource.resource != 'rolebindings' || !variables.warm || "
+            f"({controller_to(WARM_CLAIMER)})",
+            f"in the warm namespace the run worker binds only a run's {CONTROLLER_ACCOUNT} "
+            f"ServiceAccount to {WARM_CLAIMER}, as {WARM_CLAIMER}-<run id>",
         ),
     ]
     return _admission(
@@ -229,6 +252,11 @@ def worker_policy(worker: str, credentials_namespace: str) -> Obj:
                     "name": "credentials",
                     "expression": "namespaceObject != null && "
                     f"namespaceObject.metadata.name == '{credentials_namespace}'",
+                },
+                {
+                    "name": "warm",
+                    "expression": "namespaceObject != null && "
+                    f"namespaceObject.metadata.name == '{WARM_NAMESPACE}'",
                 },
             ],
             "validations": [

@@ -38,6 +38,7 @@ from controller.ops.repository import ROOT as REPO
 from controller.platforms.kubernetes.api import KubeError, Obj, is_true
 from controller.platforms.kubernetes.kube import Kube
 from controller.platforms.kubernetes.settings import DEFAULT_CLUSTER_QUEUE
+from controller.platforms.kubernetes.warm import WARM_NAMESPACE
 
 CHART = REPO / "helm" / "society-runner"
 RELEASE = "society-runner"
@@ -68,6 +69,8 @@ class ClusterOptions:
     node_image: str | None = None
     host_patches: Path | None = None
     addons_from_source: bool = False
+    warm_pool: int = 0
+    """Sandboxes of the scripted runtime's shape kept warm (``warm``); 0 makes no pool."""
 
     @property
     def state_dir(self) -> Path:
@@ -183,6 +186,8 @@ class ClusterUp:
             Step("agents queue size", self.queue_size),
             Step("ledger volumes", self.ledger_volumes),
             Step("chart (queues, credentials namespace, run worker)", self.chart),
+            *([Step(f"warm pool of {self.options.warm_pool} scripted sandboxes", self.warm_pool)]
+              if self.options.warm_pool else []),
             Step("profile file", self.profile_file),
         ]  # fmt: skip
         await self.runner.run(steps)
@@ -466,6 +471,30 @@ class ClusterUp:
                                     "-n", SYSTEM_NAMESPACE, "-o", "json"))["version"]  # fmt: skip
         return f"release {RELEASE} revision {revision}; ClusterQueue {DEFAULT_CLUSTER_QUEUE} active"
 
+    async def warm_pool(self) -> str:
+        """A SandboxWarmPool of the scripted runtime's shape (its image pinned through the image
+        map) on the agents' nodes, waited ready."""
+        from controller.agents import scripted
+        from controller.platforms.kubernetes import warm
+
+        image = self.images.get(PROBE_IMAGE)
+        if image is None:
+            raise StepFailed(f"the image map has no {PROBE_IMAGE}", reason="image-missing")
+        descriptor = scripted(image=image)
+        size = self.options.warm_pool
+        placement = {"nodeSelector": dict(self.options.agent_nodes)}
+        async with self.kube() as kube:
+            for manifest in warm.pool_manifests(descriptor, size, placement):
+                await kube.apply(manifest)
+            name = warm.pool_name(descriptor)
+
+            async def ready() -> bool:
+                found = await kube.get("SandboxWarmPool", name, warm.WARM_NAMESPACE) or {}
+                return int((found.get("status") or {}).get("readyReplicas") or 0) >= size
+
+            await _poll(f"SandboxWarmPool {name}", ready, READY_TIMEOUT_S)
+        return f"{warm.WARM_NAMESPACE}/{name}: {size} ready"
+
     def operator_key(self) -> tuple[Path, bool]:
         """The profile's operator key (made once, 0600) and its public key beside it."""
         from ledger.signing import SigningKey
@@ -552,11 +581,11 @@ class ClusterDown:
         async with Kube.connect(
             kubeconfig=self.profile.kubeconfig, context=self.profile.context
         ) as kube:
-            deleted = [name for name in (SYSTEM_NAMESPACE, CREDENTIALS_NAMESPACE)
+            deleted = [name for name in (SYSTEM_NAMESPACE, CREDENTIALS_NAMESPACE, WARM_NAMESPACE)
                        if await kube.delete("Namespace", name)]  # fmt: skip
 
             async def gone() -> bool:
-                for name in (SYSTEM_NAMESPACE, CREDENTIALS_NAMESPACE):
+                for name in (SYSTEM_NAMESPACE, CREDENTIALS_NAMESPACE, WARM_NAMESPACE):
                     if await kube.get("Namespace", name) is not None:
                         return False
                 return True

@@ -243,15 +243,55 @@ def apply_addon(kubectl: Path, kubeconfig: Path, addon: str, manifest: str | Non
     upstream, namespace, deployment = ADDONS[addon]
     manifest = manifest or upstream
     base = [str(kubectl), "--kubeconfig", str(kubeconfig)]
+    configured = addon == "agent-sandbox" and _configure_sandbox(base, namespace)
     _run([*base, "apply", "--server-side", "--force-conflicts", "-f", manifest],
          "addon-install-failed", f"applying {manifest}")  # fmt: skip
     if addon == "agent-sandbox" and manifest == upstream:
         _set_sandbox_workers(base, namespace, deployment)
+    if configured:  # the controller reads its configuration once, at start
+        _run([*base, "-n", namespace, "rollout", "restart", f"deployment/{deployment}"],
+             "addon-install-failed", f"restarting {deployment}")  # fmt: skip
     _run([*base, "-n", namespace, "rollout", "status", f"deployment/{deployment}",
           "--timeout=300s"], "addon-install-failed", f"waiting for {deployment}")  # fmt: skip
     if manifest != upstream:
         return f"applied {Path(manifest).name}, rendered from the Go module proxy's source"
     return f"applied {manifest.rsplit('/', 3)[-2]}"
+
+
+SANDBOX_CONFIG = "agent-sandbox-config"
+"""Agent Sandbox's optional ConfigMap, mounted into its controller at /etc/sandbox-config."""
+
+
+def sandbox_config(namespace: str) -> str:
+    """Agent Sandbox's namespace and configuration as a manifest: claims may put the run's labels
+    (``warm.LABEL_DOMAIN``) on the pods they claim."""
+    from controller.platforms.kubernetes.warm import LABEL_DOMAIN
+
+    return (
+        f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n---\n"
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {SANDBOX_CONFIG}\n"
+        f"  namespace: {namespace}\n  labels:\n    society.run/installed-by: cluster-up\n"
+        f"data:\n  allowed-label-domains: {LABEL_DOMAIN}\n"
+    )
+
+
+def _configure_sandbox(base: list[str], namespace: str) -> bool:
+    """Apply ``sandbox_config``; ``True`` when its ConfigMap changed and a running controller
+    must restart to read it."""
+    done = subprocess.run([*base, "apply", "-f", "-"], input=sandbox_config(namespace),
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        raise StepFailed(
+            f"applying {SANDBOX_CONFIG} failed: {done.stderr.strip()[-800:]}",
+            reason="addon-install-failed",
+        )
+    changed = any(
+        line.startswith(f"configmap/{SANDBOX_CONFIG}") and not line.endswith("unchanged")
+        for line in done.stdout.splitlines()
+    )
+    running = subprocess.run([*base, "-n", namespace, "get", "deployment", "-o", "name"],
+                             capture_output=True, text=True)  # fmt: skip
+    return changed and bool(running.stdout.strip())
 
 
 def _set_sandbox_workers(base: list[str], namespace: str, deployment: str) -> None:

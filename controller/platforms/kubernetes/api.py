@@ -35,6 +35,8 @@ KUEUE = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 SANDBOX_GROUP = "agents.x-k8s.io"
 SANDBOX_VERSION = "v1beta1"  # what Agent Sandbox v1.0.3 serves and stores (its only version)
+SANDBOX_EXTENSIONS = "extensions.agents.x-k8s.io"
+"""Agent Sandbox's warm pools: SandboxTemplate, SandboxWarmPool, SandboxClaim (``v1beta1``)."""
 
 KINDS: dict[str, Kind] = {
     "Namespace": Kind("", "v1", "namespaces", namespaced=False),
@@ -62,6 +64,9 @@ KINDS: dict[str, Kind] = {
     "ClusterQueue": Kind(KUEUE, KUEUE_VERSION, "clusterqueues", namespaced=False),
     "ResourceFlavor": Kind(KUEUE, KUEUE_VERSION, "resourceflavors", namespaced=False),
     "Sandbox": Kind(SANDBOX_GROUP, SANDBOX_VERSION, "sandboxes"),
+    "SandboxTemplate": Kind(SANDBOX_EXTENSIONS, SANDBOX_VERSION, "sandboxtemplates"),
+    "SandboxWarmPool": Kind(SANDBOX_EXTENSIONS, SANDBOX_VERSION, "sandboxwarmpools"),
+    "SandboxClaim": Kind(SANDBOX_EXTENSIONS, SANDBOX_VERSION, "sandboxclaims"),
     "ValidatingAdmissionPolicy": Kind(
         "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", namespaced=False
     ),

@@ -12,6 +12,7 @@ import anyio
 
 from controller.platforms.kubernetes import objects, rbac
 from controller.platforms.kubernetes.kube import Kube, KubeError, Obj
+from controller.platforms.kubernetes.warm import WARM_NAMESPACE
 from controller.run.platform import PlatformError
 
 BINDING_WAIT_S = 15.0
@@ -25,7 +26,8 @@ async def prepare_run_namespace(
     idempotent. Returns the live owner.
 
     When ``credentials_namespace`` exists, the controller is also bound there to the
-    credentials reader Role (``SecretRef(secret=..., key=...)`` are read by name from it).
+    credentials reader Role (``SecretRef(secret=..., key=...)`` are read by name from it); when
+    the warm namespace exists, to the warm claimer Role there (``warm``).
     """
     await ensure_run_roles(kube)
     username = await whoami(kube)
@@ -37,6 +39,8 @@ async def prepare_run_namespace(
         await kube.apply(objects.owned(obj, owner))
     if credentials_namespace and await kube.get("Namespace", credentials_namespace) is not None:
         await kube.apply(rbac.credentials_binding(run_id, credentials_namespace))
+    if await kube.get("Namespace", WARM_NAMESPACE) is not None:
+        await kube.apply(rbac.warm_binding(run_id, WARM_NAMESPACE))
     return owner
 
 
@@ -148,8 +152,8 @@ async def delete_run_namespace(
 ) -> bool:
     """Delete the run's namespace and wait until it is gone; ``False`` if it never existed.
 
-    The run's binding in ``credentials_namespace`` (outside the namespace, so not collected with
-    it) is deleted first.
+    The run's bindings in ``credentials_namespace`` and the warm namespace (outside the
+    namespace, so not collected with it) are deleted first.
 
     Only a namespace labelled as this run's is deleted. Raises ``PlatformError`` when it is
     still there after ``timeout_s`` (a stuck finalizer: the message names it).
@@ -157,6 +161,8 @@ async def delete_run_namespace(
     if credentials_namespace:
         binding = rbac.credentials_binding_name(run_id)
         await kube.delete("RoleBinding", binding, credentials_namespace)
+    if await kube.get("Namespace", WARM_NAMESPACE) is not None:
+        await kube.delete("RoleBinding", rbac.warm_binding_name(run_id), WARM_NAMESPACE)
     existing = await kube.get("Namespace", run_id)
     if existing is None:
         return False

@@ -295,21 +295,8 @@ def sandbox(
 ) -> Obj:
     """One Agent Sandbox for ``agent``: its pinned image, command, boot variables, Secrets;
     ``placement`` (nodeSelector, tolerations) puts its pod on the agents' nodes."""
-    from agent_images import boot
-
-    env = [
-        {"name": boot.AGENT_NAME, "value": agent},
-        {"name": boot.ROUTER_URL, "value": router_url},
-        {"name": boot.ROUTER_CA_FILE, "value": CA_FILE},
-        {"name": boot.BRIDGE_PORT, "value": str(descriptor.bridge_port)},
-        {"name": boot.SECRETS_FILE, "value": SECRETS_FILE},
-        {"name": boot.RUN_SEED, "value": str(seed)},
-        *({"name": k, "value": v} for k, v in sorted(descriptor.environment.items())),
-    ]
     keys = file_keys(descriptor.files)
-    mounts: list[dict[str, Any]] = [
-        {"name": "work", "mountPath": WORKDIR},
-        {"name": "tmp", "mountPath": TMP_DIR},
+    secret_mounts: list[dict[str, Any]] = [
         {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
         {"name": "router-ca", "mountPath": CA_DIR, "readOnly": True},
         *(
@@ -317,12 +304,7 @@ def sandbox(
             for path, key in keys.items()
         ),
     ]
-    workspace = [
-        {**mount, "readOnly": True} for mount in mounts if mount["mountPath"].startswith(WORKDIR)
-    ]
-    volumes: list[dict[str, Any]] = [
-        {"name": "work", "emptyDir": {"sizeLimit": WORK_SIZE}},
-        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
+    secret_volumes: list[dict[str, Any]] = [
         {
             "name": "secrets",
             "secret": {
@@ -334,7 +316,7 @@ def sandbox(
         {"name": "router-ca", "secret": {"secretName": ROUTER_CA_SECRET, "defaultMode": 0o444}},
     ]
     if keys:
-        volumes.append(
+        secret_volumes.append(
             {
                 "name": "files",
                 "secret": {
@@ -344,10 +326,94 @@ def sandbox(
                 },
             }
         )
+    pod = agent_pod(
+        descriptor,
+        labels=run_labels(run_id, **{AGENT_LABEL: agent, ROLE_LABEL: "agent"}),
+        environment=agent_environment(
+            agent,
+            descriptor,
+            router_url=router_url,
+            seed=seed,
+            files={SECRETS_FILE: SECRETS_FILE, CA_FILE: CA_FILE},
+        ),
+        command=descriptor.command,
+        secret_mounts=secret_mounts,
+        secret_volumes=secret_volumes,
+        non_root=non_root,
+        placement=placement,
+        host_aliases=host_aliases,
+    )
+    return manifest(
+        "Sandbox",
+        run_metadata(run_id, agent, **{AGENT_LABEL: agent, ROLE_LABEL: "agent"}),
+        spec={
+            "podTemplate": pod,
+            "service": True,
+            "shutdownTime": shutdown_at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "shutdownPolicy": "Delete",
+        },
+    )
+
+
+def agent_environment(
+    agent: str,
+    descriptor: RuntimeDescriptor,
+    *,
+    router_url: str,
+    seed: int,
+    files: Mapping[str, str] | None = None,
+    router_address: str | None = None,
+) -> dict[str, str]:
+    """The agent's boot variables and its runtime's own; ``files`` maps the secrets file's and
+    the router CA's paths (``SECRETS_FILE``, ``CA_FILE``) to where this sandbox has them (a warm
+    sandbox writes them itself); ``router_address`` is where to dial the router when no name
+    resolves in the pod."""
+    from agent_images import boot
+
+    where = files or {}
+    environment = {
+        boot.AGENT_NAME: agent,
+        boot.ROUTER_URL: router_url,
+        **({boot.ROUTER_CA_FILE: where[CA_FILE]} if CA_FILE in where else {}),
+        **({boot.ROUTER_ADDRESS: router_address} if router_address else {}),
+        boot.BRIDGE_PORT: str(descriptor.bridge_port),
+        **({boot.SECRETS_FILE: where[SECRETS_FILE]} if SECRETS_FILE in where else {}),
+        boot.RUN_SEED: str(seed),
+    }
+    return {**environment, **dict(sorted(descriptor.environment.items()))}
+
+
+def agent_pod(
+    descriptor: RuntimeDescriptor,
+    *,
+    labels: Mapping[str, str],
+    environment: Mapping[str, str],
+    command: Sequence[str],
+    secret_mounts: Sequence[Mapping[str, Any]] = (),
+    secret_volumes: Sequence[Mapping[str, Any]] = (),
+    non_root: bool = True,
+    placement: Mapping[str, Any] | None = None,
+    host_aliases: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """An agent's pod template: the runtime's container running ``command`` beside the keeper,
+    the working directory and ``/tmp`` as emptyDirs, ``secret_mounts`` of ``secret_volumes`` into
+    the agent's container only."""
+    mounts: list[dict[str, Any]] = [
+        {"name": "work", "mountPath": WORKDIR},
+        {"name": "tmp", "mountPath": TMP_DIR},
+        *(dict(mount) for mount in secret_mounts),
+    ]
+    workspace = [
+        {**mount, "readOnly": True} for mount in mounts if mount["mountPath"].startswith(WORKDIR)
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "work", "emptyDir": {"sizeLimit": WORK_SIZE}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
+        *(dict(volume) for volume in secret_volumes),
+    ]
     pod_security = restricted_pod() if non_root else {"seccompProfile": {"type": "RuntimeDefault"}}
-    labels = run_labels(run_id, **{AGENT_LABEL: agent, ROLE_LABEL: "agent"})
-    pod = {
-        "metadata": {"labels": labels},
+    return {
+        "metadata": {"labels": dict(labels)},
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
@@ -359,9 +425,9 @@ def sandbox(
                     "name": AGENT_CONTAINER,
                     "image": descriptor.image,
                     "imagePullPolicy": "IfNotPresent",
-                    "command": list(descriptor.command),
+                    "command": list(command),
                     "workingDir": WORKDIR,
-                    "env": env,
+                    "env": [{"name": k, "value": v} for k, v in environment.items()],
                     "ports": [{"name": "bridge", "containerPort": descriptor.bridge_port}],
                     "resources": _resources(descriptor.resources),
                     # writable: work, tmp (emptyDirs)
@@ -383,13 +449,3 @@ def sandbox(
             **(placement or {}),
         },
     }
-    return manifest(
-        "Sandbox",
-        run_metadata(run_id, agent, **{AGENT_LABEL: agent, ROLE_LABEL: "agent"}),
-        spec={
-            "podTemplate": pod,
-            "service": True,
-            "shutdownTime": shutdown_at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "shutdownPolicy": "Delete",
-        },
-    )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller.platforms.kubernetes.api import SANDBOX_EXTENSIONS
 from controller.platforms.kubernetes.kube import KUEUE, SANDBOX_GROUP, Obj
 from controller.platforms.kubernetes.objects import (
     CONTROLLER_ACCOUNT,
@@ -52,6 +53,9 @@ CREATED_BY = "society.run/created-by"
 """The annotation naming who created a run namespace (set at creation, never changed)."""
 CREDENTIALS_READER = "society-credentials-reader"
 """The Role, in the credentials namespace, that lets a run's controller read Secrets by name."""
+WARM_CLAIMER = "society-warm-claimer"
+"""The Role, in the warm namespace (``warm.WARM_NAMESPACE``), that lets a run's controller claim
+warm sandboxes for its agents and reach their pods."""
 
 
 def _rule(group: str, resources: list[str], verbs: list[str], **extra: Any) -> dict[str, Any]:
@@ -104,6 +108,23 @@ WORKER_CREDENTIALS_RULES: list[dict[str, Any]] = [
     _rule(RBAC, ["roles"], ["bind"], resourceNames=[CREDENTIALS_READER]),
 ]
 """In the credentials namespace: bind a run's controller to the reader, and unbind it."""
+
+WARM_CLAIMER_RULES: list[dict[str, Any]] = [
+    _rule(SANDBOX_EXTENSIONS, ["sandboxwarmpools"], ["get", "list"]),
+    _rule(SANDBOX_EXTENSIONS, ["sandboxclaims"], ["get", "list", "watch", "create", "delete"]),
+    _rule("", ["pods"], ["get", "list", "watch"]),
+    _rule("", ["pods/log"], ["get"]),
+    _rule("", ["pods/exec"], ["get", "create"]),  # harvest, as in the run's namespace
+    _rule("networking.k8s.io", ["networkpolicies"], ["get", "create", "patch", "delete"]),
+]
+"""Exactly what ``KubernetesSession`` does in the warm namespace: read the pools, claim, watch
+and harvest the claimed pods, and its run's one network policy there."""
+
+WORKER_WARM_RULES: list[dict[str, Any]] = [
+    _rule(RBAC, ["rolebindings"], ["get", "patch", "delete"]),
+    _rule(RBAC, ["roles"], ["bind"], resourceNames=[WARM_CLAIMER]),
+]
+"""In the warm namespace: bind a run's controller to the claimer, and unbind it."""
 
 
 def _cluster_object(kind: str, name: str, **body: Any) -> Obj:
@@ -160,6 +181,10 @@ def credentials_reader_role(namespace: str) -> Obj:
     )
 
 
+def warm_claimer_role(namespace: str) -> Obj:
+    return _namespaced("Role", WARM_CLAIMER, namespace, rules=WARM_CLAIMER_RULES)
+
+
 # ---- per run ---------------------------------------------------------------------------------
 
 
@@ -205,6 +230,24 @@ def credentials_binding(run_id: str, namespace: str) -> Obj:
         credentials_binding_name(run_id),
         namespace,
         roleRef=_role_ref("Role", CREDENTIALS_READER),
+        subjects=[account_subject(CONTROLLER_ACCOUNT, run_id)],
+    )
+    binding["metadata"]["labels"][RUN_LABEL] = run_id
+    return binding
+
+
+def warm_binding_name(run_id: str) -> str:
+    return f"{WARM_CLAIMER}-{run_id}"
+
+
+def warm_binding(run_id: str, namespace: str) -> Obj:
+    """Per run, in the warm namespace: the run's controller may claim there. Outside the run's
+    namespace, so ``delete_run_namespace`` deletes it explicitly."""
+    binding = _namespaced(
+        "RoleBinding",
+        warm_binding_name(run_id),
+        namespace,
+        roleRef=_role_ref("Role", WARM_CLAIMER),
         subjects=[account_subject(CONTROLLER_ACCOUNT, run_id)],
     )
     binding["metadata"]["labels"][RUN_LABEL] = run_id

@@ -24,6 +24,10 @@ from controller.platforms.kubernetes.objects import (
     manifest,
     run_metadata,
 )
+from controller.platforms.kubernetes.warm import WARM_NAMESPACE
+
+NAMESPACE_NAME = "kubernetes.io/metadata.name"
+"""The label the API server puts on every namespace: its name."""
 
 
 def router_host(run_id: str) -> str:
@@ -88,6 +92,18 @@ def host_aliases(run_id: str, cluster_ip: str) -> list[dict[str, Any]]:
     return [{"ip": cluster_ip, "hostnames": [host, f"{host}.cluster.local"]}]
 
 
+def controller_peer(run_id: str, external: str | None = None) -> dict[str, Any]:
+    """The run's controller as a policy peer seen from another namespace: its pod in the run's
+    namespace, or ``external``, its address when it runs outside the cluster."""
+    if external:
+        host = external_address(external)
+        return {"ipBlock": {"cidr": f"{host}/{host.max_prefixlen}"}}
+    return {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME: run_id}},
+        "podSelector": {"matchLabels": {ROLE_LABEL: "controller"}},
+    }
+
+
 def network_policies(
     run_id: str,
     *,
@@ -105,6 +121,10 @@ def network_policies(
     if external:
         host = external_address(external)
         peer = {"ipBlock": {"cidr": f"{host}/{host.max_prefixlen}"}}
+    claimed = {  # the run's agents in warm pods (``warm``): Agent Sandbox put its labels there
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME: WARM_NAMESPACE}},
+        "podSelector": {"matchLabels": {RUN_LABEL: run_id, ROLE_LABEL: "agent"}},
+    }
 
     def policy(name: str, spec: dict[str, Any]) -> Obj:
         return manifest("NetworkPolicy", run_metadata(run_id, name), spec=spec)
@@ -128,7 +148,9 @@ def network_policies(
             {
                 "podSelector": controller,
                 "policyTypes": ["Ingress", "Egress"],
-                "ingress": [{"from": [{"podSelector": agents}], "ports": ports(controller_ports)}],
+                "ingress": [
+                    {"from": [{"podSelector": agents}, claimed], "ports": ports(controller_ports)}
+                ],
                 "egress": [{}],  # the API server, agents' bridges
             },
         ),

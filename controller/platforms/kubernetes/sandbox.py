@@ -4,7 +4,7 @@ says about its start, readiness and termination."""
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import Any, Literal
 
 from controller.agents.runtime import SandboxAccess
 from controller.agents.termination import ProcessExit
@@ -16,13 +16,29 @@ from controller.run.platform import Sandbox
 class KubernetesSandbox(Sandbox):
     """One pod of an agent's Sandbox: a replacement pod (same name, new uid) is a new handle."""
 
-    def __init__(self, name: str, access: SandboxAccess, pod: str, uid: str, port: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        access: SandboxAccess,
+        pod: str,
+        uid: str,
+        port: int,
+        *,
+        namespace: str,
+        owner: tuple[str, str] | None = None,
+        start: Literal["warm", "cold"] = "cold",
+    ) -> None:
         self.name = name
         self.access = access
         self.pod = pod
         self.uid = uid
         self.port = port
         """The runtime's bridge port in the pod."""
+        self.namespace = namespace
+        """Where the pod is: the run's namespace, or the warm pools' for a claimed one."""
+        self.owner = owner or ("Sandbox", name)
+        """The object whose deletion ends the pod: the agent's Sandbox, or its SandboxClaim."""
+        self.start = start
         self.log: bytes | None = None
         self.log_detail: str | None = None
 
@@ -148,8 +164,27 @@ def ended(sandboxes: Informer, pods: Informer, handle: KubernetesSandbox) -> Pro
     if gone is not None:
         mine = gone["metadata"].get("uid") == handle.uid
         return (terminated(gone) if mine else None) or ProcessExit(signal=signal.SIGKILL)
-    if handle.name not in sandboxes.objects:
+    if handle.owner[1] not in sandboxes.objects:
         return ProcessExit(signal=signal.SIGKILL)
+    return None
+
+
+def claimed(
+    claims: Informer, pods: Informer, agent: str, claim: str
+) -> tuple[str, Obj | None] | None:
+    """``("ready", pod)`` once the claimed pod runs with the run's labels (Agent Sandbox puts
+    them there after the claim), ``("vanished", None)`` if the claim went, how the pod ended
+    (``"exited"``), or ``None`` while waiting. ``claims`` and ``pods`` watch the warm namespace
+    for the run's labels."""
+    if claim not in claims.objects:
+        return ("vanished", None) if claim in claims.deleted else None
+    for pod in pods.labelled(agent):
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") or terminated(pod):
+            return ("exited", pod)
+        if pod.get("status", {}).get("phase") == "Running" and pod.get("status", {}).get("podIP"):
+            return ("ready", pod)
     return None
 
 

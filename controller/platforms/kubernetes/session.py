@@ -1,10 +1,12 @@
-"""One run's sandboxes on a cluster: Kueue admission, one Agent Sandbox per agent, readiness,
-termination as evidence, teardown.
+"""One run's sandboxes on a cluster: Kueue admission, one Agent Sandbox per agent (claimed from a
+warm pool where one of the agent's shape has room, else made for it), readiness, termination as
+evidence, teardown.
 
 Three informers (Sandboxes, Pods, the Workload; all labelled with the run id) keep the session's
-view of the namespace; every wait below is level-triggered on that view, never a sleep loop.
-What that view means lives beside this module: ``admission`` (the Workload), ``sandbox`` (a
-Sandbox's start and end), ``harvest`` and ``credentials``.
+view of the namespace, two more (SandboxClaims, Pods) its view of the warm namespace once it
+claims there; every wait below is level-triggered on that view, never a sleep loop. What that
+view means lives beside this module: ``admission`` (the Workload), ``sandbox`` (a Sandbox's start
+and end), ``warm`` (pools and claims), ``harvest`` and ``credentials``.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 from anyio.abc import TaskGroup
 
+from agent_images.boot import Secrets
+from agent_images.warm import Provision
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.platforms.kubernetes import admission as workload
 from controller.platforms.kubernetes import harvest as harvesting
-from controller.platforms.kubernetes import objects, routing
+from controller.platforms.kubernetes import objects, routing, warm
 from controller.platforms.kubernetes import sandbox as observed
 from controller.platforms.kubernetes.credentials import CredentialResolver
-from controller.platforms.kubernetes.kube import Informer, Kube, Obj
+from controller.platforms.kubernetes.kube import Informer, Kube, KubeError, Obj
 from controller.platforms.kubernetes.sandbox import KubernetesSandbox
 from controller.run.platform import (
     Admission,
@@ -87,6 +91,20 @@ class KubernetesSession(PlatformSession):
             )
             for kind in ("Sandbox", "Pod", "Workload")
         )
+        self._informers = [self.sandboxes, self.pods, self.workloads]
+        self.claims, self.warm_pods = (
+            Informer(
+                kube,
+                kind,
+                warm.WARM_NAMESPACE,
+                label_selector=selector,
+                notify=self._notify,
+                index=objects.AGENT_LABEL,
+            )
+            for kind in ("SandboxClaim", "Pod")
+        )
+        self._claimed: dict[str, warm.Claimed] = {}
+        """Agents whose claims bound: their sandboxes come from the warm namespace."""
         self._sandboxes: list[KubernetesSandbox] = []
         self._service_ports: set[int] = set()
         """Ports of run services in the controller (the model gateway) agents may reach."""
@@ -124,7 +142,7 @@ class KubernetesSession(PlatformSession):
         ``agent``, after changes to that agent's Sandbox and pods only (and relists), which is
         all a check of that agent may read; without, after changes to anything else (the
         Workload)."""
-        for informer in (self.sandboxes, self.pods, self.workloads):
+        for informer in self._informers:
             await informer.synced.wait()
         while True:
             changed = (
@@ -169,13 +187,24 @@ class KubernetesSession(PlatformSession):
             applied = await self.kube.apply(objects.owned(manifest, self.owner))
             if manifest["kind"] == "Service":
                 self._router_ip = applied.get("spec", {}).get("clusterIP") or ""
+        if self._claimed:
+            # in the warm namespace, so not owned: teardown deletes it
+            await self.kube.apply(
+                warm.run_policy(
+                    self.run_id,
+                    controller=routing.controller_peer(self.run_id, external),
+                    controller_ports=[port, *self._service_ports],
+                    bridge_ports=bridge_ports,
+                )
+            )
 
     async def _advertise_services(self, launch: AgentLaunch) -> RuntimeDescriptor:
         """``launch``'s descriptor with run services' URLs pointing at the router's Service.
 
         A variable a run service granted (absent from the roster's descriptor) whose URL's host
         is where the controller listens names a service in the controller (the model gateway):
-        agents reach it through the per-run Service, and the policies let them, on its port.
+        agents reach it through the per-run Service, and the policies let them, on its port. A
+        claimed pod has no ``/etc/hosts`` entry for the Service's name: it gets its address.
         """
         descriptor = launch.descriptor
         declared = self.platform.roster[launch.name].environment
@@ -191,6 +220,8 @@ class KubernetesSession(PlatformSession):
                 and url.port is not None
             ):
                 host = routing.router_host(self.run_id)
+                if launch.name in self._claimed and self._router_ip:
+                    host = self._router_ip
                 environment[name] = urlunsplit(url._replace(netloc=f"{host}:{url.port}"))
                 ports.add(url.port)
         async with self._network_lock:
@@ -224,7 +255,78 @@ class KubernetesSession(PlatformSession):
         queue = workload.queue_admission(
             admitted, sets, waited_ms=(time.monotonic() - started) * 1000
         )
+        if settings.warm_pools:
+            await self._claim_warm()
         return dataclasses.replace(admission, queue=queue)
+
+    async def _claim_warm(self) -> None:
+        """Claim a warm sandbox for every agent whose shape has a pool with room, all at once
+        after the roster's quota was admitted: either every claim binds within
+        ``warm.CLAIM_TIMEOUT_S`` or all are let go and the whole roster starts cold."""
+        try:
+            pools, _ = await self.kube.list("SandboxWarmPool", warm.WARM_NAMESPACE)
+        except KubeError:
+            return  # no warm pools here (no extensions, no namespace, or not ours to read)
+        wanted = warm.placeable(
+            {name: self.platform.pinned(d) for name, d in self.platform.roster.items()}, pools
+        )
+        if not wanted:
+            return
+        for informer in (self.claims, self.warm_pods):
+            self._informers.append(informer)
+            self._tasks.start_soon(informer.run)
+        claimed: dict[str, warm.Claimed] = {}
+        failed: list[str] = []
+
+        async def claim(agent: str, pool_of: str) -> None:
+            name = warm.claim_name(self.run_id, agent)
+            try:
+                await self.kube.create(
+                    warm.claim(self.run_id, agent, pool_of, shutdown_at=self._shutdown_at)
+                )
+            except PlatformError as exc:
+                failed.append(f"{agent}: {exc}")
+                return
+            outcome = await self.until(
+                lambda: warm.claim_outcome(self.claims.objects.get(name)), agent=agent
+            )
+            if isinstance(outcome, warm.Claimed):
+                claimed[agent] = outcome
+            else:
+                failed.append(f"{agent}: {outcome}")
+
+        with anyio.move_on_after(warm.CLAIM_TIMEOUT_S):
+            async with anyio.create_task_group() as claims:
+                for agent, pool_of in wanted.items():
+                    claims.start_soon(claim, agent, pool_of)
+        if failed or len(claimed) < len(wanted):
+            await self._release_claims(list(wanted))
+            return
+        self._claimed = claimed
+        async with self._network_lock:
+            await self._apply_network()
+
+    async def _claimed_pod_gone(self, agent: str) -> None:
+        await self.until(lambda: None if self.warm_pods.labelled(agent) else True, agent=agent)
+
+    async def _release_claims(self, agents: list[str]) -> None:
+        """Delete the claims of ``agents`` (Agent Sandbox then deletes their sandboxes)."""
+        limiter = anyio.CapacityLimiter(_DELETES_IN_FLIGHT)
+        failed: list[PlatformError] = []
+
+        async def release(agent: str) -> None:
+            async with limiter:
+                try:
+                    name = warm.claim_name(self.run_id, agent)
+                    await self.kube.delete("SandboxClaim", name, warm.WARM_NAMESPACE)
+                except PlatformError as exc:
+                    failed.append(exc)
+
+        async with anyio.create_task_group() as deletes:
+            for agent in agents:
+                deletes.start_soon(release, agent)
+        if failed:
+            raise failed[0]
 
     async def lost(self) -> PlatformError:
         state, held = await self.until(lambda: workload.workload_loss(self.workloads))
@@ -237,6 +339,8 @@ class KubernetesSession(PlatformSession):
         settings = self.platform.settings
         credentials = await self._credentials.values(launch)
         descriptor = await self._advertise_services(launch)
+        if agent in self._claimed:
+            return await self._start_claimed(launch, descriptor, launch.secrets(credentials))
         manifests = [
             objects.agent_secrets(
                 self.run_id, agent, launch.secrets(credentials).to_json(), descriptor.files
@@ -263,12 +367,75 @@ class KubernetesSession(PlatformSession):
             ) from exc
         return await self._running(agent, launch.bridge_token, descriptor.bridge_port)
 
+    async def _start_claimed(
+        self, launch: AgentLaunch, descriptor: RuntimeDescriptor, secrets: Secrets
+    ) -> KubernetesSandbox:
+        """Wait for the claimed pod to run with the run's labels, then hand it its provision."""
+        agent = launch.name
+        settings = self.platform.settings
+        claimed = self._claimed[agent]
+        started: tuple[str, Obj | None] | None = None
+        with anyio.move_on_after(settings.startup_timeout_s):
+            started = await self.until(
+                lambda: observed.claimed(self.claims, self.warm_pods, agent, claimed.claim),
+                agent=agent,
+            )
+        if started is None or started[0] != "ready" or started[1] is None:
+            state = "had no running pod" if started is None else started[0]
+            raise SandboxStartError(
+                f"the claimed sandbox {claimed.sandbox} of {agent} {state} within "
+                f"{settings.startup_timeout_s:g} s; see kubectl describe sandboxclaim "
+                f"{claimed.claim} -n {warm.WARM_NAMESPACE}",
+                reason="claimed-sandbox-lost",
+            )
+        pod = started[1]
+        port = _port(self.placement.router_url)
+        tls = self.platform.tls_for(self.run_id)
+        environment = objects.agent_environment(
+            agent,
+            descriptor,
+            router_url=self.agent_router_url,
+            seed=self.placement.seed,
+            router_address=f"{self._router_ip}:{port}" if self._router_ip else None,
+        )
+        line = Provision(
+            environment=environment,
+            secrets=secrets.to_json(),
+            router_ca=None if tls is None else tls.ca_pem,
+            files=dict(descriptor.files),
+        ).to_line()
+        default = (pod["status"]["podIP"], descriptor.bridge_port)
+        host, bridge_port = await self.platform.bridge_address(self.run_id, agent, default)
+        try:
+            await warm.provision(host, bridge_port, line, limit_s=warm.PROVISION_TIMEOUT_S)
+        except PlatformError as exc:
+            raise SandboxStartError(str(exc), reason=exc.reason) from exc
+        exited: Observation[ProcessExit] = Observation()
+        access = SandboxAccess(agent, host, bridge_port, launch.bridge_token, exited)
+        metadata = pod["metadata"]
+        handle = KubernetesSandbox(
+            agent,
+            access,
+            metadata["name"],
+            metadata["uid"],
+            descriptor.bridge_port,
+            namespace=warm.WARM_NAMESPACE,
+            owner=("SandboxClaim", claimed.claim),
+            start="warm" if claimed.warm else "cold",
+        )
+        self._sandboxes.append(handle)
+        self._tasks.start_soon(self._observe_exit, handle)
+        return handle
+
     replaces_lost_sandboxes = True
 
     async def replacement(self, sandbox: Sandbox) -> Sandbox | None:
         """The Sandbox controller re-creates a deleted pod under the same name: the new pod, once
-        it runs, as a new handle (``None`` when the pod stays or the Sandbox is going)."""
+        it runs, as a new handle (``None`` when the pod stays, the Sandbox is going, or the
+        sandbox was claimed: a claim's replacement would wait for a provision nobody sends)."""
         assert isinstance(sandbox, KubernetesSandbox)
+        if sandbox.owner[0] == "SandboxClaim":
+            return None
         if not observed.replaceable(self.sandboxes, self.pods, sandbox):
             return None
         return await self._running(
@@ -320,7 +487,9 @@ class KubernetesSession(PlatformSession):
         exited: Observation[ProcessExit] = Observation()
         access = SandboxAccess(agent, host, port, bridge_token, exited)
         metadata = pod["metadata"]
-        handle = KubernetesSandbox(agent, access, metadata["name"], metadata["uid"], bridge_port)
+        handle = KubernetesSandbox(
+            agent, access, metadata["name"], metadata["uid"], bridge_port, namespace=self.run_id
+        )
         self._sandboxes.append(handle)
         self._tasks.start_soon(self._observe_exit, handle)
         return handle
@@ -332,9 +501,12 @@ class KubernetesSession(PlatformSession):
         return f"{scheme}://{host}:{_port(self.placement.router_url)}"
 
     async def _observe_exit(self, handle: KubernetesSandbox) -> None:
-        ended = await self.until(
-            lambda: observed.ended(self.sandboxes, self.pods, handle), agent=handle.name
+        owners, pods = (
+            (self.claims, self.warm_pods)
+            if handle.owner[0] == "SandboxClaim"
+            else (self.sandboxes, self.pods)
         )
+        ended = await self.until(lambda: observed.ended(owners, pods, handle), agent=handle.name)
         handle.access.exit.set(ended)
 
     async def stop(self, sandbox: Sandbox, *, grace_s: float) -> ProcessExit:
@@ -342,10 +514,10 @@ class KubernetesSession(PlatformSession):
         exited = sandbox.access.exit
         with anyio.move_on_after(grace_s):
             await exited
-        await harvesting.capture_log(self.kube, self.run_id, sandbox)
+        await harvesting.capture_log(self.kube, sandbox.namespace, sandbox)
         if exited.done:
             return await exited
-        await self.kube.delete("Sandbox", sandbox.name, self.run_id)
+        await self.kube.delete(*sandbox.owner, sandbox.namespace)
         with anyio.move_on_after(_DELETE_WAIT_S):
             return await exited
         exited.set(ProcessExit(signal=signal.SIGKILL))
@@ -354,7 +526,7 @@ class KubernetesSession(PlatformSession):
     async def harvest(self, sandbox: Sandbox, declared: Harvest) -> list[HarvestedItem]:
         assert isinstance(sandbox, KubernetesSandbox)
         return await harvesting.harvest(
-            self.kube, self.run_id, self.placement.run_dir, sandbox, declared
+            self.kube, sandbox.namespace, self.placement.run_dir, sandbox, declared
         )
 
     async def teardown(self) -> None:
@@ -374,7 +546,17 @@ class KubernetesSession(PlatformSession):
         async with anyio.create_task_group() as deletes:
             for name in list(self.sandboxes.objects):
                 deletes.start_soon(delete, name)
+            if self._claimed:
+                deletes.start_soon(self._release_claims, list(self._claimed))
         await self.kube.delete("Workload", objects.WORKLOAD, self.run_id)
+        if self._claimed:
+            # outside the run's namespace, so its deletion does not wait for them: wait here
+            with anyio.move_on_after(_DELETE_WAIT_S):
+                async with anyio.create_task_group() as waits:
+                    for agent in self._claimed:
+                        waits.start_soon(self._claimed_pod_gone, agent)
+            policy = warm.run_policy_name(self.run_id)
+            await self.kube.delete("NetworkPolicy", policy, warm.WARM_NAMESPACE)
         if failed:
             raise failed[0]
 

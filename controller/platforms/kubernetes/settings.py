@@ -41,6 +41,7 @@ class KubernetesSettings:
     | ``SOCIETY_LEDGER_HOST_ROOT`` | ``ledger_host_root`` | none (no copy home) |
     | ``SOCIETY_AGENT_NODE_SELECTOR`` | ``agent_node_selector`` | none (``k=v,k=v``) |
     | ``SOCIETY_AGENT_TOLERATIONS`` | ``agent_tolerations`` | none (a JSON list) |
+    | ``SOCIETY_WARM_POOLS=0`` | ``warm_pools`` off: every agent starts cold | on |
     """
 
     kubeconfig: str | None = None
@@ -99,6 +100,9 @@ class KubernetesSettings:
     """Where agents' pods run (GKE: the agents pool's label)."""
     agent_tolerations: list[dict[str, str]] | None = None
     """What agents' pods tolerate (GKE: the agents pool's taint; Terraform hands it over)."""
+    warm_pools: bool = True
+    """Claim agents' sandboxes from the cluster's warm pools (``warm``) where a pool of their
+    shape has room; off, every agent's Sandbox is made for it."""
 
     @property
     def agent_placement(self) -> dict[str, Any]:
@@ -141,6 +145,7 @@ class KubernetesSettings:
             credentials_namespace=env.get("SOCIETY_CREDENTIALS_NAMESPACE")
             or DEFAULT_CREDENTIALS_NAMESPACE,
             controller_job={"1": True, "0": False}.get(env.get("SOCIETY_CONTROLLER_JOB", "")),
+            warm_pools=env.get("SOCIETY_WARM_POOLS") != "0",
             router_address=env.get("SOCIETY_ROUTER_ADDRESS") or None,
             image_map=env.get("SOCIETY_IMAGE_MAP") or None,
             controller_image=env.get("SOCIETY_CONTROLLER_IMAGE") or None,

@@ -1,0 +1,179 @@
+"""A warm sandbox's first program: it holds the runtime's bridge port, takes the agent's identity
+over it once (the claim), puts it where the boot contract says, and becomes the runtime.
+
+    python3 -m agent_images.warm -- python3 -m agent_images.scripted
+
+A warm pool's pods are made before any run exists, so nothing of an agent (name, router, seed,
+secrets, files, variables) can be in their spec; and Agent Sandbox cold-starts a claim that
+injects variables or volumes. So the controller that claimed the pod sends one JSON line to the
+bridge port (``Provision``); this program writes the secrets file (0600) and the router's CA under
+its private directory, the declared files into the working directory, answers ``{"ok": true}``
+(or ``{"error": ...}`` and waits for the next try), closes the port and executes the runtime's
+command with the boot variables set. The runtime then binds the same port for its bridge.
+
+Only the controller reaches an unclaimed pod's bridge port (the warm namespace's network
+policies); the secrets travel as the cold path's Secret volume does, inside the cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from agent_images import boot
+
+MAX_PROVISION_BYTES = 16 * 1024 * 1024
+"""A provision carries the declared files; the cold path's Secret holds at most 1 MiB of them, a
+Pod's variables far less: this bounds a line comfortably above both."""
+PROVISION_TIMEOUT_S = 30.0
+"""How long one connection may take to send its line."""
+PRIVATE_DIR_ENV = "SOCIETY_WARM_PRIVATE_DIR"
+"""Where the secrets file and the router CA go: a directory only this user reads (default
+``/tmp/society``: the pod's ``tmp`` emptyDir)."""
+WORKDIR_ENV = "SOCIETY_WARM_WORKDIR"
+"""Where the declared files go (default: the working directory)."""
+
+
+class ProvisionError(ValueError):
+    """A provision line this sandbox cannot take; the message says which part is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class Provision:
+    """What the claiming controller sends: the agent's variables (boot variables included, save
+    the two paths this program fills), its secrets file's body, the router's CA and its files."""
+
+    environment: dict[str, str]
+    secrets: bytes
+    router_ca: bytes | None
+    files: dict[str, bytes]
+
+    def to_line(self) -> bytes:
+        body = {
+            "environment": self.environment,
+            "secrets": base64.b64encode(self.secrets).decode(),
+            "routerCa": None if self.router_ca is None else self.router_ca.decode(),
+            "files": {path: base64.b64encode(data).decode() for path, data in self.files.items()},
+        }
+        return json.dumps(body, sort_keys=True).encode() + b"\n"
+
+    @classmethod
+    def from_line(cls, line: bytes) -> Provision:
+        try:
+            body = json.loads(line)
+            environment = body["environment"]
+            files = body.get("files") or {}
+            if not isinstance(environment, dict) or not isinstance(files, dict):
+                raise TypeError("environment and files are objects")
+            ca = body.get("routerCa")
+            return cls(
+                environment={str(k): str(v) for k, v in environment.items()},
+                secrets=base64.b64decode(body["secrets"], validate=True),
+                router_ca=None if ca is None else str(ca).encode(),
+                files={
+                    _relative(path): base64.b64decode(data, validate=True)
+                    for path, data in files.items()
+                },
+            )
+        except ProvisionError:
+            raise
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProvisionError(f"not a provision line ({type(exc).__name__}: {exc})") from None
+
+
+def _relative(path: object) -> str:
+    """A declared file's path: relative, without ``..`` (it lands in the working directory)."""
+    text = str(path)
+    parts = PurePosixPath(text).parts
+    if not parts or text.startswith("/") or ".." in parts or "\x00" in text:
+        raise ProvisionError(f"file path {text!r} is not relative to the working directory")
+    return text
+
+
+def install(provision: Provision, *, private: Path, workdir: Path) -> dict[str, str]:
+    """Write what ``provision`` carries; returns the environment the runtime starts with."""
+    private.mkdir(mode=0o700, parents=True, exist_ok=True)
+    secrets = private / "secrets.json"
+    _write(secrets, provision.secrets, 0o600)
+    environment = {**os.environ, **provision.environment, boot.SECRETS_FILE: str(secrets)}
+    if provision.router_ca is not None:
+        ca = private / "router-ca.pem"
+        _write(ca, provision.router_ca, 0o600)
+        environment[boot.ROUTER_CA_FILE] = str(ca)
+    for path, data in provision.files.items():
+        target = workdir / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write(target, data, 0o444)
+    return environment
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(path, flags, mode)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def take_provision(server: socket.socket, *, private: Path, workdir: Path) -> dict[str, str]:
+    """Accept connections until one sends a provision that installs; answer each; return the
+    runtime's environment."""
+    while True:
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(PROVISION_TIMEOUT_S)
+            try:
+                provision = Provision.from_line(_read_line(conn))
+                environment = install(provision, private=private, workdir=workdir)
+            except (ProvisionError, OSError) as exc:
+                _answer(conn, {"error": str(exc)})
+                continue
+            _answer(conn, {"ok": True})
+            return environment
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise ProvisionError("the connection closed before the provision line ended")
+        end = chunk.find(b"\n")
+        if end >= 0:
+            chunks.append(chunk[:end])
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_PROVISION_BYTES:
+            raise ProvisionError(f"the provision line exceeds {MAX_PROVISION_BYTES} bytes")
+
+
+def _answer(conn: socket.socket, body: dict[str, object]) -> None:
+    try:
+        conn.sendall(json.dumps(body).encode() + b"\n")
+    except OSError:
+        pass  # the controller gave up on this connection; it tries again
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    command = args[1:] if args[:1] == ["--"] else args
+    if not command:
+        raise SystemExit("usage: python3 -m agent_images.warm -- COMMAND [ARG...]")
+    port = int(os.environ.get(boot.BRIDGE_PORT) or "7400")
+    private = Path(os.environ.get(PRIVATE_DIR_ENV) or "/tmp/society")
+    workdir = Path(os.environ.get(WORKDIR_ENV) or os.getcwd())
+    server = socket.create_server(("0.0.0.0", port), reuse_port=False)
+    environment = take_provision(server, private=private, workdir=workdir)
+    server.close()  # the runtime binds the port again for its bridge
+    sys.stdout.flush()
+    os.execvpe(command[0], command, environment)
+
+
+if __name__ == "__main__":
+    main()
