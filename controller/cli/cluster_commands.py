@@ -150,6 +150,14 @@ def add_commands(subparsers: Any) -> None:
     )
     push.add_argument("--registry", required=True, metavar="HOST[/PATH]")
     push.add_argument("--values-out", type=Path, required=True, metavar="FILE")
+    push.add_argument(
+        "--warm-pool",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also write a warm pool of N sandboxes of the scripted runtime's shape into the "
+        "values (warmPools; the chart makes it in society-warm; default: %(default)s, none)",
+    )
     push.set_defaults(handler=_push_images)
 
 
@@ -313,7 +321,7 @@ def _push_images(args: argparse.Namespace) -> int:
     try:
         built = images.build_images()
         pushed, _ = images.push_to_registry(Path(engine), args.registry.rstrip("/"), built)
-        values = images.chart_image_values(pushed)
+        values = images.chart_image_values(pushed, warm_pool=args.warm_pool)
     except StepFailed as exc:
         _error("push-images", str(exc))
         return EXIT_FAILED

@@ -140,3 +140,31 @@ def test_the_chart_and_the_kind_config_record_the_pinned_versions() -> None:
     assert all(image.split(":")[1].startswith(minor + ".") for image in nodes)
     readme = (REPO / "kind" / "README.md").read_text()
     assert "KUEUE_VERSION" in readme and "AGENT_SANDBOX_VERSION" in readme
+
+
+def test_the_charts_warm_pool_is_the_one_a_run_of_its_shape_claims_on_the_agents_nodes() -> None:
+    """`push-images --warm-pool` writes the pool as the platform makes it; the chart places its
+    pods on the agents' pool, and its name is the one a scripted roster looks for."""
+    from controller.agents import scripted
+    from controller.ops.cluster.images import SCRIPTED_IMAGE, WORKER_IMAGE, chart_image_values
+    from controller.platforms.kubernetes import warm
+
+    worker = "r.example/society/worker@sha256:" + "a" * 64
+    agent_image = "r.example/society/python@sha256:" + "b" * 64
+    pushed = {WORKER_IMAGE: worker, SCRIPTED_IMAGE: agent_image}
+    values = chart_image_values(pushed, warm_pool=3)
+    selector = {"cloud.google.com/gke-nodepool": "agents"}
+    taint = [{"key": "society.run/agents", "operator": "Exists", "effect": "NoSchedule"}]
+    objects = render(**values, agents={"nodeSelector": selector, "tolerations": taint})
+    by_kind = {o["kind"]: o for o in objects if o["kind"].startswith("Sandbox")}
+    expected = warm.pool_name(scripted(image=agent_image))
+    assert by_kind["SandboxWarmPool"]["metadata"]["name"] == expected
+    assert by_kind["SandboxWarmPool"]["spec"] == {
+        "replicas": 3,
+        "sandboxTemplateRef": {"name": expected},
+    }
+    pod = by_kind["SandboxTemplate"]["spec"]["podTemplate"]["spec"]
+    assert pod["nodeSelector"] == selector and pod["tolerations"] == taint
+    assert pod["containers"][0]["image"] == agent_image
+    assert all(o["metadata"]["namespace"] == warm.WARM_NAMESPACE for o in by_kind.values())
+    assert not [o for o in render() if o["kind"].startswith("Sandbox")]  # none by default

@@ -187,12 +187,15 @@ def push_image(engine: Path, local: str, target: str) -> str:
 
 
 WORKER_IMAGE = "society/worker:dev"
+SCRIPTED_IMAGE = "society/scripted:dev"
 """The run worker's image name in the map (the chart's ``worker.image``)."""
 
 
-def chart_image_values(pushed: dict[str, str]) -> dict[str, object]:
+def chart_image_values(pushed: dict[str, str], *, warm_pool: int = 0) -> dict[str, object]:
     """Helm values for pushed images: the worker's image by digest, and the image map the
-    worker resolves the controller's and the agents' images through (``imageMap``)."""
+    worker resolves the controller's and the agents' images through (``imageMap``); with
+    ``warm_pool``, a warm pool of that many sandboxes of the scripted runtime's shape
+    (``warmPools``)."""
     worker = pushed.get(WORKER_IMAGE)
     if worker is None or not pinned(worker):
         raise StepFailed(f"the pushed images have no pinned {WORKER_IMAGE}", reason="image-missing")
@@ -202,7 +205,17 @@ def chart_image_values(pushed: dict[str, str]) -> dict[str, object]:
             f"{unpinned[0]} was pushed without a digest", reason="image-digest-missing"
         )
     repository, digest = worker.split("@", 1)
-    return {
+    values: dict[str, object] = {
         "worker": {"image": {"repository": repository, "digest": digest}},
         "imageMap": dict(sorted(pushed.items())),
     }
+    if warm_pool:
+        from controller.agents import scripted
+        from controller.platforms.kubernetes import warm
+
+        scripted_image = pushed.get(SCRIPTED_IMAGE)
+        if scripted_image is None:
+            raise StepFailed(f"the pushed images have no {SCRIPTED_IMAGE}", reason="image-missing")
+        descriptor = scripted(image=scripted_image)
+        values["warmPools"] = [warm.template(descriptor), warm.pool(descriptor, warm_pool)]
+    return values

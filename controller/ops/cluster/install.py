@@ -50,7 +50,7 @@ AGENTS_POOL = {"society.run/pool": "agents"}
 READY_TIMEOUT_S = 300.0
 INSTALLED_BY = kind.INSTALLED_BY
 TEMPORAL_PODS = f"app.kubernetes.io/name={temporal.NAME}"
-PROBE_IMAGE = "society/scripted:dev"
+PROBE_IMAGE = images.SCRIPTED_IMAGE
 """The NetworkPolicy probe's pods run this image's Python."""
 
 

@@ -22,16 +22,15 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 from anyio.abc import TaskGroup
 
-from agent_images.boot import Secrets
-from agent_images.warm import Provision
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.platforms.kubernetes import admission as workload
 from controller.platforms.kubernetes import harvest as harvesting
 from controller.platforms.kubernetes import objects, routing, warm
 from controller.platforms.kubernetes import sandbox as observed
+from controller.platforms.kubernetes.claims import DELETE_WAIT_S, DELETES_IN_FLIGHT, WarmClaims
 from controller.platforms.kubernetes.credentials import CredentialResolver
-from controller.platforms.kubernetes.kube import Informer, Kube, KubeError, Obj
+from controller.platforms.kubernetes.kube import Informer, Kube, Obj
 from controller.platforms.kubernetes.sandbox import KubernetesSandbox
 from controller.run.platform import (
     Admission,
@@ -56,11 +55,8 @@ BridgeAddress = Callable[[str, str, tuple[str, int]], Awaitable[tuple[str, int]]
 """``(run_id, agent, (host, port)) -> (host, port)``: where the controller reaches a bridge.
 The default is the agent pod's IP and the runtime's bridge port (no DNS lookup)."""
 
-_DELETE_WAIT_S = 30.0
-_DELETES_IN_FLIGHT = 32
 
-
-class KubernetesSession(PlatformSession):
+class KubernetesSession(WarmClaims, PlatformSession):
     """See the module docstring; built by ``KubernetesPlatform.session``."""
 
     def __init__(
@@ -259,75 +255,6 @@ class KubernetesSession(PlatformSession):
             await self._claim_warm()
         return dataclasses.replace(admission, queue=queue)
 
-    async def _claim_warm(self) -> None:
-        """Claim a warm sandbox for every agent whose shape has a pool with room, all at once
-        after the roster's quota was admitted: either every claim binds within
-        ``warm.CLAIM_TIMEOUT_S`` or all are let go and the whole roster starts cold."""
-        try:
-            pools, _ = await self.kube.list("SandboxWarmPool", warm.WARM_NAMESPACE)
-        except KubeError:
-            return  # no warm pools here (no extensions, no namespace, or not ours to read)
-        wanted = warm.placeable(
-            {name: self.platform.pinned(d) for name, d in self.platform.roster.items()}, pools
-        )
-        if not wanted:
-            return
-        for informer in (self.claims, self.warm_pods):
-            self._informers.append(informer)
-            self._tasks.start_soon(informer.run)
-        claimed: dict[str, warm.Claimed] = {}
-        failed: list[str] = []
-
-        async def claim(agent: str, pool_of: str) -> None:
-            name = warm.claim_name(self.run_id, agent)
-            try:
-                await self.kube.create(
-                    warm.claim(self.run_id, agent, pool_of, shutdown_at=self._shutdown_at)
-                )
-            except PlatformError as exc:
-                failed.append(f"{agent}: {exc}")
-                return
-            outcome = await self.until(
-                lambda: warm.claim_outcome(self.claims.objects.get(name)), agent=agent
-            )
-            if isinstance(outcome, warm.Claimed):
-                claimed[agent] = outcome
-            else:
-                failed.append(f"{agent}: {outcome}")
-
-        with anyio.move_on_after(warm.CLAIM_TIMEOUT_S):
-            async with anyio.create_task_group() as claims:
-                for agent, pool_of in wanted.items():
-                    claims.start_soon(claim, agent, pool_of)
-        if failed or len(claimed) < len(wanted):
-            await self._release_claims(list(wanted))
-            return
-        self._claimed = claimed
-        async with self._network_lock:
-            await self._apply_network()
-
-    async def _claimed_pod_gone(self, agent: str) -> None:
-        await self.until(lambda: None if self.warm_pods.labelled(agent) else True, agent=agent)
-
-    async def _release_claims(self, agents: list[str]) -> None:
-        """Delete the claims of ``agents`` (Agent Sandbox then deletes their sandboxes)."""
-        limiter = anyio.CapacityLimiter(_DELETES_IN_FLIGHT)
-        failed: list[PlatformError] = []
-
-        async def release(agent: str) -> None:
-            async with limiter:
-                try:
-                    name = warm.claim_name(self.run_id, agent)
-                    await self.kube.delete("SandboxClaim", name, warm.WARM_NAMESPACE)
-                except PlatformError as exc:
-                    failed.append(exc)
-
-        async with anyio.create_task_group() as deletes:
-            for agent in agents:
-                deletes.start_soon(release, agent)
-        if failed:
-            raise failed[0]
-
     async def lost(self) -> PlatformError:
         state, held = await self.until(lambda: workload.workload_loss(self.workloads))
         return workload.capacity_lost(state, held)
@@ -366,66 +293,6 @@ class KubernetesSession(PlatformSession):
                 f"cannot create the sandbox of {agent}: {exc}", reason="sandbox-create-failed"
             ) from exc
         return await self._running(agent, launch.bridge_token, descriptor.bridge_port)
-
-    async def _start_claimed(
-        self, launch: AgentLaunch, descriptor: RuntimeDescriptor, secrets: Secrets
-    ) -> KubernetesSandbox:
-        """Wait for the claimed pod to run with the run's labels, then hand it its provision."""
-        agent = launch.name
-        settings = self.platform.settings
-        claimed = self._claimed[agent]
-        started: tuple[str, Obj | None] | None = None
-        with anyio.move_on_after(settings.startup_timeout_s):
-            started = await self.until(
-                lambda: observed.claimed(self.claims, self.warm_pods, agent, claimed.claim),
-                agent=agent,
-            )
-        if started is None or started[0] != "ready" or started[1] is None:
-            state = "had no running pod" if started is None else started[0]
-            raise SandboxStartError(
-                f"the claimed sandbox {claimed.sandbox} of {agent} {state} within "
-                f"{settings.startup_timeout_s:g} s; see kubectl describe sandboxclaim "
-                f"{claimed.claim} -n {warm.WARM_NAMESPACE}",
-                reason="claimed-sandbox-lost",
-            )
-        pod = started[1]
-        port = _port(self.placement.router_url)
-        tls = self.platform.tls_for(self.run_id)
-        environment = objects.agent_environment(
-            agent,
-            descriptor,
-            router_url=self.agent_router_url,
-            seed=self.placement.seed,
-            router_address=f"{self._router_ip}:{port}" if self._router_ip else None,
-        )
-        line = Provision(
-            environment=environment,
-            secrets=secrets.to_json(),
-            router_ca=None if tls is None else tls.ca_pem,
-            files=dict(descriptor.files),
-        ).to_line()
-        default = (pod["status"]["podIP"], descriptor.bridge_port)
-        host, bridge_port = await self.platform.bridge_address(self.run_id, agent, default)
-        try:
-            await warm.provision(host, bridge_port, line, limit_s=warm.PROVISION_TIMEOUT_S)
-        except PlatformError as exc:
-            raise SandboxStartError(str(exc), reason=exc.reason) from exc
-        exited: Observation[ProcessExit] = Observation()
-        access = SandboxAccess(agent, host, bridge_port, launch.bridge_token, exited)
-        metadata = pod["metadata"]
-        handle = KubernetesSandbox(
-            agent,
-            access,
-            metadata["name"],
-            metadata["uid"],
-            descriptor.bridge_port,
-            namespace=warm.WARM_NAMESPACE,
-            owner=("SandboxClaim", claimed.claim),
-            start="warm" if claimed.warm else "cold",
-        )
-        self._sandboxes.append(handle)
-        self._tasks.start_soon(self._observe_exit, handle)
-        return handle
 
     replaces_lost_sandboxes = True
 
@@ -518,7 +385,7 @@ class KubernetesSession(PlatformSession):
         if exited.done:
             return await exited
         await self.kube.delete(*sandbox.owner, sandbox.namespace)
-        with anyio.move_on_after(_DELETE_WAIT_S):
+        with anyio.move_on_after(DELETE_WAIT_S):
             return await exited
         exited.set(ProcessExit(signal=signal.SIGKILL))
         return await exited
@@ -531,9 +398,9 @@ class KubernetesSession(PlatformSession):
 
     async def teardown(self) -> None:
         """Release the queue's capacity and the sandboxes (the namespace goes after); the
-        deletes are pipelined, ``_DELETES_IN_FLIGHT`` at a time (one after another, a
+        deletes are pipelined, ``DELETES_IN_FLIGHT`` at a time (one after another, a
         1,000-agent roster's teardown took minutes)."""
-        limiter = anyio.CapacityLimiter(_DELETES_IN_FLIGHT)
+        limiter = anyio.CapacityLimiter(DELETES_IN_FLIGHT)
         failed: list[PlatformError] = []
 
         async def delete(name: str) -> None:
@@ -546,17 +413,8 @@ class KubernetesSession(PlatformSession):
         async with anyio.create_task_group() as deletes:
             for name in list(self.sandboxes.objects):
                 deletes.start_soon(delete, name)
-            if self._claimed:
-                deletes.start_soon(self._release_claims, list(self._claimed))
         await self.kube.delete("Workload", objects.WORKLOAD, self.run_id)
-        if self._claimed:
-            # outside the run's namespace, so its deletion does not wait for them: wait here
-            with anyio.move_on_after(_DELETE_WAIT_S):
-                async with anyio.create_task_group() as waits:
-                    for agent in self._claimed:
-                        waits.start_soon(self._claimed_pod_gone, agent)
-            policy = warm.run_policy_name(self.run_id)
-            await self.kube.delete("NetworkPolicy", policy, warm.WARM_NAMESPACE)
+        failed += await self._release_warm()
         if failed:
             raise failed[0]
 
