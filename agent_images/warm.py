@@ -8,8 +8,11 @@ secrets, files, variables) can be in their spec; and Agent Sandbox cold-starts a
 injects variables or volumes. So the controller that claimed the pod sends one JSON line to the
 bridge port (``Provision``); this program writes the secrets file (0600) and the router's CA under
 its private directory, the declared files into the working directory, answers ``{"ok": true}``
-(or ``{"error": ...}`` and waits for the next try), closes the port and executes the runtime's
-command with the boot variables set. The runtime then binds the same port for its bridge.
+(or ``{"error": ...}`` and waits for the next try), closes the port and becomes the runtime with
+the boot variables set, which then binds the same port for its bridge. A Python runtime's command
+(``python3 -m MODULE ...``) runs in this process: what its ``__main__`` imports was imported while
+the pod waited (``preload``), so a claimed pod starts its runtime without an interpreter's start
+or its imports. Any other command is executed (``exec``).
 
 Only the controller reaches an unclaimed pod's bridge port (the warm namespace's network
 policies); the secrets travel as the cold path's Secret volume does, inside the cluster.
@@ -17,9 +20,13 @@ policies); the secrets travel as the cold path's Secret volume does, inside the 
 
 from __future__ import annotations
 
+import ast
 import base64
+import importlib
+import importlib.util
 import json
 import os
+import runpy
 import socket
 import sys
 from dataclasses import dataclass
@@ -160,6 +167,28 @@ def _answer(conn: socket.socket, body: dict[str, object]) -> None:
         pass  # the controller gave up on this connection; it tries again
 
 
+def preload(command: list[str]) -> str | None:
+    """For ``python3 -m MODULE ...``: import now what ``MODULE.__main__`` imports at its top
+    level, and return MODULE; ``None`` for any other command, or when that fails (the command
+    is then executed as it is)."""
+    if len(command) < 3 or not Path(command[0]).name.startswith("python") or command[1] != "-m":
+        return None
+    module = command[2]
+    try:
+        spec = importlib.util.find_spec(f"{module}.__main__") or importlib.util.find_spec(module)
+        origin = spec.origin if spec is not None else None
+        source = Path(origin).read_text() if origin and origin.endswith(".py") else ""
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                importlib.import_module(node.module)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    importlib.import_module(alias.name)
+    except Exception:  # whatever a module raises, the exec path still works
+        return None
+    return module
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     command = args[1:] if args[:1] == ["--"] else args
@@ -169,10 +198,16 @@ def main(argv: list[str] | None = None) -> None:
     private = Path(os.environ.get(PRIVATE_DIR_ENV) or "/tmp/society")
     workdir = Path(os.environ.get(WORKDIR_ENV) or os.getcwd())
     server = socket.create_server(("0.0.0.0", port), reuse_port=False)
+    module = preload(command)
     environment = take_provision(server, private=private, workdir=workdir)
     server.close()  # the runtime binds the port again for its bridge
     sys.stdout.flush()
-    os.execvpe(command[0], command, environment)
+    if module is None:
+        os.execvpe(command[0], command, environment)
+    os.environ.clear()
+    os.environ.update(environment)
+    sys.argv = [command[0], *command[3:]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

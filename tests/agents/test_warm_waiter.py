@@ -43,28 +43,33 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def waiter(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]]:
+def _start(
+    tmp_path: Path, command: list[str], pythonpath: str = str(ROOT)
+) -> tuple[subprocess.Popen[bytes], int, Path]:
     port = _free_port()
     workdir = tmp_path / "work"
     workdir.mkdir()
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": pythonpath,
         boot.BRIDGE_PORT: str(port),
         "SOCIETY_WARM_PRIVATE_DIR": str(tmp_path / "private"),
         "SOCIETY_WARM_WORKDIR": str(workdir),
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "agent_images.warm", "--", sys.executable, "-c", RUNTIME],
-        cwd=workdir,
-        env=env,
+        [sys.executable, "-m", "agent_images.warm", "--", *command], cwd=workdir, env=env
     )
+    return process, port, workdir
+
+
+@pytest.fixture
+def waiter(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]]:
+    started = _start(tmp_path, [sys.executable, "-c", RUNTIME])
     try:
-        yield process, port, workdir
+        yield started
     finally:
-        process.kill()
-        process.wait()
+        started[0].kill()
+        started[0].wait()
 
 
 def _exchange(port: int, line: bytes, *, limit_s: float = 20.0) -> dict[str, object]:
@@ -151,3 +156,39 @@ def test_a_file_planted_where_a_declared_file_goes_is_not_followed(
     answer = _exchange(port, _provision().to_line())
     assert "File exists" in str(answer.get("error")), answer
     assert not target.exists()
+
+
+def test_a_python_runtime_module_is_imported_while_waiting_and_runs_in_the_same_process(
+    tmp_path: Path,
+) -> None:
+    """``python3 -m MODULE``: what its ``__main__`` imports is imported before any provision (a
+    claimed pod then starts no interpreter), and it runs with the provision's variables."""
+    package = tmp_path / "lib" / "acme_runtime"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    marker = tmp_path / "imported"
+    (package / "agent.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('yes')\n"
+        f"def main():\n    exec(compile({RUNTIME!r}, 'runtime', 'exec'), {{}})\n"
+    )
+    (package / "__main__.py").write_text("from acme_runtime.agent import main\n\nmain()\n")
+    process, port, _ = _start(
+        tmp_path,
+        [sys.executable, "-m", "acme_runtime"],
+        pythonpath=f"{ROOT}{os.pathsep}{tmp_path / 'lib'}",
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the runtime's module was not imported before its provision"
+        marker.unlink()
+        assert _exchange(port, _provision().to_line()) == {"ok": True}
+        report = _exchange(port, b"")
+        env = report["env"]
+        assert isinstance(env, dict) and env[boot.AGENT_NAME] == "alice"
+        assert report["pid"] == process.pid
+        assert not marker.exists()  # not imported again: the preloaded module ran
+    finally:
+        process.kill()
+        process.wait()

@@ -35,6 +35,8 @@ NETWORK = "kind"
 REGISTRY = "kind-registry"
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
 EXAMPLES = ROOT / "examples"
+WARM_POOL = 3
+"""`up`'s warm pool: the examples' rosters (2 and 3 scripted agents of the default shape) fit."""
 GO = "/usr/local/go/bin/go"
 
 
@@ -109,6 +111,7 @@ def kind_up(tmp_path: Path) -> Any:
         "cluster", "up", "--profile", "kind", "--artifacts", artifacts, "--name", NAME,
         "--provider", "podman", "--host-patches", ROOT / "kind" / "host", "--addons-from-source",
         "--node-image", script_output("build-kind-node-image.sh", "--print-image"),
+        "--warm-pool", str(WARM_POOL),
     ]  # fmt: skip
     try:
         yield env, artifacts, up
@@ -137,6 +140,24 @@ def _run_example(env: dict[str, str], artifacts: Path, example: str, trusted: Pa
     graded = _society(env, "grade", EXAMPLES / "graders" / f"{example}.py", home,
                       "--trusted-key", trusted)  # fmt: skip
     assert graded.returncode == 0, graded.stdout + graded.stderr
+    # the in-cluster controller claimed every agent from `up`'s warm pool
+    starts = {e.agent: e.sandbox_start for e in _ledger(example, result["ledger"], trusted)}
+    assert starts and set(starts.values()) == {"warm"}, starts
+
+
+def _ledger(example: str, ledger_dir: str, trusted: Path) -> list[Any]:
+    """The example's ``AgentRuntimeReady`` events, from its verified ledger."""
+    import importlib.util
+
+    from controller.events.run import AgentRuntimeReady
+    from ledger import open_ledger_artifacts
+
+    module_spec = importlib.util.spec_from_file_location(f"_{example}", EXAMPLES / f"{example}.py")
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    ledger = open_ledger_artifacts(module.run_spec.catalog, ledger_dir, trusted_key=trusted)
+    return list(ledger.events(AgentRuntimeReady))
 
 
 def test_cluster_up_on_kind_runs_the_examples_then_up_again_changes_nothing_and_down_leaves_nothing(
@@ -149,6 +170,7 @@ def test_cluster_up_on_kind_runs_the_examples_then_up_again_changes_nothing_and_
     assert f"created kind cluster '{NAME}'" in progress, progress
     assert "rendered from the Go module proxy's source" in progress, progress
     assert "enforced: a default-deny policy refused the probe" in progress, progress
+    assert "society-warm/scripted-" in progress and f": {WARM_POOL} ready" in progress, progress
     profile = json.loads(Path(first.stdout.strip().splitlines()[-1]).read_text())
     assert profile["clusterName"] == NAME and profile["madeCluster"] is True
     assert all(ref.startswith("localhost:5001/") for ref in profile["images"].values()), profile

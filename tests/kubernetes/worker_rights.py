@@ -18,7 +18,6 @@ say it (``failurePolicy: Fail``):
 from __future__ import annotations
 
 from controller.platforms.kubernetes.kube import Obj
-from controller.platforms.kubernetes.warm import WARM_NAMESPACE
 from controller.platforms.kubernetes.objects import CONTROLLER_ACCOUNT, MANAGED_BY, RUN_LABEL
 from controller.platforms.kubernetes.rbac import (
     CONTROLLER_ROLE,
@@ -27,10 +26,10 @@ from controller.platforms.kubernetes.rbac import (
     RBAC,
     RUN_NAMESPACE_ROLE,
     SYSTEM_NAMESPACE,
+    WARM_CLAIMER,
     WORKER_ACCOUNT,
     WORKER_BINDING,
     WORKER_CLUSTER_ROLE,
-    WARM_CLAIMER,
     WORKER_CREDENTIALS_RULES,
     WORKER_RULES,
     WORKER_WARM_RULES,
@@ -41,6 +40,7 @@ from controller.platforms.kubernetes.rbac import (
     run_cluster_roles,
     worker_subject,
 )
+from controller.platforms.kubernetes.warm import WARM_NAMESPACE
 
 ADMISSION = "admissionregistration.k8s.io"
 WORKER_POLICY = "society-run-worker"
@@ -174,6 +174,7 @@ def worker_policy(worker: str, credentials_namespace: str) -> Obj:
         )
         + "))"
     )
+
     def controller_to(role: str) -> str:
         """A run's controller bound to ``role`` (a Role), as ``<role>-<run id>``."""
         return (

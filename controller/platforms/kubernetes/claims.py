@@ -85,6 +85,7 @@ class WarmClaims(ABC):
             self._informers.append(informer)
             self._tasks.start_soon(informer.run)
         claimed: dict[str, warm.Claimed] = {}
+        made: list[str] = []
         failed: list[str] = []
 
         async def claim(agent: str, pool_of: str) -> None:
@@ -93,9 +94,10 @@ class WarmClaims(ABC):
                 await self.kube.create(
                     warm.claim(self.run_id, agent, pool_of, shutdown_at=self._shutdown_at)
                 )
-            except PlatformError as exc:
+            except PlatformError as exc:  # (a name held by another object: not ours to delete)
                 failed.append(f"{agent}: {exc}")
                 return
+            made.append(agent)
             outcome = await self.until(
                 lambda: warm.claim_outcome(self.claims.objects.get(name)), agent=agent
             )
@@ -109,7 +111,7 @@ class WarmClaims(ABC):
                 for agent, pool_of in wanted.items():
                     claims.start_soon(claim, agent, pool_of)
         if failed or len(claimed) < len(wanted):
-            left = await self._release_claims(list(wanted))
+            left = await self._release_claims(made)
             if left:
                 raise left[0]  # a claim that stays would hold a pool's sandbox: say so
             return

@@ -12,7 +12,7 @@ import anyio
 
 from controller.platforms.kubernetes import objects, rbac
 from controller.platforms.kubernetes.kube import Kube, KubeError, Obj
-from controller.platforms.kubernetes.warm import WARM_NAMESPACE
+from controller.platforms.kubernetes.warm import WARM_NAMESPACE, run_policy_name
 from controller.run.platform import PlatformError
 
 BINDING_WAIT_S = 15.0
@@ -152,8 +152,9 @@ async def delete_run_namespace(
 ) -> bool:
     """Delete the run's namespace and wait until it is gone; ``False`` if it never existed.
 
-    The run's bindings in ``credentials_namespace`` and the warm namespace (outside the
-    namespace, so not collected with it) are deleted first.
+    The run's bindings in ``credentials_namespace`` and the warm namespace and, there, any claim
+    and policy its controller left (all outside the namespace, so not collected with it) are
+    deleted first.
 
     Only a namespace labelled as this run's is deleted. Raises ``PlatformError`` when it is
     still there after ``timeout_s`` (a stuck finalizer: the message names it).
@@ -162,7 +163,7 @@ async def delete_run_namespace(
         binding = rbac.credentials_binding_name(run_id)
         await kube.delete("RoleBinding", binding, credentials_namespace)
     if await kube.get("Namespace", WARM_NAMESPACE) is not None:
-        await kube.delete("RoleBinding", rbac.warm_binding_name(run_id), WARM_NAMESPACE)
+        await release_warm(kube, run_id)
     existing = await kube.get("Namespace", run_id)
     if existing is None:
         return False
@@ -181,6 +182,23 @@ async def delete_run_namespace(
         f"check its finalizers with kubectl get namespace {run_id} -o yaml",
         reason="namespace-stuck",
     )
+
+
+async def release_warm(kube: Kube, run_id: str) -> None:
+    """What a run holds in the warm namespace: its claims (a killed controller leaves them; each
+    holds a pool's sandbox until its ``shutdownTime``), its policy and its controller's binding."""
+    try:
+        claims, _ = await kube.list(
+            "SandboxClaim", WARM_NAMESPACE, label_selector=objects.run_selector(run_id)
+        )
+    except KubeError as exc:
+        if exc.status != 404:  # no warm pools' API here: nothing was claimed
+            raise
+        claims = []
+    for claim in claims:
+        await kube.delete("SandboxClaim", claim["metadata"]["name"], WARM_NAMESPACE)
+    await kube.delete("NetworkPolicy", run_policy_name(run_id), WARM_NAMESPACE)
+    await kube.delete("RoleBinding", rbac.warm_binding_name(run_id), WARM_NAMESPACE)
 
 
 async def wait_namespace_gone(kube: Kube, run_id: str) -> None:

@@ -123,8 +123,12 @@ and harvest the claimed pods, and its run's one network policy there."""
 WORKER_WARM_RULES: list[dict[str, Any]] = [
     _rule(RBAC, ["rolebindings"], ["get", "patch", "delete"]),
     _rule(RBAC, ["roles"], ["bind"], resourceNames=[WARM_CLAIMER]),
+    # cleanup: the claims and policy of a run whose controller did not release them
+    _rule(SANDBOX_EXTENSIONS, ["sandboxclaims"], ["list", "delete"]),
+    _rule("networking.k8s.io", ["networkpolicies"], ["delete"]),
 ]
-"""In the warm namespace: bind a run's controller to the claimer, and unbind it."""
+"""In the warm namespace: bind a run's controller to the claimer, unbind it, and release what
+the run left there."""
 
 
 def _cluster_object(kind: str, name: str, **body: Any) -> Obj:

@@ -35,15 +35,22 @@ from k8s_run_support import (  # noqa: F401 (fixture)
 from kind_plane import KindPlane
 from rbac_support import WORKER, worker_rights  # noqa: F401 (fixture)
 from test_controller_job import in_cluster_worker
+from test_network_policy import _exec
 
 from controller import Run, RunSpec
 from controller.agents import scripted
 from controller.events.run import AgentRuntimeReady, AgentWorkspaceFileHarvested
 from controller.lifecycle.activities import LifecycleActivities
-from controller.platforms.kubernetes import Kube, KubernetesPlatform, objects, warm
-from controller.platforms.kubernetes.kube import Informer
+from controller.platforms.kubernetes import (
+    Kube,
+    KubernetesPlatform,
+    delete_run_namespace,
+    objects,
+    warm,
+)
+from controller.platforms.kubernetes.kube import Informer, Obj
 from controller.platforms.kubernetes.rbac import warm_binding_name
-from controller.run import ProgramFinished, RunRequest, RunResult, Success
+from controller.run import ProgramFinished, RunContext, RunRequest, RunResult, Success
 from controller.run.module_source import ModuleSource
 from controller.run.runid import new_run_id
 
@@ -131,6 +138,62 @@ async def test_a_roster_that_fits_the_pool_is_claimed_warm_and_passes_the_gate_w
     assert left == [] and claims == []
 
 
+async def _running_ip(kube: Kube, selector: str, *, without: str | None = None) -> list[Obj]:
+    found, _ = await kube.list("Pod", warm.WARM_NAMESPACE, label_selector=selector)
+    return [
+        pod
+        for pod in found
+        if pod.get("status", {}).get("podIP")
+        and pod["status"].get("phase") == "Running"
+        and not pod["metadata"].get("deletionTimestamp")
+        and (without is None or without not in (pod["metadata"].get("labels") or {}))
+    ]
+
+
+async def test_a_claimed_agent_reaches_neither_an_unclaimed_pool_pod_nor_another_agents_bridge(
+    control_plane: KindPlane, cluster_queue: str, pool: str, tmp_path: Path
+) -> None:
+    """The attacker is alice's own program, in her claimed pod: she tries to provision a pool
+    pod nobody claimed yet (to become someone, or to spoil it) and to talk to bob's bridge around
+    the router. Both stay shut; the router, her one way out, answers (the probe's control)."""
+    run_id = new_run_id()
+
+    async def execute(ctx: RunContext) -> dict[str, bool]:
+        async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
+            claimed = await _running_ip(kube, objects.run_selector(run_id))
+            with anyio.fail_after(120):  # the pool refills what the run took
+                while True:
+                    unclaimed = await _running_ip(
+                        kube, f"{warm.POOL_LABEL}={pool}", without=objects.RUN_LABEL
+                    )
+                    if unclaimed:
+                        break
+                    await anyio.sleep(0.5)
+            router = await kube.get("Service", objects.ROUTER_SERVICE, run_id)
+        assert router is not None
+        by_agent = {p["metadata"]["labels"][objects.AGENT_LABEL]: p for p in claimed}
+        targets = {
+            "unclaimed": f"{unclaimed[0]['status']['podIP']}:7400",
+            "bob": f"{by_agent['bob']['status']['podIP']}:7400",
+            "router": f"{router['spec']['clusterIP']}:{router['spec']['ports'][0]['port']}",
+        }
+        alice = by_agent["alice"]["metadata"]["name"]
+        seen = await anyio.to_thread.run_sync(
+            lambda: _exec(control_plane, warm.WARM_NAMESPACE, alice, list(targets.values()))
+        )
+        return {name: seen[target] for name, target in targets.items()}
+
+    spec = RunSpec.define(
+        id="acme.k8s-warm/v1", agents={"alice": agent(), "bob": agent()}, execute=execute
+    )
+    async with on_cluster(control_plane, run_id, cluster_queue=cluster_queue) as (platform, _, _):
+        outcome = await Run.execute(
+            spec, platform=platform, run_id=run_id, artifact_root=artifacts(tmp_path), seed=7
+        )
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    assert outcome.exit.value == {"unclaimed": False, "bob": False, "router": True}
+
+
 async def _pool_sandboxes(kube: Kube, pool: str) -> set[str]:
     found, _ = await kube.list(
         "Pod", warm.WARM_NAMESPACE, label_selector=f"{warm.POOL_LABEL}={pool}"
@@ -187,12 +250,16 @@ async def test_when_one_claim_fails_every_claim_is_let_go_and_the_whole_roster_s
                 )
                 claims = await _claims_of(kube, run_id)
                 await _ready(kube, pool, POOL_SIZE)
+            squatter_left = await admin.get(
+                "SandboxClaim", squatter["metadata"]["name"], warm.WARM_NAMESPACE
+            )
         finally:
             await admin.delete("SandboxClaim", squatter["metadata"]["name"], warm.WARM_NAMESPACE)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     starts = {e.agent: e.sandbox_start for e in verified(spec, outcome).events(AgentRuntimeReady)}
     assert starts == {"alice": "cold", "bob": "cold"}
     assert claims == []  # alice's claim, which bound, was let go too
+    assert squatter_left is not None  # and what the run did not make was not its to delete
 
 
 async def test_an_in_cluster_controller_claims_warm_sandboxes_with_the_rights_its_run_was_given(
@@ -245,6 +312,28 @@ async def test_an_in_cluster_controller_claims_warm_sandboxes_with_the_rights_it
     assert sorted(outcomes) == ["alice", "bob"]
     assert all(isinstance(o, warm.Claimed) and o.warm for o in outcomes.values()), outcomes
     assert binding_left is None and left == []
+
+
+async def test_cleanup_releases_the_claims_a_killed_controller_left_and_the_pool_refills(
+    control_plane: KindPlane, pool: str
+) -> None:
+    run_id = new_run_id()
+    async with Kube.connect(kubeconfig=str(control_plane.kubeconfig)) as kube:
+        for agent in ("alice", "bob"):  # as a controller killed after claiming would leave them
+            await kube.create(warm.claim(run_id, agent, pool, shutdown_at=_soon()))
+        with anyio.fail_after(60):  # both hold one of the pool's sandboxes
+            while True:
+                found, _ = await kube.list(
+                    "SandboxClaim", warm.WARM_NAMESPACE, label_selector=objects.run_selector(run_id)
+                )
+                bound = [c for c in found if isinstance(warm.claim_outcome(c), warm.Claimed)]
+                if len(bound) == 2:
+                    break
+                await anyio.sleep(0.2)
+        await delete_run_namespace(kube, run_id)
+        left = await _claims_of(kube, run_id)
+        await _ready(kube, pool, POOL_SIZE)
+    assert left == []
 
 
 def _soon() -> Any:
