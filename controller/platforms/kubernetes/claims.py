@@ -21,7 +21,7 @@ from agent_images.boot import Secrets
 from agent_images.warm import Provision
 from controller.agents.runtime import RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
-from controller.platforms.kubernetes import objects, warm
+from controller.platforms.kubernetes import objects, routing, warm
 from controller.platforms.kubernetes import sandbox as observed
 from controller.platforms.kubernetes.kube import Informer, Kube, KubeError, Obj
 from controller.platforms.kubernetes.sandbox import KubernetesSandbox
@@ -48,6 +48,7 @@ class WarmClaims(ABC):
     warm_pods: Informer
     _claimed: dict[str, warm.Claimed]
     """Agents whose claims bound: their sandboxes come from the warm namespace."""
+    _claiming: bool
     _informers: list[Informer]
     _tasks: TaskGroup
     _shutdown_at: datetime.datetime
@@ -84,6 +85,18 @@ class WarmClaims(ABC):
         for informer in (self.claims, self.warm_pods):
             self._informers.append(informer)
             self._tasks.start_soon(informer.run)
+        # Both policies before any claim: the network has them in force by the time the claims'
+        # pods carry the run's labels (the provision's and the runtime's first connections).
+        await self.kube.apply(
+            warm.provision_policy(
+                self.run_id,
+                controller=routing.controller_peer(self.run_id, self.platform.external_router),
+                bridge_ports=sorted({d.bridge_port for d in self.platform.roster.values()}),
+            )
+        )
+        async with self._network_lock:
+            self._claiming = True
+            await self._apply_network()
         claimed: dict[str, warm.Claimed] = {}
         made: list[str] = []
         failed: list[str] = []
@@ -112,12 +125,13 @@ class WarmClaims(ABC):
                     claims.start_soon(claim, agent, pool_of)
         if failed or len(claimed) < len(wanted):
             left = await self._release_claims(made)
+            self._claiming = False
+            for policy in warm.policy_names(self.run_id):
+                await self.kube.delete("NetworkPolicy", policy, warm.WARM_NAMESPACE)
             if left:
                 raise left[0]  # a claim that stays would hold a pool's sandbox: say so
             return
         self._claimed = claimed
-        async with self._network_lock:
-            await self._apply_network()
 
     async def _claimed_pod_gone(self, agent: str) -> None:
         await self.until(lambda: None if self.warm_pods.labelled(agent) else True, agent=agent)
@@ -146,17 +160,17 @@ class WarmClaims(ABC):
         namespace, whose deletion does not wait for them; bounded by ``DELETE_WAIT_S``), the
         run's policy there deleted; what failed."""
         if not self._claimed:
-            return []
+            return []  # (claims that did not all bind were let go with their policies)
         failed = await self._release_claims(list(self._claimed))
         with anyio.move_on_after(DELETE_WAIT_S):
             async with anyio.create_task_group() as waits:
                 for agent in self._claimed:
                     waits.start_soon(self._claimed_pod_gone, agent)
-        try:
-            policy = warm.run_policy_name(self.run_id)
-            await self.kube.delete("NetworkPolicy", policy, warm.WARM_NAMESPACE)
-        except PlatformError as exc:
-            failed.append(exc)
+        for policy in warm.policy_names(self.run_id):
+            try:
+                await self.kube.delete("NetworkPolicy", policy, warm.WARM_NAMESPACE)
+            except PlatformError as exc:
+                failed.append(exc)
         return failed
 
     async def _start_claimed(

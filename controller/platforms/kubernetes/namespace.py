@@ -12,7 +12,7 @@ import anyio
 
 from controller.platforms.kubernetes import objects, rbac
 from controller.platforms.kubernetes.kube import Kube, KubeError, Obj
-from controller.platforms.kubernetes.warm import WARM_NAMESPACE, run_policy_name
+from controller.platforms.kubernetes.warm import WARM_NAMESPACE, policy_names
 from controller.run.platform import PlatformError
 
 BINDING_WAIT_S = 15.0
@@ -197,7 +197,8 @@ async def release_warm(kube: Kube, run_id: str) -> None:
         claims = []
     for claim in claims:
         await kube.delete("SandboxClaim", claim["metadata"]["name"], WARM_NAMESPACE)
-    await kube.delete("NetworkPolicy", run_policy_name(run_id), WARM_NAMESPACE)
+    for policy in policy_names(run_id):
+        await kube.delete("NetworkPolicy", policy, WARM_NAMESPACE)
     await kube.delete("RoleBinding", rbac.warm_binding_name(run_id), WARM_NAMESPACE)
 
 

@@ -100,6 +100,8 @@ class KubernetesSession(WarmClaims, PlatformSession):
             for kind in ("SandboxClaim", "Pod")
         )
         self._claimed: dict[str, warm.Claimed] = {}
+        self._claiming = False
+        """The run claims in the warm namespace: its policy there is applied with its others."""
         """Agents whose claims bound: their sandboxes come from the warm namespace."""
         self._sandboxes: list[KubernetesSandbox] = []
         self._service_ports: set[int] = set()
@@ -183,7 +185,7 @@ class KubernetesSession(WarmClaims, PlatformSession):
             applied = await self.kube.apply(objects.owned(manifest, self.owner))
             if manifest["kind"] == "Service":
                 self._router_ip = applied.get("spec", {}).get("clusterIP") or ""
-        if self._claimed:
+        if self._claiming:
             # in the warm namespace, so not owned: teardown deletes it
             await self.kube.apply(
                 warm.run_policy(

@@ -38,6 +38,9 @@ WAITER = ("python3", "-m", "agent_images.warm", "--")
 CLAIM_TIMEOUT_S = 60.0
 """How long the roster's claims may take to bind, all of them, before they are all let go and the
 roster starts cold."""
+PROVISION_CONNECT_S = 1.0
+"""One provision try's limit: a policy not yet in force drops the connection's packets, and the
+kernel's first retransmission would come only after a second."""
 PROVISION_TIMEOUT_S = 60.0
 """How long a claimed pod may take to take its provision (its port is closed to this controller
 until the network policy sees the run's labels on the pod)."""
@@ -159,6 +162,42 @@ def run_policy_name(run_id: str) -> str:
     return "run-" + hashlib.sha256(run_id.encode()).hexdigest()[:20]
 
 
+def provision_policy_name(run_id: str) -> str:
+    return "provision-" + hashlib.sha256(run_id.encode()).hexdigest()[:20]
+
+
+def policy_names(run_id: str) -> tuple[str, str]:
+    """The run's two policies in the warm namespace."""
+    return run_policy_name(run_id), provision_policy_name(run_id)
+
+
+def provision_policy(
+    run_id: str, *, controller: Mapping[str, Any], bridge_ports: Sequence[int]
+) -> Obj:
+    """While the run claims: its controller (``controller``, a policy peer) may reach the
+    pools' pods' bridge ports, so that a claimed pod takes its provision as soon as the claim
+    binds; its labels, and so the run's own policy (``run_policy``), reach the network a while
+    later. No agent is a controller: agents reach no pool's pod."""
+    return objects.manifest(
+        "NetworkPolicy",
+        {
+            "name": provision_policy_name(run_id),
+            "namespace": WARM_NAMESPACE,
+            "labels": objects.run_labels(run_id),
+        },
+        spec={
+            "podSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [dict(controller)],
+                    "ports": [{"protocol": "TCP", "port": p} for p in sorted(set(bridge_ports))],
+                }
+            ],
+        },
+    )
+
+
 def run_policy(
     run_id: str,
     *,
@@ -248,7 +287,7 @@ async def provision(host: str, port: int, line: bytes, *, limit_s: float) -> Non
     with anyio.move_on_after(limit_s):
         while True:
             try:
-                with anyio.fail_after(5):
+                with anyio.fail_after(PROVISION_CONNECT_S):
                     async with await anyio.connect_tcp(host, port) as stream:
                         await stream.send(line)
                         answer = await _read_answer(stream)
