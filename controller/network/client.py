@@ -52,6 +52,9 @@ from controller.network.protocol import (
 
 FATAL_CLOSES = frozenset({"authentication-failed", "unsupported-version", "revoked", "superseded"})
 """Close reasons after which reconnecting cannot help."""
+FIRST_OPEN_S = 1.0
+"""The first connection's first try's limit (doubling with each failure, up to the heartbeat
+timeout)."""
 RECONNECT_DELAY = (0.05, 2.0)
 NOT_DISPATCHED_RETRY = (0.02, 0.5)
 _HEARTBEAT = encode(Heartbeat())
@@ -215,6 +218,14 @@ class AgentSession:
         failures = 0
         while not self._closing:
             try:
+                # Before the first session, a short limit that doubles: a connection whose packets
+                # a network policy not yet in force drops (a warm pod's first seconds) is given
+                # up and dialled again at once, not left to TCP's retransmissions (1, 3, 7, 15 s).
+                opening = (
+                    self._heartbeat_timeout
+                    if started
+                    else min(self._heartbeat_timeout, FIRST_OPEN_S * 2**failures)
+                )
                 async with connect(
                     self._url,
                     **self._unix,
@@ -222,7 +233,7 @@ class AgentSession:
                     max_size=MAX_FRAME_BYTES,
                     compression=None,
                     ping_interval=None,
-                    open_timeout=self._heartbeat_timeout,
+                    open_timeout=opening,
                     close_timeout=2,
                 ) as websocket:
                     await self._authenticate(websocket)
