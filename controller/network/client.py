@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import random
 import secrets
+import socket
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -50,11 +52,34 @@ from controller.network.protocol import (
     parse_router_frame,
 )
 
+
+def _tcp_address(url: str, where: dict[str, Any]) -> tuple[str, int] | None:
+    """The host and port a session dials: ``address``'s, else the URL's; ``None`` over a Unix
+    socket (or a URL that names no host, which ``connect`` then refuses)."""
+    if "unix" in where:
+        return None
+    if "port" in where:
+        return where["host"], where["port"]
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "wss" else 80)
+    except ValueError:
+        return None
+    return (parts.hostname, port) if parts.hostname else None
+
+
 FATAL_CLOSES = frozenset({"authentication-failed", "unsupported-version", "revoked", "superseded"})
 """Close reasons after which reconnecting cannot help."""
-FIRST_OPEN_S = 1.0
-"""The first connection's first try's limit (doubling with each failure, up to the heartbeat
-timeout)."""
+DIAL_S = 0.25
+"""Before the first session, how long one TCP dial may wait for the router's answer before it is
+given up and dialled again (a network policy not yet in force drops the first packets of a warm
+pod's connection); after ``QUICK_DIALS`` failures the limit doubles with each, up to the
+heartbeat timeout. The TLS and WebSocket handshakes that follow have the heartbeat timeout."""
+QUICK_DIALS = 40
+DIAL_AGAIN_S = 0.1
+"""Before the first session, the pause after each of the first ``QUICK_DIALS`` failures (a
+policy's refusal, or a router not yet listening, fails at once); after them, and between
+sessions, ``RECONNECT_DELAY``'s doubling."""
 RECONNECT_DELAY = (0.05, 2.0)
 NOT_DISPATCHED_RETRY = (0.02, 0.5)
 _HEARTBEAT = encode(Heartbeat())
@@ -93,6 +118,7 @@ class AgentSession:
         if address and not unix_path:
             host, _, port = address.rpartition(":")
             self._unix = {"host": host.strip("[]"), "port": int(port)}
+        self._tcp = _tcp_address(url, self._unix)
         self._token = token
         self._ssl = ssl_context
         self._identity: Participant | None = None
@@ -218,22 +244,21 @@ class AgentSession:
         failures = 0
         while not self._closing:
             try:
-                # Before the first session, a short limit that doubles: a connection whose packets
-                # a network policy not yet in force drops (a warm pod's first seconds) is given
-                # up and dialled again at once, not left to TCP's retransmissions (1, 3, 7, 15 s).
-                opening = (
-                    self._heartbeat_timeout
-                    if started
-                    else min(self._heartbeat_timeout, FIRST_OPEN_S * 2**failures)
+                # Before the first session, the TCP dial has a short limit of its own: packets
+                # a network policy not yet in force drops (a warm pod's first seconds) are given
+                # up and dialled again at once, not left to TCP's retransmissions (1, 3, 7 s).
+                dialled = (
+                    await self._dial(failures) if not started and self._tcp is not None else None
                 )
+                where = {"sock": dialled} if dialled is not None else self._unix
                 async with connect(
                     self._url,
-                    **self._unix,
+                    **where,
                     ssl=self._ssl,
                     max_size=MAX_FRAME_BYTES,
                     compression=None,
                     ping_interval=None,
-                    open_timeout=opening,
+                    open_timeout=self._heartbeat_timeout,
                     close_timeout=2,
                 ) as websocket:
                     await self._authenticate(websocket)
@@ -268,7 +293,32 @@ class AgentSession:
                 return
             failures += 1
             low, high = RECONNECT_DELAY
-            await anyio.sleep(min(high, low * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0))
+            delay = (
+                DIAL_AGAIN_S
+                if not started and failures <= QUICK_DIALS
+                else min(high, low * 2 ** min(failures, 10))
+            )
+            await anyio.sleep(delay * random.uniform(0.5, 1.0))
+
+    async def _dial(self, failures: int) -> socket.socket:
+        """A TCP connection to the router's address, given up after ``DIAL_S`` (doubling after
+        ``QUICK_DIALS`` failures)."""
+        limit = min(self._heartbeat_timeout, DIAL_S * 2 ** max(0, failures - QUICK_DIALS))
+        loop = asyncio.get_running_loop()
+        assert self._tcp is not None
+        host, port = self._tcp
+        family, kind, proto, _, address = (
+            await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            with anyio.fail_after(limit):
+                await loop.sock_connect(sock, address)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     async def _authenticate(self, websocket: ClientConnection) -> None:
         await websocket.send(

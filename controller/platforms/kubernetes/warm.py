@@ -38,9 +38,13 @@ WAITER = ("python3", "-m", "agent_images.warm", "--")
 CLAIM_TIMEOUT_S = 60.0
 """How long the roster's claims may take to bind, all of them, before they are all let go and the
 roster starts cold."""
-PROVISION_CONNECT_S = 1.0
-"""One provision try's limit: a policy not yet in force drops the connection's packets, and the
-kernel's first retransmission would come only after a second."""
+PROVISION_CONNECT_S = 0.25
+"""One provision try's TCP connect limit: a policy not yet in force drops the connection's
+packets, and the kernel's first retransmission would come only after a second."""
+PROVISION_AGAIN_S = 0.1
+"""The pause before the next try (a refused connection fails at once)."""
+PROVISION_ANSWER_S = 10.0
+"""How long a connected try may take to send the line and read the waiter's answer."""
 PROVISION_TIMEOUT_S = 60.0
 """How long a claimed pod may take to take its provision (its port is closed to this controller
 until the network policy sees the run's labels on the pod)."""
@@ -288,12 +292,14 @@ async def provision(host: str, port: int, line: bytes, *, limit_s: float) -> Non
         while True:
             try:
                 with anyio.fail_after(PROVISION_CONNECT_S):
-                    async with await anyio.connect_tcp(host, port) as stream:
+                    stream = await anyio.connect_tcp(host, port)
+                async with stream:
+                    with anyio.fail_after(PROVISION_ANSWER_S):
                         await stream.send(line)
                         answer = await _read_answer(stream)
             except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
-                await anyio.sleep(0.2)
+                await anyio.sleep(PROVISION_AGAIN_S)
                 continue
             if answer.get("ok") is True:
                 return
