@@ -566,6 +566,8 @@ async def measure_warm(
                     f"local {row.local:.2f} s",
                     flush=True,
                 )
+                milestones = ", ".join(f"{k} {v:.2f} s" for k, v in row.warm.at.items())
+                print(f"{agents} agents: the warm run's milestones: {milestones}", flush=True)
         await kube.delete("SandboxWarmPool", pool["metadata"]["name"], warm.WARM_NAMESPACE)
 
 

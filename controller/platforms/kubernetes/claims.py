@@ -23,7 +23,7 @@ from controller.agents.runtime import RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.platforms.kubernetes import objects, routing, warm
 from controller.platforms.kubernetes import sandbox as observed
-from controller.platforms.kubernetes.kube import Informer, Kube, KubeError, Obj
+from controller.platforms.kubernetes.kube import Informer, Kube, KubeError, Obj, at_once
 from controller.platforms.kubernetes.sandbox import KubernetesSandbox
 from controller.run.platform import AgentLaunch, PlatformError, RunPlacement, SandboxStartError
 
@@ -60,7 +60,7 @@ class WarmClaims(ABC):
     async def until(self, check: Callable[[], T | None], *, agent: str | None = None) -> T: ...
 
     @abstractmethod
-    async def _apply_network(self) -> None: ...
+    async def _apply_run_policy(self) -> None: ...
 
     @abstractmethod
     async def _observe_exit(self, handle: KubernetesSandbox) -> None: ...
@@ -85,18 +85,17 @@ class WarmClaims(ABC):
         for informer in (self.claims, self.warm_pods):
             self._informers.append(informer)
             self._tasks.start_soon(informer.run)
-        # Both policies before any claim: the network has them in force by the time the claims'
-        # pods carry the run's labels (the provision's and the runtime's first connections).
-        await self.kube.apply(
-            warm.provision_policy(
-                self.run_id,
-                controller=routing.controller_peer(self.run_id, self.platform.external_router),
-                bridge_ports=sorted({d.bridge_port for d in self.platform.roster.values()}),
-            )
+        # Both policies, at once, before any claim: the network has them in force by the time
+        # the claims' pods carry the run's labels (the provision's and the runtime's first
+        # connections).
+        provision = warm.provision_policy(
+            self.run_id,
+            controller=routing.controller_peer(self.run_id, self.platform.external_router),
+            bridge_ports=sorted({d.bridge_port for d in self.platform.roster.values()}),
         )
         async with self._network_lock:
             self._claiming = True
-            await self._apply_network()
+            await at_once(self._apply_run_policy, lambda: self.kube.apply(provision))
         claimed: dict[str, warm.Claimed] = {}
         made: list[str] = []
         failed: list[str] = []

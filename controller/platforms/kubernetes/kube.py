@@ -11,7 +11,7 @@ live in ``api``, the informer in ``informer``; both are importable from here too
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,17 @@ CONNECT_RETRY_S = 30.0
 """How long a request retries a connection the API server's address refused or could not
 route. Such a request never reached the server, so resending it is safe for any verb; the
 window covers a restart of the API server's pod and an enforcer rewriting its rules."""
+
+
+async def at_once(*calls: Callable[[], Coroutine[Any, Any, object]]) -> None:
+    """Await ``calls`` concurrently (independent requests: one round trip's wait, not one each);
+    the first error is raised as it is, not in a group, once the others ended."""
+    try:
+        async with anyio.create_task_group() as tasks:
+            for call in calls:
+                tasks.start_soon(call)
+    except* Exception as group:
+        raise group.exceptions[0] from None
 
 
 class Kube:

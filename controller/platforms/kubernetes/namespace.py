@@ -8,10 +8,14 @@ the preparer then binds itself in it, and every later step uses that binding.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any
+
 import anyio
 
 from controller.platforms.kubernetes import objects, rbac
-from controller.platforms.kubernetes.kube import Kube, KubeError, Obj
+from controller.platforms.kubernetes.kube import Kube, KubeError, Obj, at_once
 from controller.platforms.kubernetes.warm import WARM_NAMESPACE, policy_names
 from controller.run.platform import PlatformError
 
@@ -29,40 +33,55 @@ async def prepare_run_namespace(
     credentials reader Role (``SecretRef(secret=..., key=...)`` are read by name from it); when
     the warm namespace exists, to the warm claimer Role there (``warm``).
     """
-    await ensure_run_roles(kube)
-    username = await whoami(kube)
-    await _create_namespace(kube, run_id, username)
-    await _create_or_keep(kube, rbac.worker_binding(run_id, username))
+    identity: list[str] = []
+
+    async def who() -> None:
+        identity.append(await whoami(kube))
+
+    await at_once(lambda: ensure_run_roles(kube), who)
+    await _create_namespace(kube, run_id, identity[0])
+    await _create_or_keep(kube, rbac.worker_binding(run_id, identity[0]))
     await wait_allowed(kube, run_id, "create", "configmaps")
     owner = await kube.apply(objects.owner(run_id))
-    for obj in (rbac.controller_account(run_id), rbac.controller_binding(run_id)):
-        await kube.apply(objects.owned(obj, owner))
-    if credentials_namespace and await kube.get("Namespace", credentials_namespace) is not None:
-        await kube.apply(rbac.credentials_binding(run_id, credentials_namespace))
-    if await kube.get("Namespace", WARM_NAMESPACE) is not None:
-        await kube.apply(rbac.warm_binding(run_id, WARM_NAMESPACE))
+
+    async def bind_in(namespace: str, binding: Obj) -> None:
+        if await kube.get("Namespace", namespace) is not None:
+            await kube.apply(binding)
+
+    calls: list[Callable[[], Coroutine[Any, Any, object]]] = [
+        functools.partial(kube.apply, objects.owned(rbac.controller_account(run_id), owner)),
+        functools.partial(kube.apply, objects.owned(rbac.controller_binding(run_id), owner)),
+        functools.partial(bind_in, WARM_NAMESPACE, rbac.warm_binding(run_id, WARM_NAMESPACE)),
+    ]
+    if credentials_namespace:
+        binding = rbac.credentials_binding(run_id, credentials_namespace)
+        calls.append(functools.partial(bind_in, credentials_namespace, binding))
+    await at_once(*calls)
     return owner
 
 
 async def ensure_run_roles(kube: Kube) -> None:
     """The ClusterRoles a run binds exist with this version's rules: installed by the Helm chart;
     an administrator's out-of-cluster run installs them itself."""
-    for role in rbac.run_cluster_roles():
-        name = role["metadata"]["name"]
-        try:
-            live = await kube.get("ClusterRole", name)
-            if live is not None and live.get("rules") == role["rules"]:
-                continue
-            await kube.apply(role)
-        except KubeError as exc:
-            if exc.status != 403:
-                raise
-            raise PlatformError(
-                f"the ClusterRole {name} is missing or differs from this version's and this "
-                f"identity may not install it; install or upgrade the Helm chart "
-                f"(helm upgrade --install society-runner helm/society-runner)",
-                reason="cluster-roles-missing",
-            ) from None
+    await at_once(*(functools.partial(_ensure_role, kube, r) for r in rbac.run_cluster_roles()))
+
+
+async def _ensure_role(kube: Kube, role: Obj) -> None:
+    name = role["metadata"]["name"]
+    try:
+        live = await kube.get("ClusterRole", name)
+        if live is not None and live.get("rules") == role["rules"]:
+            return
+        await kube.apply(role)
+    except KubeError as exc:
+        if exc.status != 403:
+            raise
+        raise PlatformError(
+            f"the ClusterRole {name} is missing or differs from this version's and this "
+            f"identity may not install it; install or upgrade the Helm chart "
+            f"(helm upgrade --install society-runner helm/society-runner)",
+            reason="cluster-roles-missing",
+        ) from None
 
 
 async def _create_namespace(kube: Kube, run_id: str, username: str) -> None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import signal
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
@@ -30,7 +31,7 @@ from controller.platforms.kubernetes import objects, routing, warm
 from controller.platforms.kubernetes import sandbox as observed
 from controller.platforms.kubernetes.claims import DELETE_WAIT_S, DELETES_IN_FLIGHT, WarmClaims
 from controller.platforms.kubernetes.credentials import CredentialResolver
-from controller.platforms.kubernetes.kube import Informer, Kube, Obj
+from controller.platforms.kubernetes.kube import Informer, Kube, Obj, at_once
 from controller.platforms.kubernetes.sandbox import KubernetesSandbox
 from controller.run.platform import (
     Admission,
@@ -156,11 +157,11 @@ class KubernetesSession(WarmClaims, PlatformSession):
     async def open(self) -> None:
         """The router's Service, its CA, the network policies; then start watching."""
         tls = self.platform.tls_for(self.run_id)
-        await self._apply_network()
+        calls: list[Callable[[], Coroutine[Any, Any, object]]] = [self._apply_network]
         if tls is not None:
-            await self.kube.apply(
-                objects.owned(objects.router_ca(self.run_id, tls.ca_pem), self.owner)
-            )
+            ca = objects.owned(objects.router_ca(self.run_id, tls.ca_pem), self.owner)
+            calls.append(lambda: self.kube.apply(ca))
+        await at_once(*calls)
         for informer in (self.sandboxes, self.pods, self.workloads):
             self._tasks.start_soon(informer.run)
 
@@ -181,20 +182,26 @@ class KubernetesSession(WarmClaims, PlatformSession):
         ]
         if external:
             manifests.append(routing.router_endpoints(self.run_id, external, port, service_ports))
-        for manifest in manifests:
+
+        async def apply(manifest: Obj) -> None:
             applied = await self.kube.apply(objects.owned(manifest, self.owner))
             if manifest["kind"] == "Service":
                 self._router_ip = applied.get("spec", {}).get("clusterIP") or ""
-        if self._claiming:
-            # in the warm namespace, so not owned: teardown deletes it
-            await self.kube.apply(
-                warm.run_policy(
-                    self.run_id,
-                    controller=routing.controller_peer(self.run_id, external),
-                    controller_ports=[port, *self._service_ports],
-                    bridge_ports=bridge_ports,
-                )
+
+        calls = [functools.partial(apply, manifest) for manifest in manifests]
+        await at_once(*calls, *([self._apply_run_policy] if self._claiming else []))
+
+    async def _apply_run_policy(self) -> None:
+        """The run's policy in the warm namespace, for the router and every run service's port
+        (not owned: teardown deletes it)."""
+        await self.kube.apply(
+            warm.run_policy(
+                self.run_id,
+                controller=routing.controller_peer(self.run_id, self.platform.external_router),
+                controller_ports=[_port(self.placement.router_url), *self._service_ports],
+                bridge_ports=sorted({d.bridge_port for d in self.platform.roster.values()}),
             )
+        )
 
     async def _advertise_services(self, launch: AgentLaunch) -> RuntimeDescriptor:
         """``launch``'s descriptor with run services' URLs pointing at the router's Service.
