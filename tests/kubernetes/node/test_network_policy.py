@@ -73,7 +73,9 @@ def _pod(name: str, run_id: str, role: str, image: str, command: list[str]) -> d
     }
 
 
-def _exec(plane: KindPlane, namespace: str, pod: str, targets: list[str]) -> dict[str, bool]:
+def _exec(
+    plane: KindPlane, namespace: str, pod: str, targets: list[str], container: str | None = None
+) -> dict[str, bool]:
     from kubernetes import client
     from kubernetes.stream import stream
 
@@ -82,6 +84,7 @@ def _exec(plane: KindPlane, namespace: str, pod: str, targets: list[str]) -> dic
         core.connect_get_namespaced_pod_exec,
         pod,
         namespace,
+        container=container,
         command=["python3", "-c", PROBE, *targets],
         stderr=True,
         stdin=False,

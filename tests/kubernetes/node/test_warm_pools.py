@@ -179,7 +179,13 @@ async def test_a_claimed_agent_reaches_neither_an_unclaimed_pool_pod_nor_another
         }
         alice = by_agent["alice"]["metadata"]["name"]
         seen = await anyio.to_thread.run_sync(
-            lambda: _exec(control_plane, warm.WARM_NAMESPACE, alice, list(targets.values()))
+            lambda: _exec(
+                control_plane,
+                warm.WARM_NAMESPACE,
+                alice,
+                list(targets.values()),
+                container=objects.AGENT_CONTAINER,
+            )
         )
         return {name: seen[target] for name, target in targets.items()}
 
