@@ -182,6 +182,11 @@ def test_cluster_up_on_kind_runs_the_examples_then_up_again_changes_nothing_and_
     images = {c["image"] for p in pods["items"] for c in p["spec"]["containers"]}
     for addon in ("kueue", "agent-sandbox-controller"):
         assert any(i.startswith(f"localhost:5001/society/{addon}@sha256:") for i in images), images
+    # the pools refill after a claiming run's agents started, not beside them (docs/kubernetes.md)
+    sandbox = next(p for p in pods["items"] if "agent-sandbox-controller" in p["metadata"]["name"])
+    arguments = sandbox["spec"]["containers"][0].get("args") or []
+    assert "--sandbox-warm-pool-replenish-delay=5s" in arguments, arguments
+    assert "--sandbox-concurrent-workers=16" in arguments, arguments
 
     trusted = Path(profile["signingKey"]).with_suffix(".pub")
     for example in ("negotiation", "partition"):

@@ -217,7 +217,7 @@ class KindPlane:
 
         text = built.manifest.read_text()
         if addon == "agent-sandbox":
-            text = addon_sources.with_sandbox_workers(text)
+            text = addon_sources.with_sandbox_flags(text)
         documents = [d for d in yaml.safe_load_all(text) if d]
         for document in documents:
             if document.get("kind") != "Deployment":

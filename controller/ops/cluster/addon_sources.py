@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.ops.cluster import images
-from controller.ops.cluster.kind import SANDBOX_WORKERS
+from controller.ops.cluster.kind import sandbox_flags
 from controller.ops.cluster.steps import StepFailed
 from controller.ops.repository import ROOT as REPO
 
@@ -58,7 +58,7 @@ def pushed_manifest(
     engine: Path, registry: str, addon: str, built: AddonImage, out_dir: Path
 ) -> Path:
     """Push the add-on's image to ``registry`` and write its manifest with the image pinned
-    there (and, for Agent Sandbox, ``--sandbox-concurrent-workers``); returns the file."""
+    there (and, for Agent Sandbox, ``kind.sandbox_flags()``); returns the file."""
     repository = built.image.split(":", 1)[0].removeprefix("localhost/")
     target = f"{registry}/{repository}:{built.version}"
     pinned = images.push_image(engine, built.image, target)
@@ -71,24 +71,23 @@ def pushed_manifest(
         )
     text = text.replace(f"image: {built.image}\n", f"image: {pinned}\n")
     if addon == "agent-sandbox":
-        text = with_sandbox_workers(text)
+        text = with_sandbox_flags(text)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = out_dir / f"{addon}-{built.version}.yaml"
     path.write_text(text)
     return path
 
 
-def with_sandbox_workers(text: str) -> str:
-    """The Agent Sandbox controller reconciling ``SANDBOX_WORKERS`` sandboxes at once, set in
-    the manifest (so a second apply changes nothing)."""
+def with_sandbox_flags(text: str) -> str:
+    """The Agent Sandbox controller's Deployment with ``kind.sandbox_flags()`` in its arguments,
+    set in the manifest (so a second apply changes nothing)."""
     import yaml  # type: ignore[import-untyped]
 
     documents: list[Any] = [d for d in yaml.safe_load_all(text) if d]
-    flag = f"--sandbox-concurrent-workers={SANDBOX_WORKERS}"
     for document in documents:
         if document.get("kind") == "Deployment" and (
             document["metadata"]["name"] == SANDBOX_DEPLOYMENT
         ):
             container = document["spec"]["template"]["spec"]["containers"][0]
-            container["args"] = [*container.get("args", []), flag]
+            container["args"] = [*container.get("args", []), *sandbox_flags()]
     return str(yaml.safe_dump_all(documents, sort_keys=False))

@@ -38,7 +38,22 @@ LOCAL_PATH_DIR = "/var/local-path-provisioner"
 LOCAL_PATH_PROVISIONER = "rancher.io/local-path"
 LEDGER_STORAGE_CLASS = "society-ledgers"
 SANDBOX_WORKERS = 16
-"""Sandboxes Agent Sandbox reconciles at once (its default, 1, paces a large roster's pods)."""
+"""Sandboxes Agent Sandbox reconciles at once (its default, 100 unthrottled, timed out a
+1,000-agent roster's creates on a loaded 2-core machine)."""
+SANDBOX_REPLENISH_DELAY = "5s"
+"""How long a warm pool waits, after claims took its sandboxes, before it makes replacements (its
+default, 0, starts their pods while the claiming run's agents start on the same cores, and each
+new pod makes the node's policy enforcer resync while the claimed pods wait for theirs)."""
+
+
+def sandbox_flags() -> list[str]:
+    """The Agent Sandbox controller's arguments a cluster up adds to the release's."""
+    return [
+        f"--sandbox-concurrent-workers={SANDBOX_WORKERS}",
+        f"--sandbox-warm-pool-replenish-delay={SANDBOX_REPLENISH_DELAY}",
+    ]
+
+
 REGISTRY_IMAGE = (
     "docker.io/library/registry:2@sha256:"
     "a3d8aaa63ed8681a604f1dea0aa03f100d5895b6a58ace528858a7b332415373"
@@ -247,7 +262,7 @@ def apply_addon(kubectl: Path, kubeconfig: Path, addon: str, manifest: str | Non
     _run([*base, "apply", "--server-side", "--force-conflicts", "-f", manifest],
          "addon-install-failed", f"applying {manifest}")  # fmt: skip
     if addon == "agent-sandbox" and manifest == upstream:
-        _set_sandbox_workers(base, namespace, deployment)
+        _set_sandbox_flags(base, namespace, deployment)
     if configured:  # the controller reads its configuration once, at start
         _run([*base, "-n", namespace, "rollout", "restart", f"deployment/{deployment}"],
              "addon-install-failed", f"restarting {deployment}")  # fmt: skip
@@ -294,17 +309,19 @@ def _configure_sandbox(base: list[str], namespace: str) -> bool:
     return changed and bool(running.stdout.strip())
 
 
-def _set_sandbox_workers(base: list[str], namespace: str, deployment: str) -> None:
-    """Add ``--sandbox-concurrent-workers`` to the controller's arguments unless present."""
+def _set_sandbox_flags(base: list[str], namespace: str, deployment: str) -> None:
+    """Add ``sandbox_flags()`` to the controller's arguments, each unless its name is there."""
     found = _run([*base, "-n", namespace, "get", f"deployment/{deployment}", "-o",
                   "jsonpath={.spec.template.spec.containers[0].args}"],
                  "addon-install-failed", f"reading {deployment}'s arguments")  # fmt: skip
-    if "--sandbox-concurrent-workers" in found:
-        return
-    flag = f"--sandbox-concurrent-workers={SANDBOX_WORKERS}"
-    patch = f'[{{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"{flag}"}}]'
-    _run([*base, "-n", namespace, "patch", f"deployment/{deployment}", "--type=json", "-p",
-          patch], "addon-install-failed", f"setting {flag} on {deployment}")  # fmt: skip
+    for flag in sandbox_flags():
+        if flag.split("=", 1)[0] in found:
+            continue
+        patch = (
+            f'[{{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"{flag}"}}]'
+        )
+        _run([*base, "-n", namespace, "patch", f"deployment/{deployment}", "--type=json", "-p",
+              patch], "addon-install-failed", f"setting {flag} on {deployment}")  # fmt: skip
 
 
 def local_registry_hosting() -> dict[str, object]:
