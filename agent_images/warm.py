@@ -7,15 +7,16 @@ A warm pool's pods are made before any run exists, so nothing of an agent (name,
 secrets, files, variables) can be in their spec; and Agent Sandbox cold-starts a claim that
 injects variables or volumes. So the controller that claimed the pod sends one JSON line to the
 bridge port (``Provision``); this program writes the secrets file (0600) and the router's CA under
-its private directory, the declared files into the working directory, answers ``{"ok": true}``
-(or ``{"error": ...}`` and waits for the next try), closes the port and becomes the runtime with
-the boot variables set, which then binds the same port for its bridge. A Python runtime's command
-(``python3 -m MODULE ...``) runs in this process: what its ``__main__`` imports was imported while
-the pod waited (``preload``), so a claimed pod starts its runtime without an interpreter's start
-or its imports. Any other command is executed (``exec``).
+its private directory, the declared files into the working directory, closes the port, answers
+``{"ok": true}`` (or, without closing, ``{"error": ...}`` and waits for the next try) and becomes
+the runtime with the boot variables set, which then binds the same port for its bridge. A Python
+runtime's command (``python3 -m MODULE ...``) runs in this process: what its ``__main__`` imports
+was imported while the pod waited (``preload``), so a claimed pod starts its runtime without an
+interpreter's start or its imports. Any other command is executed (``exec``).
 
-Only the controller reaches an unclaimed pod's bridge port (the warm namespace's network
-policies); the secrets travel as the cold path's Secret volume does, inside the cluster.
+Only the controllers of runs that claim reach a pool pod's bridge port, no agent does (the warm
+namespace's network policies; docs/limits.md); the secrets travel as the cold path's Secret
+volume does, inside the cluster.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def _write(path: Path, data: bytes, mode: int) -> None:
 
 def take_provision(server: socket.socket, *, private: Path, workdir: Path) -> dict[str, str]:
     """Accept connections until one sends a provision that installs; answer each; return the
-    runtime's environment."""
+    runtime's environment, ``server`` closed."""
     while True:
         conn, _ = server.accept()
         with conn:
@@ -139,6 +140,9 @@ def take_provision(server: socket.socket, *, private: Path, workdir: Path) -> di
             except (ProvisionError, OSError) as exc:
                 _answer(conn, {"error": str(exc)})
                 continue
+            # the port stops listening before the answer: whoever connects after it is refused
+            # until the runtime binds the port, never taken into a backlog that closing resets
+            server.close()
             _answer(conn, {"ok": True})
             return environment
 
@@ -199,8 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     workdir = Path(os.environ.get(WORKDIR_ENV) or os.getcwd())
     server = socket.create_server(("0.0.0.0", port), reuse_port=False)
     module = preload(command)
-    environment = take_provision(server, private=private, workdir=workdir)
-    server.close()  # the runtime binds the port again for its bridge
+    environment = take_provision(server, private=private, workdir=workdir)  # closes the port
     sys.stdout.flush()
     if module is None:
         os.execvpe(command[0], command, environment)
