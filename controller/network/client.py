@@ -248,7 +248,9 @@ class AgentSession:
                 # a network policy not yet in force drops (a warm pod's first seconds) are given
                 # up and dialled again at once, not left to TCP's retransmissions (1, 3, 7 s).
                 dialled = (
-                    await self._dial(failures) if not started and self._tcp is not None else None
+                    await self._dial(self._tcp, failures)
+                    if not started and self._tcp is not None
+                    else None
                 )
                 where = {"sock": dialled} if dialled is not None else self._unix
                 async with connect(
@@ -300,21 +302,20 @@ class AgentSession:
             )
             await anyio.sleep(delay * random.uniform(0.5, 1.0))
 
-    async def _dial(self, failures: int) -> socket.socket:
-        """A TCP connection to the router's address, given up after ``DIAL_S`` (doubling after
-        ``QUICK_DIALS`` failures)."""
+    async def _dial(self, address: tuple[str, int], failures: int) -> socket.socket:
+        """A TCP connection to the router's ``address``, given up after ``DIAL_S`` (doubling
+        after ``QUICK_DIALS`` failures)."""
         limit = min(self._heartbeat_timeout, DIAL_S * 2 ** max(0, failures - QUICK_DIALS))
         loop = asyncio.get_running_loop()
-        assert self._tcp is not None
-        host, port = self._tcp
-        family, kind, proto, _, address = (
+        host, port = address
+        family, kind, proto, _, resolved = (
             await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         )[0]
         sock = socket.socket(family, kind, proto)
         sock.setblocking(False)
         try:
             with anyio.fail_after(limit):
-                await loop.sock_connect(sock, address)
+                await loop.sock_connect(sock, resolved)
         except BaseException:
             sock.close()
             raise

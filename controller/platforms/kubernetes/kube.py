@@ -57,15 +57,22 @@ route. Such a request never reached the server, so resending it is safe for any 
 window covers a restart of the API server's pod and an enforcer rewriting its rules."""
 
 
-async def at_once(*calls: Callable[[], Coroutine[Any, Any, object]]) -> None:
+async def at_once(*calls: Callable[[], Coroutine[Any, Any, Any]]) -> list[Any]:
     """Await ``calls`` concurrently (independent requests: one round trip's wait, not one each);
-    the first error is raised as it is, not in a group, once the others ended."""
+    their results in order. The first error is raised as it is, not in a group, once the others
+    ended."""
+    results: list[Any] = [None] * len(calls)
+
+    async def run(index: int) -> None:
+        results[index] = await calls[index]()
+
     try:
         async with anyio.create_task_group() as tasks:
-            for call in calls:
-                tasks.start_soon(call)
+            for index in range(len(calls)):
+                tasks.start_soon(run, index)
     except* Exception as group:
         raise group.exceptions[0] from None
+    return results
 
 
 class Kube:

@@ -33,14 +33,9 @@ async def prepare_run_namespace(
     credentials reader Role (``SecretRef(secret=..., key=...)`` are read by name from it); when
     the warm namespace exists, to the warm claimer Role there (``warm``).
     """
-    identity: list[str] = []
-
-    async def who() -> None:
-        identity.append(await whoami(kube))
-
-    await at_once(lambda: ensure_run_roles(kube), who)
-    await _create_namespace(kube, run_id, identity[0])
-    await _create_or_keep(kube, rbac.worker_binding(run_id, identity[0]))
+    _, username = await at_once(lambda: ensure_run_roles(kube), lambda: whoami(kube))
+    await _create_namespace(kube, run_id, username)
+    await _create_or_keep(kube, rbac.worker_binding(run_id, username))
     await wait_allowed(kube, run_id, "create", "configmaps")
     owner = await kube.apply(objects.owner(run_id))
 
@@ -48,7 +43,7 @@ async def prepare_run_namespace(
         if await kube.get("Namespace", namespace) is not None:
             await kube.apply(binding)
 
-    calls: list[Callable[[], Coroutine[Any, Any, object]]] = [
+    calls: list[Callable[[], Coroutine[Any, Any, Any]]] = [
         functools.partial(kube.apply, objects.owned(rbac.controller_account(run_id), owner)),
         functools.partial(kube.apply, objects.owned(rbac.controller_binding(run_id), owner)),
         functools.partial(bind_in, WARM_NAMESPACE, rbac.warm_binding(run_id, WARM_NAMESPACE)),

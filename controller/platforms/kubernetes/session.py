@@ -157,7 +157,7 @@ class KubernetesSession(WarmClaims, PlatformSession):
     async def open(self) -> None:
         """The router's Service, its CA, the network policies; then start watching."""
         tls = self.platform.tls_for(self.run_id)
-        calls: list[Callable[[], Coroutine[Any, Any, object]]] = [self._apply_network]
+        calls: list[Callable[[], Coroutine[Any, Any, Any]]] = [self._apply_network]
         if tls is not None:
             ca = objects.owned(objects.router_ca(self.run_id, tls.ca_pem), self.owner)
             calls.append(lambda: self.kube.apply(ca))
