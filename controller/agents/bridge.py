@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
-from anyio.abc import SocketStream, TaskGroup
+from anyio.abc import ByteStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from agent_images.owner_api import MalformedLine, decode_line, receive_line
@@ -29,6 +29,7 @@ from controller.agents.termination import (
     Termination,
 )
 from controller.errors import SocietyError
+from controller.network.unix import connect_unix
 
 MAX_LINE = 1024 * 1024
 REPORT_GRACE_S = 1.0
@@ -64,7 +65,7 @@ class OwnerError(SocietyError):
 class BridgeOwner:
     """A connected owner API: request/answer calls plus the program's final report."""
 
-    def __init__(self, agent: str, stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
+    def __init__(self, agent: str, stream: ByteStream, reader: BufferedByteReceiveStream) -> None:
         self.agent = agent
         self._stream = stream
         self._reader = reader
@@ -201,14 +202,14 @@ async def _observe(
 
 async def _connect(
     access: SandboxAccess, timeout_s: float, runtime: str
-) -> tuple[SocketStream, BufferedByteReceiveStream]:
+) -> tuple[ByteStream, BufferedByteReceiveStream]:
     """Connect and say hello, retrying until the agent listens, its process ends, or time is up."""
     delay = 0.01
     with anyio.move_on_after(timeout_s):
         while not access.exit.done:
             try:
-                stream: SocketStream = await (
-                    anyio.connect_unix(access.bridge_path)
+                stream: ByteStream = await (
+                    connect_unix(access.bridge_path)
                     if access.bridge_path is not None
                     else anyio.connect_tcp(access.bridge_host, access.bridge_port)
                 )

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_images.nanoclaw.config import OUTPUT_END, OUTPUT_START
 from controller.agents.bridge import OwnerError
+from controller.network.unix import connect_unix
 
 MAX_OUTPUT = 1024 * 1024
 
@@ -122,7 +123,7 @@ class NanoClawGateway:
     async def _connect(self) -> ByteStream:
         try:
             if self._unix_path is not None:
-                return await anyio.connect_unix(self._unix_path)
+                return await connect_unix(self._unix_path)
             return await anyio.connect_tcp(self._host, self._port)
         except OSError as exc:
             raise NanoClawGatewayError(

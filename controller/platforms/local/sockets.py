@@ -11,7 +11,9 @@ import socket
 from pathlib import Path
 
 import anyio
-from anyio.abc import SocketListener, SocketStream
+from anyio.abc import ByteStream
+
+from controller.network.unix import UnixStream, serve_unix
 
 SOCKETS_DIR = "sockets"
 """Under the run directory: the run's Unix sockets (``router.sock``, ``model-gateway.sock``)."""
@@ -57,12 +59,14 @@ async def relay_to_tcp(sock: socket.socket, host: str, port: int) -> None:
     """Accept on ``sock`` and carry each connection's bytes to ``host:port`` and back, until
     cancelled. For the model gateway only (a few calls per agent); the router serves its Unix
     socket natively."""
-    listener = await SocketListener.from_socket(sock)
-    async with listener:
-        await listener.serve(lambda client: _relay(client, host, port))
+    try:
+        async with anyio.create_task_group() as tasks:
+            await serve_unix(sock, lambda client: _relay(client, host, port), tasks)
+    finally:
+        sock.close()
 
 
-async def _relay(client: SocketStream, host: str, port: int) -> None:
+async def _relay(client: UnixStream, host: str, port: int) -> None:
     async with client:
         try:
             upstream = await anyio.connect_tcp(host, port)
@@ -73,7 +77,7 @@ async def _relay(client: SocketStream, host: str, port: int) -> None:
             await _pump(upstream, client, tasks.cancel_scope)
 
 
-async def _pump(source: SocketStream, sink: SocketStream, scope: anyio.CancelScope) -> None:
+async def _pump(source: ByteStream, sink: ByteStream, scope: anyio.CancelScope) -> None:
     try:
         async for chunk in source:
             await sink.send(chunk)
