@@ -66,14 +66,23 @@ class Profile:
         """
         from controller.run import execute_run
 
-        if self.cluster:
+        if not self.runs_controller_here():
             from controller.incluster.controller_job import run_controller_job
             from controller.platforms.kubernetes import KubernetesSettings
 
             settings = KubernetesSettings.from_environment()
-            if settings.runs_controller_job:
-                return await run_controller_job(request, settings, progress=progress)
+            return await run_controller_job(request, settings, progress=progress)
         return await execute_run(request, self.platform(), progress=progress, spec=spec)
+
+    def runs_controller_here(self) -> bool:
+        """Whether ``execute`` runs the controller, and so the researcher's module, in this
+        process; where it is the run's controller Job instead, this process never imports the
+        module (a run worker holds the operator key and the rights to create runs' objects)."""
+        if not self.cluster:
+            return True
+        from controller.platforms.kubernetes import KubernetesSettings
+
+        return not KubernetesSettings.from_environment().runs_controller_job
 
     async def export(
         self, run_dir: Path, run_id: str, phase: Callable[[str], None]

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import base64
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -22,10 +24,13 @@ from ledger.errors import LedgerError
 
 _SCRIPT = Path(signer_process.__file__)
 _CRYPTOGRAPHY_DIR = str(Path(cryptography.__file__).resolve().parent.parent)
+SOCKET_WAIT_S = 60.0
+"""How long a writer waits for a listening signer's socket to appear."""
 
 
 class Signer(Protocol):
-    """What a writer signs with: a ``SigningKey`` in this process, or a ``SignerProcess``."""
+    """What a writer signs with: a ``SigningKey`` in this process, a ``SignerProcess``, or a
+    ``SignerSocket``."""
 
     @property
     def public_key(self) -> str: ...
@@ -33,7 +38,74 @@ class Signer(Protocol):
     def sign(self, data: bytes) -> str: ...
 
 
-class SignerProcess:
+class _SignerChannel:
+    """The writer's end of the signer's protocol over a byte stream (``signer_process``)."""
+
+    def __init__(self, public_key: str) -> None:
+        self._public_key = public_key
+        self._lock = threading.Lock()
+
+    @property
+    def public_key(self) -> str:
+        return self._public_key
+
+    def wait_ready(self) -> None:
+        """Wait for the signer's key (blocking); ``LedgerError`` (``signing-key-unreadable``)
+        when the key file is not an Ed25519 PEM key, and the signer is closed."""
+        try:
+            self._public_key = self._reply("starting").decode("ascii")
+        except BaseException:
+            self.close()
+            raise
+
+    def sign(self, data: bytes) -> str:
+        """The signature (base64) over ``data``; ``LedgerError`` when the signer refuses it."""
+        request = signer_process.LENGTH.pack(len(data)) + data
+        with self._lock:
+            try:
+                self._send(request)
+            except OSError as exc:
+                raise self._lost(f"the request could not be sent ({exc})") from None
+            return base64.b64encode(self._reply("signing")).decode("ascii")
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _send(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _read(self, size: int) -> bytes:
+        """Up to ``size`` bytes, fewer only where the stream ended."""
+        raise NotImplementedError
+
+    def _reply(self, doing: str) -> bytes:
+        try:
+            head = self._read(1 + signer_process.LENGTH.size)
+            if len(head) < 1 + signer_process.LENGTH.size:
+                raise self._lost(f"it ended while {doing}")
+            (size,) = signer_process.LENGTH.unpack(head[1:])
+            payload = self._read(size)
+        except OSError as exc:
+            raise self._lost(f"reading its answer failed while {doing} ({exc})") from None
+        if len(payload) < size:
+            raise self._lost(f"it ended while {doing}")
+        if head[0] == signer_process.OK:
+            return payload
+        reason, _, message = payload.decode("utf-8", "replace").partition("\0")
+        if reason == "signing-key-unreadable":
+            raise LedgerError(message, reason=reason)
+        raise LedgerError(
+            f"the ledger's signer refused to sign ({reason}): {message}", reason="signature-refused"
+        )
+
+    def _lost(self, how: str) -> LedgerError:
+        return LedgerError(
+            f"the ledger's signer process is gone: {how}; the ledger keeps its signed prefix",
+            reason="signer-lost",
+        )
+
+
+class SignerProcess(_SignerChannel):
     """A child process that holds one run's key; ``sign`` asks it, ``close`` ends it.
 
     Blocking: start it and close it off the event loop; ``sign`` is one round trip through two
@@ -41,9 +113,8 @@ class SignerProcess:
     """
 
     def __init__(self, process: subprocess.Popen[bytes], public_key: str) -> None:
+        super().__init__(public_key)
         self._process = process
-        self._public_key = public_key
-        self._lock = threading.Lock()
 
     @classmethod
     def start(cls, run_id: str, key_file: str | Path | None = None) -> SignerProcess:
@@ -71,35 +142,9 @@ class SignerProcess:
         )
         return cls(process, "")
 
-    def wait_ready(self) -> None:
-        """Wait for the signer's key (blocking); ``LedgerError`` (``signing-key-unreadable``)
-        when the key file is not an Ed25519 PEM key, and the signer is closed."""
-        try:
-            self._public_key = self._reply("starting").decode("ascii")
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def public_key(self) -> str:
-        return self._public_key
-
     @property
     def pid(self) -> int:
         return self._process.pid
-
-    def sign(self, data: bytes) -> str:
-        """The signature (base64) over ``data``; ``LedgerError`` when the signer refuses it."""
-        request = signer_process.LENGTH.pack(len(data)) + data
-        with self._lock:
-            stdin = self._process.stdin
-            assert stdin is not None
-            try:
-                stdin.write(request)
-                stdin.flush()
-            except OSError as exc:
-                raise self._lost(f"the request could not be sent ({exc})") from None
-            return base64.b64encode(self._reply("signing")).decode("ascii")
 
     def close(self) -> None:
         """End the signer (idempotent): its key is gone with it."""
@@ -115,27 +160,66 @@ class SignerProcess:
             self._process.kill()
             self._process.wait()
 
-    def _reply(self, doing: str) -> bytes:
+    def _send(self, data: bytes) -> None:
+        stdin = self._process.stdin
+        assert stdin is not None
+        stdin.write(data)
+        stdin.flush()
+
+    def _read(self, size: int) -> bytes:
         stdout = self._process.stdout
         assert stdout is not None
-        head = stdout.read(1 + signer_process.LENGTH.size)
-        if len(head) < 1 + signer_process.LENGTH.size:
-            raise self._lost(f"it ended while {doing}")
-        (size,) = signer_process.LENGTH.unpack(head[1:])
-        payload = stdout.read(size)
-        if len(payload) < size:
-            raise self._lost(f"it ended while {doing}")
-        if head[0] == signer_process.OK:
-            return payload
-        reason, _, message = payload.decode("utf-8", "replace").partition("\0")
-        if reason == "signing-key-unreadable":
-            raise LedgerError(message, reason=reason)
-        raise LedgerError(
-            f"the ledger's signer refused to sign ({reason}): {message}", reason="signature-refused"
-        )
+        return stdout.read(size)
 
-    def _lost(self, how: str) -> LedgerError:
-        return LedgerError(
-            f"the ledger's signer process is gone: {how}; the ledger keeps its signed prefix",
-            reason="signer-lost",
-        )
+
+class SignerSocket(_SignerChannel):
+    """A connection to a run's listening signer (``signer_process --listen``): on a cluster, the
+    signer container beside the controller's, which alone mounts the operator's key.
+
+    Blocking, like ``SignerProcess``; ``close`` ends this connection, not the signer.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__("")
+        self._sock = sock
+
+    @classmethod
+    def connect(cls, path: str | Path, *, timeout_s: float = SOCKET_WAIT_S) -> SignerSocket:
+        """Connect to the signer at ``path``, waiting up to ``timeout_s`` for it to listen
+        (its container may start after this one); then ``wait_ready`` for its key."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(str(path))
+                break
+            except OSError as exc:
+                sock.close()
+                if time.monotonic() >= deadline:
+                    raise LedgerError(
+                        f"no signer listens at {path} after {timeout_s:g} s ({exc}); the "
+                        "controller's signer container may have failed: see its log",
+                        reason="signer-lost",
+                    ) from None
+                time.sleep(0.1)
+        signer = cls(sock)
+        signer.wait_ready()
+        return signer
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def _send(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def _read(self, size: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < size:
+            chunk = self._sock.recv(size - len(chunks))
+            if not chunk:
+                break
+            chunks += chunk
+        return bytes(chunks)

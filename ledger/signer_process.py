@@ -8,10 +8,16 @@ so no process of the same user can read its memory or environment (``/proc/<pid>
 and one completion (the same bytes again get the same signature). Anything else, another run's
 statement included, is refused, so the writer's handle on it is no signing oracle.
 
-The protocol, over stdin and stdout: first this process answers with a status byte and a
-length-prefixed payload (``OK`` and the public key ``ed25519:<base64>``, or ``REFUSED`` and
-``reason<NUL>message``); then each request is 4-byte little-endian length and the bytes to sign,
-each answer a status byte and a length-prefixed payload (the 64-byte signature, or the refusal).
+On a cluster the signer of a run with the operator's key is a container of its own beside the
+controller's (``--listen``): the key's Secret is mounted there only, and the controller reaches
+it through a Unix socket on a volume the two containers share, one connection at a time or
+several, each with the same protocol and the same one run's statements.
+
+The protocol, over stdin and stdout (or each connection): first this process answers with a
+status byte and a length-prefixed payload (``OK`` and the public key ``ed25519:<base64>``, or
+``REFUSED`` and ``reason<NUL>message``); then each request is 4-byte little-endian length and
+the bytes to sign, each answer a status byte and a length-prefixed payload (the 64-byte
+signature, or the refusal).
 
 Only the standard library and ``cryptography`` (from the directory the writer names) load here:
 the child starts with ``python -I -S`` and imports nothing of a researcher's site-packages.
@@ -19,12 +25,14 @@ the child starts with ``python -I -S`` and imports nothing of a researcher's sit
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import re
 import struct
 import sys
+import threading
 from typing import Any
 
 OK = 0
@@ -181,8 +189,11 @@ def _public_text(key: Any) -> bytes:
     return b"ed25519:" + base64.b64encode(key.public_key().public_bytes_raw())
 
 
-def serve(key: Any, statements: RunStatements, requests: int, replies: int) -> None:
-    """Sign what ``statements`` admits until ``requests`` ends."""
+def serve(
+    key: Any, statements: RunStatements, requests: int, replies: int, lock: Any = None
+) -> None:
+    """Sign what ``statements`` admits until ``requests`` ends; ``lock`` (a listening signer's,
+    shared by its connections) is held from each admission to its signature."""
     while (head := read_exactly(requests, LENGTH.size)) is not None:
         (size,) = LENGTH.unpack(head)
         if size > MAX_REQUEST:
@@ -191,16 +202,79 @@ def serve(key: Any, statements: RunStatements, requests: int, replies: int) -> N
         data = read_exactly(requests, size)
         if data is None:
             return
+        with lock if lock is not None else contextlib.nullcontext():
+            try:
+                statements.admit(data)
+            except Refusal as refused:
+                answer(replies, REFUSED, f"{refused.reason}\0{refused}".encode())
+                continue
+            signature = key.sign(data)
+        answer(replies, OK, signature)
+
+
+class _Shared:
+    """One run's key and statements, shared by every connection to a listening signer."""
+
+    def __init__(self, key: Any, statements: RunStatements) -> None:
+        self.key = key
+        self.statements = statements
+        self.lock = threading.Lock()
+
+    def serve(self, connection: Any) -> None:
+        """Greet ``connection`` with the public key, then sign what the run's statements admit
+        until it closes."""
+        fd = connection.fileno()
         try:
-            statements.admit(data)
-        except Refusal as refused:
-            answer(replies, REFUSED, f"{refused.reason}\0{refused}".encode())
+            answer(fd, OK, _public_text(self.key))
+            serve(self.key, self.statements, fd, fd, self.lock)
+        except OSError:
+            return  # the writer went away mid-answer: its next connection starts afresh
+        finally:
+            connection.close()
+
+
+def listen(socket_path: str, run_id: str, key_file: str) -> None:
+    """Serve the operator's key for ``run_id`` on a Unix socket until this process is ended
+    (a pod's signer container, beside the controller's; docs/security.md).
+
+    Every connection is greeted with the public key (or the key's refusal, when the file is not
+    a key) and then signs only what the run's one set of statements admits, whichever connection
+    asks: a second connection is no second run.
+    """
+    import socket
+
+    _no_readers()  # before the key exists in this process
+    try:
+        shared: _Shared | None = _Shared(_load_key(key_file), RunStatements(run_id))
+        refusal = b""
+    except Refusal as refused:
+        shared, refusal = None, f"{refused.reason}\0{refused}".encode()
+    try:
+        os.unlink(socket_path)
+    except FileNotFoundError:
+        pass
+    os.umask(0o077)  # the socket is its user's only: the controller runs as the same user
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(socket_path)
+    server.listen(16)
+    while True:
+        connection, _ = server.accept()
+        if shared is None:
+            try:
+                answer(connection.fileno(), REFUSED, refusal)
+            except OSError:
+                pass
+            connection.close()
             continue
-        answer(replies, OK, key.sign(data))
+        threading.Thread(target=shared.serve, args=(connection,), daemon=True).start()
 
 
 def main() -> None:
-    """``python -I -S signer_process.py WRITER_PID RUN_ID CRYPTO_DIR [KEY_FILE]``."""
+    """``python -I -S signer_process.py WRITER_PID RUN_ID CRYPTO_DIR [KEY_FILE]``, or
+    ``python signer_process.py --listen SOCKET RUN_ID KEY_FILE`` (``cryptography`` importable)."""
+    if sys.argv[1:2] == ["--listen"]:
+        listen(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
     parent, run_id, crypto_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     key_file = sys.argv[4] if len(sys.argv) > 4 else None
     _no_readers()  # before the key exists in this process

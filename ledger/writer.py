@@ -30,7 +30,7 @@ from ledger.format import (
 )
 from ledger.pipeline import CommitPipeline
 from ledger.records import LedgerReceipt, Record, ledger_catalog, parse_record_lines
-from ledger.signer import Signer, SignerProcess
+from ledger.signer import Signer, SignerProcess, SignerSocket
 from ledger.signing import SigningKey
 from ledger.storage import DurableFiles
 
@@ -488,14 +488,17 @@ async def open_ledger_writer(
     metadata: Mapping[str, Any] | None = None,
     signing_key: SigningKey | None = None,
     signing_key_file: str | Path | None = None,
+    signer_socket: str | Path | None = None,
     files: DurableFiles | None = None,
 ) -> AsyncIterator[LedgerWriter]:
     """Create a new ledger at ``directory`` (never overwriting one) and yield its writer.
 
     The key stays out of this process: the ledger's signer process (``ledger.signer``)
     generates a fresh one, or reads the operator's ``signing_key_file``, and signs only this
-    run's checkpoints and completion. A ``signing_key`` object signs here instead (the key is
-    then in this process already). No key is ever written into the ledger directory. Leaving
+    run's checkpoints and completion. ``signer_socket`` names a signer that listens beside this
+    process instead (``signer_process --listen``: on a cluster, the container that alone mounts
+    the operator's key). A ``signing_key`` object signs here instead (the key is then in this
+    process already). No key is ever written into the ledger directory. Leaving
     the block without ``complete()`` leaves an incomplete ledger whose tail is signed by a
     final checkpoint.
     """
@@ -503,6 +506,8 @@ async def open_ledger_writer(
     files = files or DurableFiles()
     if signing_key is not None:
         key: Signer = signing_key
+    elif signer_socket is not None:
+        key = await anyio.to_thread.run_sync(SignerSocket.connect, signer_socket)
     else:
         key = SignerProcess.spawn(run_id, signing_key_file)  # on the loop's thread, which stays
         await anyio.to_thread.run_sync(key.wait_ready)  # closes the signer when it fails
@@ -512,7 +517,7 @@ async def open_ledger_writer(
         ) as writer:
             yield writer
     finally:
-        if isinstance(key, SignerProcess):  # its key ends with it, after the completion's signature
+        if isinstance(key, SignerProcess | SignerSocket):  # after the completion's signature
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(key.close)
 

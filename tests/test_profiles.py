@@ -80,3 +80,16 @@ def test_an_unknown_profile_names_the_choices() -> None:
         profile_named("laptop")
     assert caught.value.reason == "unknown-profile"
     assert "local, kind, gke, kubernetes" in str(caught.value)
+
+
+def test_a_cluster_profile_runs_the_module_only_in_its_controller_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run worker imports no researcher's module where the controller runs as a Job
+    (``activities._execute`` loads the module only where ``runs_controller_here``); the chart's
+    worker refuses ``SOCIETY_CONTROLLER_JOB=0`` in a cluster (``check_worker_request``)."""
+    monkeypatch.delenv("SOCIETY_CONTROLLER_JOB", raising=False)
+    assert profile_named("local").runs_controller_here()
+    assert not any(profile_named(name).runs_controller_here() for name in ("kind", "gke"))
+    monkeypatch.setenv("SOCIETY_CONTROLLER_JOB", "0")
+    assert profile_named("kubernetes").runs_controller_here()

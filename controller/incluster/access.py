@@ -29,7 +29,17 @@ ARTIFACT_ROOT = "/var/lib/society/artifacts"
 SIGNING_DIR = "/var/run/society/signing"
 SIGNING_KEY_FILE = "key.pem"
 SIGNING_SECRET = "society-signing-key"
-"""The per-run Secret holding the operator's key for the controller Job (out of cluster)."""
+"""The per-run Secret holding the operator's key for the controller Job's signer container."""
+SIGNER_SOCKET_VARIABLE = "SOCIETY_SIGNER_SOCKET"
+"""``controller.run.request.SIGNER_SOCKET_VARIABLE`` (this module loads no kernel)."""
+SIGNER_CONTAINER = "signer"
+"""The controller Job's signer: the one container that mounts the operator's key."""
+SIGNER_PROGRAM = "/opt/society/src/ledger/signer_process.py"
+"""The signer as a script (the controller image's layout, ``agent_images/controller/Dockerfile``):
+it loads the standard library and ``cryptography``, not the ``ledger`` package."""
+SIGNER_DIR = "/var/run/society/signer"
+SIGNER_SOCKET = f"{SIGNER_DIR}/signer.sock"
+"""Where the signer listens, on a volume it shares with the controller's container only."""
 RESULT_PATH = "/dev/termination-log"
 """The controller writes its ``RunResult`` here; the kubelet hands it back as the container's
 termination message (at most 4096 bytes), which the run worker reads."""
@@ -76,23 +86,19 @@ def controller_job(
         {"name": "SOCIETY_ARTIFACTS", "value": ARTIFACT_ROOT},
         {"name": "SOCIETY_RESULT_PATH", "value": RESULT_PATH},
         *({"name": k, "value": v} for k, v in sorted((environment or {}).items())),
-        *(
-            [{"name": "SOCIETY_SIGNING_KEY", "value": f"{SIGNING_DIR}/{SIGNING_KEY_FILE}"}]
-            if signing_key_secret
-            else []
-        ),
+        *([{"name": SIGNER_SOCKET_VARIABLE, "value": SIGNER_SOCKET}] if signing_key_secret else []),
     ]
-    signing_volume = (
-        [{"name": "signing-key", "secret": {"secretName": signing_key_secret,
-                                            "defaultMode": 0o440}}]
+    signing_volumes = (
+        [
+            {"name": "signing-key",
+             "secret": {"secretName": signing_key_secret, "defaultMode": 0o440}},
+            {"name": "signer", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        ]
         if signing_key_secret
         else []
     )  # fmt: skip
-    signing_mount = (
-        [{"name": "signing-key", "mountPath": SIGNING_DIR, "readOnly": True}]
-        if signing_key_secret
-        else []
-    )
+    signer_mount = {"name": "signer", "mountPath": SIGNER_DIR}
+    signers = [signer_container(run_id, image, signer_mount)] if signing_key_secret else []
     artifacts: dict[str, Any] = (
         {"persistentVolumeClaim": {"claimName": ledger_claim}} if ledger_claim else {"emptyDir": {}}
     )
@@ -112,6 +118,8 @@ def controller_job(
                     **({"nodeSelector": dict(node_selector)} if node_selector else {}),
                     # the ledger volume is writable by the controller
                     "securityContext": restricted_pod(group=False),
+                    # a native sidecar: up before the controller, ended after it
+                    **({"initContainers": signers} if signers else {}),
                     "containers": [
                         {
                             "name": "controller",
@@ -124,19 +132,45 @@ def controller_job(
                             "volumeMounts": [
                                 {"name": "runspec", "mountPath": RUNSPEC_DIR, "readOnly": True},
                                 {"name": "artifacts", "mountPath": ARTIFACT_ROOT},
-                                *signing_mount,
+                                *([signer_mount] if signers else []),
                             ],
                         }
                     ],
                     "volumes": [
                         {"name": "runspec", "configMap": {"name": RUNSPEC_CONFIGMAP}},
                         {"name": "artifacts", **artifacts},
-                        *signing_volume,
+                        *signing_volumes,
                     ],
                 },
             },
         },
     )
+
+
+def signer_container(run_id: str, image: str, socket_mount: Mapping[str, Any]) -> Obj:
+    """The controller Job's signer (``ledger/signer_process.py --listen``), a native sidecar: it
+    alone mounts the operator's key, and signs only this run's statements for whoever connects
+    to its socket. The controller's container, where the researcher's module runs, never sees
+    the key's file (docs/security.md, "What a ledger proves")."""
+    return {
+        "name": SIGNER_CONTAINER,
+        "image": image,
+        "restartPolicy": "Always",
+        "command": [
+            "python3",
+            SIGNER_PROGRAM,
+            "--listen",
+            SIGNER_SOCKET,
+            run_id,
+            f"{SIGNING_DIR}/{SIGNING_KEY_FILE}",
+        ],
+        "securityContext": restricted_container(),
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+        "volumeMounts": [
+            {"name": "signing-key", "mountPath": SIGNING_DIR, "readOnly": True},
+            dict(socket_mount),
+        ],
+    }
 
 
 def ledger_claim(run_id: str, name: str, *, storage_class: str | None, size: str) -> Obj:

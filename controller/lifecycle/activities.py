@@ -229,9 +229,9 @@ class LifecycleActivities:
 async def _execute(request: RunRequest, progress: Progress, spec: RunSpec | None) -> RunResult:
     """The controller, where the request's profile runs it."""
     _check_in_cluster(request)
-    if spec is None and request.module_source is not None:
-        spec = await anyio.to_thread.run_sync(_sent_module, request)
     profile = _profile(request.profile)
+    if spec is None and request.module_source is not None and profile.runs_controller_here():
+        spec = await anyio.to_thread.run_sync(_sent_module, request)
     return await profile.execute(RunRequest(**_fields(request)), progress, spec)
 
 

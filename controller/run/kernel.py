@@ -101,6 +101,7 @@ class Run:
         progress: Progress | None = None,
         signing_key: SigningKey | None = None,
         signing_key_file: str | Path | None = None,
+        signer_socket: str | Path | None = None,
         parameters: Mapping[str, Any] | None = None,
         fork: ForkRequest | None = None,
     ) -> Outcome:
@@ -113,7 +114,8 @@ class Run:
         picks one itself.
 
         The ledger's key never enters this process (where ``execute`` runs): the ledger's signer
-        process makes a fresh one, or reads the operator's ``signing_key_file``. A
+        process makes a fresh one, or reads the operator's ``signing_key_file``; or the signer
+        listening at ``signer_socket`` holds it (a cluster's signer container). A
         ``signing_key`` object signs in this process instead.
 
         ``parameters`` set the spec's declared parameters (``RunSpecError`` for ones it does not
@@ -143,6 +145,7 @@ class Run:
                 metadata=metadata,
                 signing_key=signing_key,
                 signing_key_file=signing_key_file,
+                signer_socket=signer_socket,
             ) as writer:
                 kernel = _Kernel(
                     spec,

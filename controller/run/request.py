@@ -22,6 +22,8 @@ from controller.run.spec import RunSpec, load_run_spec
 from ledger.records import LedgerReceipt
 
 SIGNING_KEY_VARIABLE = "SOCIETY_SIGNING_KEY"
+SIGNER_SOCKET_VARIABLE = "SOCIETY_SIGNER_SOCKET"
+"""Where a signer listens that holds the run's key (the controller Job's signer container)."""
 """Names the operator's key file (PEM); only the ledger's signer process reads the file."""
 
 LEDGER_REF_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -199,6 +201,7 @@ async def execute_run(
         ledger_ref=request.ledger_ref,
         progress=progress,
         signing_key_file=os.environ.get(SIGNING_KEY_VARIABLE) or None,
+        signer_socket=os.environ.get(SIGNER_SOCKET_VARIABLE) or None,
         parameters=request.parameters,
         fork=request.fork,
     )

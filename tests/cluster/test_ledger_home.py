@@ -124,23 +124,34 @@ def test_kind_mounts_the_ledgers_volumes_on_every_node_and_keeps_them(tmp_path: 
     assert storage["provisioner"] == kind.LOCAL_PATH_PROVISIONER
 
 
-def test_the_controller_job_signs_with_the_operator_key_mounted_read_only_from_its_secret() -> None:
+def test_only_the_controller_jobs_signer_container_mounts_the_operator_key() -> None:
     job = access.controller_job(
         RUN, image="i@sha256:" + "0" * 64, module_name="m.py", seed=None, profile="kind",
         cluster_queue="q", active_deadline_s=60, signing_key_secret=access.SIGNING_SECRET,
     )  # fmt: skip
     pod = job["spec"]["template"]["spec"]
-    [container] = pod["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["SOCIETY_SIGNING_KEY"] == f"{access.SIGNING_DIR}/{access.SIGNING_KEY_FILE}"
-    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == access.SIGNING_DIR)
-    assert mount["readOnly"] is True
-    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    [controller] = pod["containers"]
+    [signer] = pod["initContainers"]
+    assert signer["name"] == access.SIGNER_CONTAINER
+    assert signer["restartPolicy"] == "Always"  # a native sidecar: it outlives no controller
+    assert signer["command"][-3:] == [access.SIGNER_SOCKET, RUN, f"{access.SIGNING_DIR}/key.pem"]
+    key_mount = next(m for m in signer["volumeMounts"] if m["mountPath"] == access.SIGNING_DIR)
+    assert key_mount["readOnly"] is True
+    volume = next(v for v in pod["volumes"] if v["name"] == key_mount["name"])
     assert volume["secret"]["secretName"] == access.SIGNING_SECRET
+    # the controller's container, where the module runs, has the signer's socket and no key
+    assert all(m["name"] != key_mount["name"] for m in controller["volumeMounts"])
+    env = {e["name"]: e["value"] for e in controller["env"]}
+    assert "SOCIETY_SIGNING_KEY" not in env
+    assert env["SOCIETY_SIGNER_SOCKET"] == access.SIGNER_SOCKET
+    shared = {m["name"] for m in controller["volumeMounts"]} & {
+        m["name"] for m in signer["volumeMounts"]
+    }
+    assert shared == {"signer"}
     secret = access.signing_key_secret(RUN, b"pem")
     assert secret["immutable"] is True and secret["metadata"]["namespace"] == RUN
     unsigned = access.controller_job(
         RUN, image="i@sha256:" + "0" * 64, module_name="m.py", seed=None, profile="kind",
         cluster_queue="q", active_deadline_s=60,
     )  # fmt: skip
-    assert "SOCIETY_SIGNING_KEY" not in str(unsigned)
+    assert "SOCIETY_SIGNING_KEY" not in str(unsigned) and "initContainers" not in str(unsigned)

@@ -66,8 +66,10 @@ def test_the_chart_renders_to_objects_that_parse_and_pin_every_image_by_digest()
         "RoleBinding/society-run-worker",
         "ServiceAccount/society-run-worker",
         "ValidatingAdmissionPolicy/society-run-namespaces",
+        "ValidatingAdmissionPolicy/society-run-signing-key",
         "ValidatingAdmissionPolicy/society-run-worker",
         "ValidatingAdmissionPolicyBinding/society-run-namespaces",
+        "ValidatingAdmissionPolicyBinding/society-run-signing-key",
         "ValidatingAdmissionPolicyBinding/society-run-worker",
     ]
     found = [image for obj in objects for image in images(obj)]
@@ -124,7 +126,7 @@ def test_the_worker_holds_no_cluster_wide_right_to_run_read_secrets_exec_or_dele
     policy = by_name["ValidatingAdmissionPolicy", "society-run-worker"]
     assert "system:serviceaccount:society-system:society-run-worker" in str(policy["spec"])
     policies = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
-    assert [p["spec"]["failurePolicy"] for p in policies] == ["Fail", "Fail"]
+    assert [p["spec"]["failurePolicy"] for p in policies] == ["Fail", "Fail", "Fail"]
 
 
 def test_the_chart_and_the_kind_config_record_the_pinned_versions() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 from cluster_support import (  # noqa: F401 (fixtures)
     PINNED,
@@ -46,6 +47,7 @@ from controller.incluster.export_job import TOKEN_SECRET, token_secret
 from controller.ops.checks.sample_objects import sample_run_objects
 from controller.platforms.kubernetes import (
     Kube,
+    KubeError,
     delete_run_namespace,
     objects,
     prepare_run_namespace,
@@ -307,3 +309,99 @@ async def test_an_agents_identity_reads_no_secret_in_its_run_namespace(
         finally:
             await delete_run_namespace(worker, own, credentials_namespace=CREDENTIALS)
         assert await left_in_cluster(admin, own) == []
+
+
+def _holding_the_key(run_id: str, name: str, how: str) -> dict[str, Any]:
+    """A pod of ``run_id`` that references the operator key's Secret ``how``: as a volume, a
+    projected volume's source, or an environment variable."""
+    container: dict[str, Any] = {
+        "name": "x",
+        "image": PINNED,
+        "securityContext": objects.restricted_container(),  # the namespace's Pod Security passes
+    }
+    volumes: list[dict[str, Any]] = []
+    if how == "volume":
+        volumes = [{"name": "k", "secret": {"secretName": SIGNING_SECRET}}]
+    elif how == "projected":
+        volumes = [{"name": "k", "projected": {"sources": [{"secret": {"name": SIGNING_SECRET}}]}}]
+    else:
+        reference = {"secretKeyRef": {"name": SIGNING_SECRET, "key": "key.pem"}}
+        container["env"] = [{"name": "KEY", "valueFrom": reference}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": run_id},
+        "spec": {
+            "securityContext": objects.restricted_pod(),
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+
+
+async def _enforced(admin: Kube, pod: dict[str, Any]) -> None:
+    """Until the API server enforces ``society-run-signing-key`` (it loads policies
+    asynchronously): a dry run of ``pod`` is refused by it."""
+    path = f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods"
+    with anyio.fail_after(60):
+        while True:
+            try:
+                await admin._request("POST", path, query={"dryRun": "All"}, body=pod)
+            except KubeError as exc:
+                if "society-run-signing-key" in str(exc):
+                    return
+                raise
+            await anyio.sleep(0.2)
+
+
+async def _exec_answer(kube: Kube, pod: str, namespace: str, container: str) -> str:
+    """The API server's answer to an exec request without the stream upgrade: its status and
+    reason (admission refuses before it would ask for the upgrade)."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/exec"
+    query = {"container": container, "command": "true", "stdout": "true"}
+    try:
+        await kube._request("POST", path, query=query)
+    except KubeError as exc:
+        return f"{exc.status} {exc}"
+    return "200"
+
+
+async def test_no_pod_but_a_jobs_mounts_the_signing_key_and_no_account_execs_into_the_controller(
+    worker_rights: str,
+) -> None:
+    """A hostile module runs with the run's controller account, which may create Sandboxes (so
+    pods) and exec into its run's pods: the chart's ``society-run-signing-key`` policy refuses
+    it the two ways to the operator key that the controller Job's signer container holds."""
+    own = new_run_id()
+    controller_pod = "society-controller-x7k2p"
+    async with (
+        Kube.connect(kubeconfig=worker_rights) as admin,
+        Kube.connect(kubeconfig=worker_rights, impersonate=WORKER) as worker,
+        Kube.connect(
+            kubeconfig=worker_rights, impersonate="system:serviceaccount:kube-system:job-controller"
+        ) as jobs,
+        Kube.connect(kubeconfig=worker_rights, impersonate=controller_subject(own)) as controller,
+    ):
+        owner = await prepare_run_namespace(worker, own, credentials_namespace=CREDENTIALS)
+        try:
+            await admin.create(objects.owned(held_secret(own, SIGNING_SECRET), owner))
+            await _enforced(admin, _holding_the_key(own, "probe", "volume"))
+            for how in ("volume", "projected", "environment"):
+                with pytest.raises(KubeError) as refused:
+                    await admin.create(_holding_the_key(own, f"thief-{how}", how))
+                assert refused.value.status == 403, how
+                assert "society-signing-key (the operator's signing key)" in str(refused.value)
+            # the Job controller makes the controller Job's pod, whose signer mounts the key
+            await jobs.create(_holding_the_key(own, controller_pod, "volume"))
+            # RBAC lets the controller exec in its namespace's pods (harvest does, in its agents')
+            allowed = await reviewed_allowed(
+                admin, controller_subject(own), account_groups(own), "create", "", "pods/exec", own
+            )
+            assert allowed
+            refused_exec = await _exec_answer(controller, controller_pod, own, "signer")
+            assert refused_exec.startswith("403") and "into a run's controller pod" in refused_exec
+            assert "into a run's controller pod" not in await _exec_answer(
+                controller, "agent-alice", own, "agent"
+            )
+        finally:
+            await delete_run_namespace(worker, own)

@@ -17,6 +17,7 @@ say it (``failurePolicy: Fail``):
 
 from __future__ import annotations
 
+from controller.incluster.access import CONTROLLER_JOB, SIGNING_SECRET
 from controller.platforms.kubernetes.kube import Obj
 from controller.platforms.kubernetes.objects import CONTROLLER_ACCOUNT, MANAGED_BY, RUN_LABEL
 from controller.platforms.kubernetes.rbac import (
@@ -45,7 +46,14 @@ from controller.platforms.kubernetes.warm import WARM_NAMESPACE
 ADMISSION = "admissionregistration.k8s.io"
 WORKER_POLICY = "society-run-worker"
 NAMESPACES_POLICY = "society-run-namespaces"
+SIGNING_KEY_POLICY = "society-run-signing-key"
 RUN_ID_PATTERN = "^sr-[0-9a-f]{32}$"
+JOB_CONTROLLERS = (
+    "system:serviceaccount:kube-system:job-controller",
+    "system:kube-controller-manager",
+)
+"""Who creates a Job's pods: the Job controller's own account, or the controller manager's where
+it runs without per-controller credentials."""
 
 
 def worker_objects(
@@ -82,6 +90,8 @@ def worker_objects(
         _policy_binding(NAMESPACES_POLICY),
         worker_policy(worker_subject(namespace), credentials_namespace),
         _policy_binding(WORKER_POLICY),
+        signing_key_policy(),
+        _policy_binding(SIGNING_KEY_POLICY),
     ]
 
 
@@ -263,6 +273,73 @@ def worker_policy(worker: str, credentials_namespace: str) -> Obj:
             "validations": [
                 {"expression": expression, "message": message, "reason": "Forbidden"}
                 for expression, message in validations
+            ],
+        },
+    )
+
+
+def signing_key_policy() -> Obj:
+    """In run namespaces, for every user: only a Job's pod (the controller Job's, whose signer
+    container alone mounts it) may reference the operator key's Secret, and no ServiceAccount
+    may exec, attach or port-forward into a controller pod. The controller's account may create
+    Sandboxes (so pods) and exec into its run's pods; without this policy a hostile module, which
+    runs with that account, could mount the key in a pod of its own or read it in the signer's
+    container."""
+    secret = f"'{SIGNING_SECRET}'"
+    containers = (
+        "object.spec.containers"
+        " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+    )
+    in_volumes = (
+        "has(object.spec.volumes) && object.spec.volumes.exists(v, "
+        f"(has(v.secret) && v.secret.secretName == {secret}) || "
+        f"(has(v.projected) && has(v.projected.sources) && v.projected.sources.exists(p, "
+        f"has(p.secret) && p.secret.name == {secret})))"
+    )
+    in_environment = (
+        f"({containers}).exists(c, "
+        f"(has(c.env) && c.env.exists(e, has(e.valueFrom) && has(e.valueFrom.secretKeyRef) && "
+        f"e.valueFrom.secretKeyRef.name == {secret})) || "
+        "(has(c.envFrom) && c.envFrom.exists(f, has(f.secretRef) && "
+        f"f.secretRef.name == {secret})))"
+    )
+    job_controllers = ", ".join(f"'{name}'" for name in JOB_CONTROLLERS)
+    return _admission(
+        "ValidatingAdmissionPolicy",
+        SIGNING_KEY_POLICY,
+        {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    _resources("", "pods", "CREATE"),
+                    _resources("", "pods/exec", "CONNECT"),
+                    _resources("", "pods/attach", "CONNECT"),
+                    _resources("", "pods/portforward", "CONNECT"),
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "a-run-namespace",  # (match conditions see no namespaceObject)
+                    "expression": f"request.namespace.matches('{RUN_ID_PATTERN}')",
+                }
+            ],
+            "validations": [
+                {
+                    "expression": "request.operation != 'CREATE' || "
+                    f"request.userInfo.username in [{job_controllers}] || "
+                    f"!({in_volumes} || {in_environment})",
+                    "message": f"in a run namespace only the controller Job's pod may reference "
+                    f"the Secret {SIGNING_SECRET} (the operator's signing key)",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "request.operation != 'CONNECT' || "
+                    f"!request.name.startsWith('{CONTROLLER_JOB}-') || "
+                    "!request.userInfo.username.startsWith('system:serviceaccount:')",
+                    "message": "no ServiceAccount may exec, attach or port-forward into a run's "
+                    "controller pod, whose signer container holds the operator's signing key",
+                    "reason": "Forbidden",
+                },
             ],
         },
     )

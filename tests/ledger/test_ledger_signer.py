@@ -21,15 +21,17 @@ import anyio
 import anyio.to_thread
 import pytest
 from anyio._backends._asyncio import WorkerThread
-from ledger_testkit import Counted, catalog, open_test_writer
+from ledger_testkit import PROVENANCE, RUN_ID, Counted, catalog, open_test_writer
 
-from ledger import LedgerError, open_ledger_artifacts
-from ledger.signer import SignerProcess
+from ledger import LedgerError, open_ledger_artifacts, open_ledger_writer
+from ledger.signer import SignerProcess, SignerSocket
 from ledger.signing import SigningKey, decode_public_key
 
 pytestmark = pytest.mark.anyio
 
 RUN = "sr-" + "a" * 32
+SIGNER_PROGRAM = str(Path(__file__).resolve().parents[2] / "ledger" / "signer_process.py")
+"""Run as a script, as the controller Job's signer container runs it."""
 HEAD = "b" * 64
 
 
@@ -196,3 +198,90 @@ def test_a_process_of_the_same_user_cannot_read_the_signers_memory_or_environmen
     plain, environ, mem = seen.stdout.split()
     assert plain == "read", "the reader can read an ordinary child of its own"
     assert (environ, mem) == ("refused", "refused")
+
+
+@pytest.fixture
+def listening(tmp_path: Path) -> Iterator[tuple[Path, SigningKey, subprocess.Popen[bytes]]]:
+    """A cluster's signer container, as a process: ``--listen`` on a socket with an operator key
+    file that only it reads (the writer below never gets the file's name)."""
+
+    operator = SigningKey.generate()
+    key_file = tmp_path / "signer-only" / "key.pem"
+    key_file.parent.mkdir()
+    key_file.write_bytes(operator.private_pem())
+    sock = tmp_path / "signer.sock"
+    process = subprocess.Popen(
+        [sys.executable, SIGNER_PROGRAM, "--listen", str(sock), RUN_ID, str(key_file)]
+    )
+    try:
+        yield sock, operator, process
+    finally:
+        process.kill()
+        process.wait()
+
+
+async def test_a_writer_signs_through_a_listening_signer_and_the_ledger_verifies_pinned(
+    tmp_path: Path, listening: tuple[Path, SigningKey, subprocess.Popen[bytes]]
+) -> None:
+
+    sock, operator, _ = listening
+    async with open_ledger_writer(
+        tmp_path / "ledger",
+        catalog=catalog,
+        definition_id="test.definition",
+        run_id=RUN_ID,
+        provenance=PROVENANCE,
+        signer_socket=sock,
+    ) as writer:
+        assert writer.public_key == operator.public_key
+        await writer.append(Counted(n=1), producer="test")
+        await writer.complete()
+    view = open_ledger_artifacts(catalog, tmp_path / "ledger", trusted_key=operator.public_key)
+    assert view.signature == "pinned" and view.unsigned_records == 0
+
+
+def test_a_second_connection_to_a_listening_signer_is_no_second_run(
+    listening: tuple[Path, SigningKey, subprocess.Popen[bytes]],
+) -> None:
+    """A hostile module beside the controller may connect too: it gets the same one run's
+    statements, never an older count, another run's statement or arbitrary bytes."""
+
+    sock, operator, _ = listening
+    writer, intruder = SignerSocket.connect(sock), SignerSocket.connect(sock)
+    try:
+        assert writer.public_key == intruder.public_key == operator.public_key
+        writer.sign(statement(runId=RUN_ID, recordCount=5, headDigest=HEAD))
+        for data, reason in (
+            (statement(runId=RUN_ID, recordCount=5, headDigest=HEAD), "count-not-increasing"),
+            (statement(runId=RUN, recordCount=9, headDigest=HEAD), "other-run"),
+            (b"a RouterMessageCommitted the router never made", "not-a-statement"),
+        ):
+            with pytest.raises(LedgerError) as refused:
+                intruder.sign(data)
+            assert refused.value.reason == "signature-refused" and reason in str(refused.value)
+        writer.sign(statement(runId=RUN_ID, recordCount=6, headDigest=HEAD))
+    finally:
+        writer.close()
+        intruder.close()
+
+
+def test_a_listening_signer_with_a_bad_key_and_a_missing_signer_are_typed_errors(
+    tmp_path: Path,
+) -> None:
+
+    bad = tmp_path / "key.pem"
+    bad.write_text("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
+    sock = tmp_path / "signer.sock"
+    process = subprocess.Popen(
+        [sys.executable, SIGNER_PROGRAM, "--listen", str(sock), RUN, str(bad)]
+    )
+    try:
+        with pytest.raises(LedgerError) as refused:
+            SignerSocket.connect(sock)
+        assert refused.value.reason == "signing-key-unreadable" and str(bad) in str(refused.value)
+    finally:
+        process.kill()
+        process.wait()
+    with pytest.raises(LedgerError) as lost:
+        SignerSocket.connect(tmp_path / "nobody.sock", timeout_s=0.3)
+    assert lost.value.reason == "signer-lost" and "nobody.sock" in str(lost.value)

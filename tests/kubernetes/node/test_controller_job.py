@@ -56,6 +56,16 @@ from ledger import open_ledger_artifacts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
+IMPORT_MARK = """
+import os as _os
+
+try:
+    with open({mark!r}, "w") as _mark:
+        _mark.write(str(_os.getpid()))
+except OSError:
+    pass
+"""
+
 
 def in_cluster_worker(
     monkeypatch: pytest.MonkeyPatch, plane: KindPlane, cluster_queue: str
@@ -141,7 +151,13 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
     assert control_plane.images is not None and control_plane.node is not None
     run_id = new_run_id()
     module = tmp_path / "experiment.py"
-    module.write_text(textwrap.dedent(MODULE.format(image=SCRIPTED)))
+    imported_here = tmp_path / "imported-by-the-worker"
+    # The module's top level plays a hostile author: imported by the run worker (which holds the
+    # operator key and the rights to create runs' objects), it would leave this file; in the
+    # controller's pod, where it belongs, the worker's paths do not exist.
+    module.write_text(
+        textwrap.dedent(MODULE.format(image=SCRIPTED)) + IMPORT_MARK.format(mark=str(imported_here))
+    )
     root = artifacts(tmp_path)
     in_cluster_worker(monkeypatch, control_plane, cluster_queue)
     seen: dict[str, Any] = {}
@@ -189,6 +205,8 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
     terminated = pod["status"]["containerStatuses"][0]["state"].get("terminated") or {}
     assert terminated.get("exitCode") == 0, pod["status"]
     assert outcome.receipt.complete
+    # the module ran in the controller's pod only: the worker never imported it
+    assert not imported_here.exists(), imported_here.read_text()
     # cleanup deleted the namespace (and with it the Job) before the workflow returned
     assert left == []
 
