@@ -13,6 +13,11 @@ say it (``failurePolicy: Fail``):
   ``society-run-namespace``, the run's controller to ``society-run-controller``), in the
   credentials namespace (a run's controller to the credentials reader, named for the run) and in
   the warm namespace (a run's controller to the warm claimer, named for the run).
+
+A third, ``society-run-signing-key`` (every user, run namespaces only), keeps the operator's key
+from a hostile module that acts as its run's controller: only the Job controller may make a pod
+that references the key's Secret, and no ServiceAccount may exec, attach or port-forward into a
+controller pod (``signing_key_policy``).
 """
 
 from __future__ import annotations
