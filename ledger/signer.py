@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 import cryptography
 
@@ -41,7 +41,9 @@ class Signer(Protocol):
 class _SignerChannel:
     """The writer's end of the signer's protocol over a byte stream (``signer_process``)."""
 
-    def __init__(self, public_key: str) -> None:
+    def __init__(self, reader: IO[bytes], writer: IO[bytes], public_key: str) -> None:
+        self._reader = reader
+        self._writer = writer
         self._public_key = public_key
         self._lock = threading.Lock()
 
@@ -63,7 +65,8 @@ class _SignerChannel:
         request = signer_process.LENGTH.pack(len(data)) + data
         with self._lock:
             try:
-                self._send(request)
+                self._writer.write(request)
+                self._writer.flush()
             except OSError as exc:
                 raise self._lost(f"the request could not be sent ({exc})") from None
             return base64.b64encode(self._reply("signing")).decode("ascii")
@@ -71,20 +74,21 @@ class _SignerChannel:
     def close(self) -> None:
         raise NotImplementedError
 
-    def _send(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    def _read(self, size: int) -> bytes:
-        """Up to ``size`` bytes, fewer only where the stream ended."""
-        raise NotImplementedError
+    def _close_streams(self) -> None:
+        for stream in (self._writer, self._reader):
+            if not stream.closed:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
 
     def _reply(self, doing: str) -> bytes:
         try:
-            head = self._read(1 + signer_process.LENGTH.size)
+            head = self._reader.read(1 + signer_process.LENGTH.size)
             if len(head) < 1 + signer_process.LENGTH.size:
                 raise self._lost(f"it ended while {doing}")
             (size,) = signer_process.LENGTH.unpack(head[1:])
-            payload = self._read(size)
+            payload = self._reader.read(size)
         except OSError as exc:
             raise self._lost(f"reading its answer failed while {doing} ({exc})") from None
         if len(payload) < size:
@@ -113,7 +117,8 @@ class SignerProcess(_SignerChannel):
     """
 
     def __init__(self, process: subprocess.Popen[bytes], public_key: str) -> None:
-        super().__init__(public_key)
+        assert process.stdout is not None and process.stdin is not None
+        super().__init__(process.stdout, process.stdin, public_key)
         self._process = process
 
     @classmethod
@@ -148,28 +153,12 @@ class SignerProcess(_SignerChannel):
 
     def close(self) -> None:
         """End the signer (idempotent): its key is gone with it."""
-        for pipe in (self._process.stdin, self._process.stdout):
-            if pipe is not None and not pipe.closed:
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
+        self._close_streams()
         try:
             self._process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
-
-    def _send(self, data: bytes) -> None:
-        stdin = self._process.stdin
-        assert stdin is not None
-        stdin.write(data)
-        stdin.flush()
-
-    def _read(self, size: int) -> bytes:
-        stdout = self._process.stdout
-        assert stdout is not None
-        return stdout.read(size)
 
 
 class SignerSocket(_SignerChannel):
@@ -180,7 +169,7 @@ class SignerSocket(_SignerChannel):
     """
 
     def __init__(self, sock: socket.socket) -> None:
-        super().__init__("")
+        super().__init__(sock.makefile("rb"), sock.makefile("wb"), "")
         self._sock = sock
 
     @classmethod
@@ -207,19 +196,5 @@ class SignerSocket(_SignerChannel):
         return signer
 
     def close(self) -> None:
-        try:
-            self._sock.close()
-        except OSError:
-            pass
-
-    def _send(self, data: bytes) -> None:
-        self._sock.sendall(data)
-
-    def _read(self, size: int) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self._sock.recv(size - len(chunks))
-            if not chunk:
-                break
-            chunks += chunk
-        return bytes(chunks)
+        self._close_streams()
+        self._sock.close()

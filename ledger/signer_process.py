@@ -25,7 +25,6 @@ the child starts with ``python -I -S`` and imports nothing of a researcher's sit
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import os
@@ -190,10 +189,10 @@ def _public_text(key: Any) -> bytes:
 
 
 def serve(
-    key: Any, statements: RunStatements, requests: int, replies: int, lock: Any = None
+    key: Any, statements: RunStatements, requests: int, replies: int, lock: threading.Lock
 ) -> None:
-    """Sign what ``statements`` admits until ``requests`` ends; ``lock`` (a listening signer's,
-    shared by its connections) is held from each admission to its signature."""
+    """Sign what ``statements`` admits until ``requests`` ends; ``lock`` (a listening signer's
+    connections share one) is held from each admission to its signature."""
     while (head := read_exactly(requests, LENGTH.size)) is not None:
         (size,) = LENGTH.unpack(head)
         if size > MAX_REQUEST:
@@ -202,7 +201,7 @@ def serve(
         data = read_exactly(requests, size)
         if data is None:
             return
-        with lock if lock is not None else contextlib.nullcontext():
+        with lock:
             try:
                 statements.admit(data)
             except Refusal as refused:
@@ -212,25 +211,19 @@ def serve(
         answer(replies, OK, signature)
 
 
-class _Shared:
-    """One run's key and statements, shared by every connection to a listening signer."""
-
-    def __init__(self, key: Any, statements: RunStatements) -> None:
-        self.key = key
-        self.statements = statements
-        self.lock = threading.Lock()
-
-    def serve(self, connection: Any) -> None:
-        """Greet ``connection`` with the public key, then sign what the run's statements admit
-        until it closes."""
-        fd = connection.fileno()
-        try:
-            answer(fd, OK, _public_text(self.key))
-            serve(self.key, self.statements, fd, fd, self.lock)
-        except OSError:
-            return  # the writer went away mid-answer: its next connection starts afresh
-        finally:
-            connection.close()
+def _serve_connection(
+    connection: Any, key: Any, statements: RunStatements, lock: threading.Lock
+) -> None:
+    """Greet ``connection`` with the public key, then sign what the run's statements admit
+    until it closes."""
+    fd = connection.fileno()
+    try:
+        answer(fd, OK, _public_text(key))
+        serve(key, statements, fd, fd, lock)
+    except OSError:
+        return  # the writer went away mid-answer: its next connection starts afresh
+    finally:
+        connection.close()
 
 
 def listen(socket_path: str, run_id: str, key_file: str) -> None:
@@ -245,10 +238,10 @@ def listen(socket_path: str, run_id: str, key_file: str) -> None:
 
     _no_readers()  # before the key exists in this process
     try:
-        shared: _Shared | None = _Shared(_load_key(key_file), RunStatements(run_id))
-        refusal = b""
+        key, refusal = _load_key(key_file), b""
     except Refusal as refused:
-        shared, refusal = None, f"{refused.reason}\0{refused}".encode()
+        key, refusal = None, f"{refused.reason}\0{refused}".encode()
+    statements, lock = RunStatements(run_id), threading.Lock()
     try:
         os.unlink(socket_path)
     except FileNotFoundError:
@@ -259,14 +252,16 @@ def listen(socket_path: str, run_id: str, key_file: str) -> None:
     server.listen(16)
     while True:
         connection, _ = server.accept()
-        if shared is None:
+        if key is None:
             try:
                 answer(connection.fileno(), REFUSED, refusal)
             except OSError:
                 pass
             connection.close()
             continue
-        threading.Thread(target=shared.serve, args=(connection,), daemon=True).start()
+        threading.Thread(
+            target=_serve_connection, args=(connection, key, statements, lock), daemon=True
+        ).start()
 
 
 def main() -> None:
@@ -289,7 +284,7 @@ def main() -> None:
         answer(1, REFUSED, f"{refused.reason}\0{refused}".encode())
         return
     answer(1, OK, _public_text(key))
-    serve(key, RunStatements(run_id), 0, 1)
+    serve(key, RunStatements(run_id), 0, 1, threading.Lock())
     os._exit(0)  # nothing to flush or clean up: its key ends with it, now
 
 

@@ -11,7 +11,7 @@ bridge torn down as its agent exits does exactly that). These streams wait with
 from __future__ import annotations
 
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -37,7 +37,7 @@ class UnixStream(ByteStream):
             try:
                 data = self._sock.recv(max_bytes)
             except BlockingIOError:
-                await self._wait(anyio.wait_readable)
+                await anyio.wait_readable(self._sock)
                 continue
             except OSError as exc:
                 raise anyio.BrokenResourceError from exc
@@ -53,7 +53,7 @@ class UnixStream(ByteStream):
             try:
                 sent = self._sock.send(view)
             except BlockingIOError:
-                await self._wait(anyio.wait_writable)
+                await anyio.wait_writable(self._sock)
                 continue
             except OSError as exc:
                 raise anyio.BrokenResourceError from exc
@@ -77,14 +77,6 @@ class UnixStream(ByteStream):
     def _check_open(self) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
-
-    async def _wait(self, readiness: Callable[[socket.socket], Awaitable[None]]) -> None:
-        try:
-            await readiness(self._sock)
-        except anyio.ClosedResourceError:
-            raise anyio.ClosedResourceError from None
-        except OSError as exc:  # the socket was closed under the wait
-            raise anyio.BrokenResourceError from exc
 
 
 async def connect_unix(path: str) -> UnixStream:

@@ -22,9 +22,9 @@ from controller.run.spec import RunSpec, load_run_spec
 from ledger.records import LedgerReceipt
 
 SIGNING_KEY_VARIABLE = "SOCIETY_SIGNING_KEY"
+"""Names the operator's key file (PEM); only the ledger's signer process reads the file."""
 SIGNER_SOCKET_VARIABLE = "SOCIETY_SIGNER_SOCKET"
 """Where a signer listens that holds the run's key (the controller Job's signer container)."""
-"""Names the operator's key file (PEM); only the ledger's signer process reads the file."""
 
 LEDGER_REF_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 

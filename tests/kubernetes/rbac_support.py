@@ -89,19 +89,25 @@ def account(name: str, namespace: str) -> dict[str, str]:
 THE_WORKER = account("society-run-worker", "society-system")
 
 
-async def policy_enforced(admin: Kube, worker: Kube) -> None:
-    """Until the API server enforces the chart's admission policy (it loads policies
-    asynchronously): a dry-run RoleBinding outside any run namespace is refused by it."""
-    probe = binding("default", ("ClusterRole", RUN_NAMESPACE_ROLE), THE_WORKER)
-    path = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings"
+async def dry_run_refused(kube: Kube, path: str, probe: dict[str, Any], by: str) -> None:
+    """Until the API server enforces a policy (it loads policies asynchronously): a dry-run
+    create of ``probe`` at ``path`` is refused with ``by`` in the reason."""
     with anyio.fail_after(60):
         while True:
             try:
-                await worker._request("POST", path, query={"dryRun": "All"}, body=probe)
+                await kube._request("POST", path, query={"dryRun": "All"}, body=probe)
             except KubeError as exc:
-                if "ValidatingAdmissionPolicy" in str(exc):
+                if by in str(exc):
                     return
             await anyio.sleep(0.2)
+
+
+async def policy_enforced(admin: Kube, worker: Kube) -> None:
+    """Until the API server enforces the chart's admission policy: a dry-run RoleBinding outside
+    any run namespace is refused by it."""
+    probe = binding("default", ("ClusterRole", RUN_NAMESPACE_ROLE), THE_WORKER)
+    path = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings"
+    await dry_run_refused(worker, path, probe, "ValidatingAdmissionPolicy")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import pytest
 from cluster_support import (  # noqa: F401 (fixtures)
     PINNED,
@@ -34,6 +33,7 @@ from rbac_support import (  # noqa: F401 (fixture)
     account,
     account_groups,
     binding,
+    dry_run_refused,
     forbidden,
     job,
     reviewed_allowed,
@@ -41,6 +41,7 @@ from rbac_support import (  # noqa: F401 (fixture)
     takeover,
     worker_rights,
 )
+from worker_rights import SIGNING_KEY_POLICY
 
 from controller.incluster.access import SIGNING_SECRET, signing_key_secret
 from controller.incluster.export_job import TOKEN_SECRET, token_secret
@@ -339,21 +340,6 @@ def _holding_the_key(run_id: str, name: str, how: str) -> dict[str, Any]:
     }
 
 
-async def _enforced(admin: Kube, pod: dict[str, Any]) -> None:
-    """Until the API server enforces ``society-run-signing-key`` (it loads policies
-    asynchronously): a dry run of ``pod`` is refused by it."""
-    path = f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods"
-    with anyio.fail_after(60):
-        while True:
-            try:
-                await admin._request("POST", path, query={"dryRun": "All"}, body=pod)
-            except KubeError as exc:
-                if "society-run-signing-key" in str(exc):
-                    return
-                raise
-            await anyio.sleep(0.2)
-
-
 async def _exec_answer(kube: Kube, pod: str, namespace: str, container: str) -> str:
     """The API server's answer to an exec request without the stream upgrade: its status and
     reason (admission refuses before it would ask for the upgrade)."""
@@ -385,7 +371,8 @@ async def test_no_pod_but_a_jobs_mounts_the_signing_key_and_no_account_execs_int
         owner = await prepare_run_namespace(worker, own, credentials_namespace=CREDENTIALS)
         try:
             await admin.create(objects.owned(held_secret(own, SIGNING_SECRET), owner))
-            await _enforced(admin, _holding_the_key(own, "probe", "volume"))
+            pods, probe = f"/api/v1/namespaces/{own}/pods", _holding_the_key(own, "probe", "volume")
+            await dry_run_refused(admin, pods, probe, SIGNING_KEY_POLICY)
             for how in ("volume", "projected", "environment"):
                 with pytest.raises(KubeError) as refused:
                     await admin.create(_holding_the_key(own, f"thief-{how}", how))

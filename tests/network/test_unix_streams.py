@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,50 +23,56 @@ def _loop_errors() -> list[dict[str, Any]]:
     return errors
 
 
-async def test_a_read_cancelled_as_its_socket_becomes_readable_leaves_no_loop_error() -> None:
+async def _cancelled_at_readiness(
+    operation: Callable[[UnixStream], Awaitable[object]],
+    make_ready: Callable[[socket.socket], object],
+) -> tuple[anyio.CancelScope, list[dict[str, Any]]]:
+    """Run ``operation`` on one end of a socket pair until it waits, make that wait end
+    (``make_ready`` on the other end) and cancel it just before the loop's next poll; returns
+    the operation's scope and what the loop reported meanwhile."""
     ours, theirs = socket.socketpair()
     errors = _loop_errors()
     stream = UnixStream(ours)
     async with stream, anyio.create_task_group() as tasks:
         scope = anyio.CancelScope()
 
-        async def read() -> None:
+        async def wait() -> None:
             with scope:
-                await stream.receive()
+                await operation(stream)
 
-        tasks.start_soon(read)
-        await anyio.sleep(0.05)
-        theirs.send(b"x")  # readable at the next poll...
+        tasks.start_soon(wait)
+        await anyio.sleep(0.05)  # the operation waits
+        make_ready(theirs)  # ready at the next poll...
         asyncio.get_running_loop().call_soon(scope.cancel)  # ...and cancelled just before it
         await anyio.sleep(0.05)
     theirs.close()
+    return scope, errors
+
+
+async def _flood(stream: UnixStream) -> None:
+    while True:
+        await stream.send(b"x" * 65536)
+
+
+def _drain(sock: socket.socket) -> None:
+    sock.setblocking(False)
+    while True:
+        try:
+            sock.recv(1 << 20)
+        except BlockingIOError:
+            return
+
+
+async def test_a_read_cancelled_as_its_socket_becomes_readable_leaves_no_loop_error() -> None:
+    scope, errors = await _cancelled_at_readiness(
+        lambda stream: stream.receive(), lambda sock: sock.send(b"x")
+    )
     assert scope.cancelled_caught
     assert [str(error.get("exception")) for error in errors] == []
 
 
 async def test_a_write_cancelled_as_its_socket_becomes_writable_leaves_no_loop_error() -> None:
-    ours, theirs = socket.socketpair()
-    errors = _loop_errors()
-    stream = UnixStream(ours)
-    async with stream, anyio.create_task_group() as tasks:
-        scope = anyio.CancelScope()
-
-        async def flood() -> None:
-            with scope:
-                while True:
-                    await stream.send(b"x" * 65536)
-
-        tasks.start_soon(flood)
-        await anyio.sleep(0.05)  # the buffer is full and the sender waits
-        theirs.setblocking(False)
-        while True:  # drain: writable at the next poll...
-            try:
-                theirs.recv(1 << 20)
-            except BlockingIOError:
-                break
-        asyncio.get_running_loop().call_soon(scope.cancel)  # ...and cancelled just before it
-        await anyio.sleep(0.05)
-    theirs.close()
+    scope, errors = await _cancelled_at_readiness(_flood, _drain)
     assert scope.cancelled_caught
     assert [str(error.get("exception")) for error in errors] == []
 
