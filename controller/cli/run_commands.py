@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -281,14 +281,28 @@ async def run_module(
     progress: Progress,
     check: Callable[[RunSpec], None] | None = None,
 ) -> tuple[Path, RunReport]:
-    """Load ``args.module`` (``check`` may refuse its spec), submit it as ``society run`` does,
-    and keep the module's text in the run directory; the caller reports the result."""
+    """Load ``args.module`` in a process of its own (``check`` may refuse its spec), submit it as
+    ``society run`` does, and keep the module's text in the run directory; the caller reports
+    the result."""
+    root = artifact_root(args)
+    # before Temporal, a run id or a run directory; the module's process lives for the run
+    async with _loaded_module(args.module) as (spec, module):
+        return await _submit_module(args, interrupts, progress, check, root, spec, module)
+
+
+async def _submit_module(
+    args: argparse.Namespace,
+    interrupts: Interrupts,
+    progress: Progress,
+    check: Callable[[RunSpec], None] | None,
+    root: Path,
+    spec: RunSpec,
+    module: Path,
+) -> tuple[Path, RunReport]:
     from controller.lifecycle.submit import Where, submit
     from controller.profiles import profile_named
     from controller.run import RunRequest, new_run_id
 
-    root = artifact_root(args)
-    spec, module = _load_module(args.module)  # before Temporal, a run id or a run directory
     if check is not None:
         check(spec)
     text = module.read_text(encoding="utf-8")
@@ -389,9 +403,14 @@ def keep_result(root: Path, report: RunReport, progress: Progress) -> None:
         progress.phase(f"{report.outcome}: {report.cause}")
 
 
-def _load_module(path: Path) -> tuple[RunSpec, Path]:
-    """The module's ``run_spec``, loaded before anything starts, and the module's resolved path."""
-    from controller.run import RunSpecError, load_run_spec
+@contextlib.asynccontextmanager
+async def _loaded_module(path: Path) -> AsyncIterator[tuple[RunSpec, Path]]:
+    """The module's ``run_spec``, defined before anything starts by the module's own sandboxed
+    process (``controller.program``), which runs its program and lives for the block; and the
+    module's resolved path."""
+    from controller.platforms.local.sandbox import unsandboxed_requested
+    from controller.program.process import isolated_module
+    from controller.run import RunSpecError
 
     module = path.resolve()
     if not module.is_file():
@@ -400,19 +419,22 @@ def _load_module(path: Path) -> tuple[RunSpec, Path]:
             reason="module-missing",
             next_step="pass the path of a MODULE.py defining run_spec",
         )
-    try:
-        return load_run_spec(module), module
-    except RunSpecError as error:
-        if error.reason == "module-import-failed":
-            # society's own interpreter, which is what failed: a bare `python` may be another one
-            check = f" (`{sys.executable} {path}` reproduces the failure)"
-        else:
-            check = ""  # the module imports; running it would show nothing
-        raise RunSpecError(
-            error.detail,
-            reason=error.reason,
-            next_step=f"fix {path}{check} and run again; nothing was started",
-        ) from None
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            loading = isolated_module(module, sandboxed=not unsandboxed_requested())
+            spec = await stack.enter_async_context(loading)
+        except RunSpecError as error:
+            if error.reason == "module-import-failed":
+                # society's interpreter, which is what failed: a bare `python` may be another one
+                check = f" (`{sys.executable} {path}` reproduces the failure)"
+            else:
+                check = ""  # the module imports; running it would show nothing
+            raise RunSpecError(
+                error.detail,
+                reason=error.reason,
+                next_step=f"fix {path}{check} and run again; nothing was started",
+            ) from None
+        yield spec, module
 
 
 async def _install_parts(spec: RunSpec, progress: Progress) -> None:

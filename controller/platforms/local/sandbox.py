@@ -94,10 +94,11 @@ class Bubblewrap:
         sockets: Iterable[tuple[Path, str]],
         uid: int,
         seccomp_fd: int,
+        readonly: Iterable[tuple[Path, str]] = (),
     ) -> list[str]:
         """The argv that runs ``inner`` as ``uid`` in a fresh sandbox around ``workdir``, its
-        seccomp filter read from ``seccomp_fd``."""
-        binds = self.binds(workdir=workdir, sockets=sockets)
+        seccomp filter read from ``seccomp_fd``; ``readonly`` binds more (source, destination)."""
+        binds = self.binds(workdir=workdir, sockets=sockets, readonly=readonly)
         argv = [
             self.executable,
             "--unshare-pid",
@@ -142,7 +143,11 @@ class Bubblewrap:
         return argv + list(inner)
 
     def binds(
-        self, *, workdir: Path, sockets: Iterable[tuple[Path, str]]
+        self,
+        *,
+        workdir: Path,
+        sockets: Iterable[tuple[Path, str]],
+        readonly: Iterable[tuple[Path, str]] = (),
     ) -> list[tuple[str, str, str]]:
         """What the sandbox binds, in order: ``(option, source, destination)``."""
         binds: list[tuple[str, str, str]] = []
@@ -156,6 +161,8 @@ class Bubblewrap:
         binds.append(("--bind", str(workdir), HOME))
         for socket_file, destination in sockets:
             binds.append(("--ro-bind", str(socket_file), destination))
+        for source, destination in readonly:
+            binds.append(("--ro-bind", str(source), destination))
         return binds
 
     def mount_plan(
@@ -190,12 +197,18 @@ def seal(
     workdir: Path,
     sockets: Iterable[tuple[Path, str]],
     uid: int,
+    readonly: Iterable[tuple[Path, str]] = (),
 ) -> SealedCommand:
     """``bwrap.command`` with its filter and options in memory files the child inherits."""
     seccomp_fd = _memory_file("society-seccomp", bwrap.seccomp)
     try:
         argv = bwrap.command(
-            inner, workdir=workdir, sockets=sockets, uid=uid, seccomp_fd=seccomp_fd
+            inner,
+            workdir=workdir,
+            sockets=sockets,
+            uid=uid,
+            seccomp_fd=seccomp_fd,
+            readonly=readonly,
         )
         split = argv.index("--", 1)
         options = b"".join(a.encode() + b"\0" for a in argv[1:split])

@@ -1,0 +1,424 @@
+"""The researcher's module in a process of its own: ``async with isolated_module(path) as spec``.
+
+The controller never imports the module. A sandboxed child (``controller.program.host``) does,
+and sends its ``run_spec`` across as data; the controller rebuilds a ``RunSpec`` from it with
+``RunSpec.define`` (so every check runs again on its side) whose ``execute`` runs the program in
+the child, serving ``ctx`` through ``ProgramServer``. The sandbox is the local agent sandbox
+(``controller.platforms.local.sandbox``): its own uid, no capabilities, a fresh session keyring,
+the default-deny seccomp filter, no network, the system and the Python runtime read-only, the
+module's folder read-only, an empty writable home; no run directory, no ledger, no key file.
+
+Unsandboxed (``SOCIETY_UNSANDBOXED=1``, ``society run --unsandboxed``) the child is a plain
+process of the same user: the ledger writer and the signer are still out of its reach, the
+operator's key file is not (see docs/security.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+from controller.agents.runtime import RuntimeDescriptor
+from controller.agents.shipped import shipped_runtime_catalogs
+from controller.errors import SocietyError
+from controller.events import core_events
+from controller.network.limits import MessageLimits
+from controller.program.codec import CodecError, Decoder, encode
+from controller.program.serve import ProgramCallRefused, ProgramServer, error_frame
+from controller.program.wire import Channel, Frame
+from controller.run.context import RunContext
+from controller.run.spec import RunSpec, RunSpecError
+from ledger.events import Event, EventCatalog, validate_tag
+
+SPEC_TIMEOUT_S = 300.0
+"""How long the module may take to import and define its ``run_spec``."""
+PARAMETERS_TIMEOUT_S = 60.0
+STOP_GRACE_S = 5.0
+
+
+class RemoteParameters(BaseModel):
+    """The run's parameters as the module process validated them (its model stays there)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class ProgramRaised(SocietyError):
+    """The program raised in the module process; ``error_type`` names its exception's class."""
+
+    reason = "program-raised"
+    error_type = "ProgramRaised"
+
+
+def _program_error(error: Mapping[str, Any]) -> Exception:
+    type_name = str(error.get("type") or "Exception")
+    cls = type(type_name.rsplit(".", 1)[-1], (ProgramRaised,), {"__qualname__": type_name})
+    reason = error.get("reason") if isinstance(error.get("reason"), str) else None
+    next_step = error.get("next_step") if isinstance(error.get("next_step"), str) else None
+    message = str(error.get("message") or "")
+    return cls(message, reason=reason or "program-raised", next_step=next_step)
+
+
+class ModuleProcess:
+    """One module's child process and its channel; ``spec`` is what it defined."""
+
+    def __init__(
+        self, process: subprocess.Popen[bytes], channel: Channel, sandbox: _Sandbox | None
+    ) -> None:
+        self._process = process
+        self._channel = channel
+        self._sandbox = sandbox
+        self._serve: Callable[[Frame], None] | None = None
+        self.spec: IsolatedRunSpec | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @classmethod
+    async def start(cls, module_path: Path, *, sandboxed: bool) -> ModuleProcess:
+        """Start the child on this thread (it dies with it) and wait for its ``run_spec``;
+        ``RunSpecError`` for a module that does not define one."""
+        here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sandbox: _Sandbox | None = None
+        try:
+            if sandboxed:
+                sandbox = _Sandbox.claim()
+                process = sandbox.spawn(module_path, there)
+            else:
+                process = _spawn_plain(module_path, there)
+        except BaseException:
+            here.close()
+            if sandbox is not None:
+                sandbox.release()
+            raise
+        finally:
+            there.close()
+        loaded = cls(process, Channel(here, peer="module process"), sandbox)
+        try:
+            await loaded._receive_spec(module_path)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await loaded.aclose()
+            raise
+        return loaded
+
+    async def _receive_spec(self, module_path: Path) -> None:
+        loop = asyncio.get_running_loop()
+        described: asyncio.Future[Frame] = loop.create_future()
+
+        def on_request(frame: Frame) -> None:
+            op = frame.get("op")
+            serve = self._serve
+            if op in ("spec", "spec-error"):
+                loop.call_soon_threadsafe(_set_once, described, frame)
+            elif serve is not None:
+                serve(frame)
+            elif type(frame.get("id")) is int:
+                self._channel.reply(frame["id"], error=error_frame(_not_running()))
+
+        self._channel.start(on_request)
+        with anyio.move_on_after(SPEC_TIMEOUT_S) as waiting:
+            closed = anyio.to_thread.run_sync(self._channel.closed.wait, abandon_on_cancel=True)
+            async with anyio.create_task_group() as tasks:
+
+                async def lost() -> None:
+                    await closed
+                    loop.call_soon_threadsafe(_set_once, described, {"op": "lost"})
+
+                tasks.start_soon(lost)
+                frame = await described
+                tasks.cancel_scope.cancel()
+        if waiting.cancelled_caught:
+            raise RunSpecError(
+                f"importing {module_path} took over {SPEC_TIMEOUT_S:g} s",
+                reason="module-import-failed",
+            )
+        if frame.get("op") == "spec-error":
+            error = frame.get("error") if isinstance(frame.get("error"), dict) else {}
+            assert isinstance(error, dict)
+            raise RunSpecError(
+                str(error.get("message") or "the module process failed"),
+                reason=str(error.get("reason") or "module-import-failed"),
+            )
+        if frame.get("op") != "spec":
+            code = self._process.poll()
+            raise RunSpecError(
+                f"the process importing {module_path} ended before it defined a run_spec "
+                f"(exit status {code}); its output above says why",
+                reason="module-import-failed",
+            )
+        self.spec = _rebuild(frame.get("spec"), self)
+
+    async def execute(self, context: RunContext) -> Any:
+        """Run the program in the child, serving ``context`` to it; its result, or
+        ``ProgramRaised`` (named like its exception), or ``ChannelClosed`` when it died."""
+        assert self.spec is not None
+        server = ProgramServer(self._channel, self.spec.events)
+        try:
+            async with server.serving() as on_request:
+                self._serve = on_request
+                sent = encode(_context_data(context), server.export)
+                answer = await self._channel.request({"op": "execute", "context": sent})
+        finally:
+            self._serve = None
+        if answer.get("op") == "error":
+            error = answer.get("error")
+            raise _program_error(error if isinstance(error, dict) else {})
+        decoder = Decoder(resolve=_no_handles, event=self.spec.events.decode)
+        try:
+            return decoder.decode(answer.get("value"))
+        except CodecError:
+            return None
+
+    def parameters(self, values: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The module's own check of ``values`` (blocking): its model's dump, or ``None``."""
+        answer = self._channel.request_sync(
+            {"op": "parameters", "values": dict(values)}, timeout_s=PARAMETERS_TIMEOUT_S
+        )
+        if answer.get("op") == "error":
+            error = answer.get("error") if isinstance(answer.get("error"), dict) else {}
+            assert isinstance(error, dict)
+            next_step = error.get("next_step")
+            raise RunSpecError(
+                str(error.get("message") or "parameters refused"),
+                reason=str(error.get("reason") or "parameters-invalid"),
+                next_step=next_step if isinstance(next_step, str) else None,
+            )
+        value = answer.get("value")
+        return dict(value) if isinstance(value, dict) else None
+
+    async def aclose(self) -> None:
+        """End the child (idempotent): close its channel, give it a moment, then kill it."""
+        self._channel.close()
+        process = self._process
+        with anyio.CancelScope(shield=True):
+            try:
+                await anyio.to_thread.run_sync(process.wait, STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                await anyio.to_thread.run_sync(process.wait)
+        if self._sandbox is not None:
+            self._sandbox.release()
+            self._sandbox = None
+
+
+class IsolatedRunSpec(RunSpec):
+    """A ``RunSpec`` rebuilt from what the module process sent; its program runs there."""
+
+    process: ModuleProcess
+    has_parameters: bool
+
+    def parameters_from(self, values: Mapping[str, Any]) -> BaseModel | None:
+        if not self.has_parameters:
+            return super().parameters_from(values)
+        dumped = self.process.parameters(values)
+        return None if dumped is None else RemoteParameters.model_validate(dumped)
+
+
+@contextlib.asynccontextmanager
+async def isolated_module(module_path: Path, *, sandboxed: bool) -> AsyncIterator[IsolatedRunSpec]:
+    """The module's ``run_spec``, defined in a child process that lives for the block."""
+    process = await ModuleProcess.start(module_path, sandboxed=sandboxed)
+    try:
+        assert process.spec is not None
+        yield process.spec
+    finally:
+        await process.aclose()
+
+
+# ---- rebuilding the spec ---------------------------------------------------------------------
+
+
+class _ModuleEvent(Event):
+    """A customer event class of the module, as the controller holds it: its tag, any fields
+    (the module's own class checked them; the record names the module as its producer)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+def _customer_catalog(tags: object) -> EventCatalog:
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise RunSpecError("the module's event tags are not a list of str", reason="bad-spec")
+    classes = []
+    for tag in tags:
+        validate_tag(tag, "of the module")
+        name = "ModuleEvent_" + "".join(c if c.isalnum() else "_" for c in tag)
+        classes.append(type(name, (_ModuleEvent,), {"tag": tag, "__module__": __name__}))
+    return EventCatalog.make(*classes)
+
+
+def _runtime_catalog(tags: list[str]) -> EventCatalog:
+    known = EventCatalog.merge(core_events, *shipped_runtime_catalogs().values())
+    unknown = [tag for tag in tags if tag not in known]
+    if unknown:
+        raise CodecError(f"runtime events {unknown} are not a shipped runtime's")
+    return EventCatalog.make(*(known.class_for(tag) for tag in tags))
+
+
+def _no_handles(body: Mapping[str, Any]) -> object:
+    raise CodecError("the module sent a handle where data belongs")
+
+
+def _no_events(wire: Mapping[str, Any]) -> Event:
+    raise CodecError("the module sent an event where a runtime belongs")
+
+
+def _rebuild(sent: object, process: ModuleProcess) -> IsolatedRunSpec:
+    if not isinstance(sent, dict):
+        raise RunSpecError("the module process sent no spec", reason="bad-spec")
+    decoder = Decoder(resolve=_no_handles, event=_no_events, catalog=_runtime_catalog)
+    try:
+        agents = decoder.decode(sent.get("agents"))
+        limits = decoder.decode(sent.get("message_limits"))
+    except CodecError as exc:
+        raise RunSpecError(
+            f"the module's run_spec does not rebuild here: {exc.detail}", reason="bad-spec"
+        ) from None
+    if not isinstance(agents, dict) or not all(
+        isinstance(d, RuntimeDescriptor) for d in agents.values()
+    ):
+        raise RunSpecError("the module's agents are not runtime descriptors", reason="bad-roster")
+    if not isinstance(limits, MessageLimits):
+        raise RunSpecError("the module's message limits are not MessageLimits", reason="bad-spec")
+    spec = IsolatedRunSpec.define(
+        id=sent.get("id"),  # type: ignore[arg-type]
+        agents=agents,
+        execute=process.execute,
+        events=[_customer_catalog(sent.get("events"))],
+        message_limits=limits,
+    )
+    assert isinstance(spec, IsolatedRunSpec)
+    object.__setattr__(spec, "process", process)
+    object.__setattr__(spec, "has_parameters", sent.get("parameters") is True)
+    object.__setattr__(spec, "defined_in", None)
+    return spec
+
+
+def _context_data(context: RunContext) -> dict[str, Any]:
+    parameters = context.parameters
+    return {
+        "agents": MappingProxyType(dict(context.agents.items())),
+        "network": context.network,
+        "events": context.events,
+        "ledger": context.ledger,
+        "parameters": None if parameters is None else parameters.model_dump(mode="json"),
+        "fork": context.fork,
+    }
+
+
+def _not_running() -> ProgramCallRefused:
+    return ProgramCallRefused("no program is running", reason="program-not-running")
+
+
+def _set_once(future: asyncio.Future[Frame], frame: Frame) -> None:
+    if not future.done():
+        future.set_result(frame)
+
+
+# ---- the child -------------------------------------------------------------------------------
+
+
+def _command(module_path: Path, fd: int, python: str) -> list[str]:
+    return [python, "-m", "controller.program.host", str(fd), str(module_path)]
+
+
+def _spawn_plain(module_path: Path, there: socket.socket) -> subprocess.Popen[bytes]:
+    from controller.platforms.local.launch import agent_python_path
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(agent_python_path())
+    return subprocess.Popen(
+        _command(module_path, there.fileno(), sys.executable),
+        pass_fds=(there.fileno(),),
+        stdin=subprocess.DEVNULL,
+        stdout=_output(),
+        env=env,
+        start_new_session=True,
+    )
+
+
+class _Sandbox:
+    """The module process's sandbox: a uid of its own (its block claimed while it lives) and an
+    empty home, both let go by ``release``."""
+
+    def __init__(self, uids: Any, uid: int, folder: Path) -> None:
+        self._uids = uids
+        self.uid = uid
+        self._folder = folder
+        self.home = folder / "home"
+
+    @classmethod
+    def claim(cls) -> _Sandbox:
+        from controller.platforms.local.sandbox import AgentUids
+
+        uids = AgentUids(f"sr-{secrets.token_hex(8)}")
+        try:
+            uid = uids.take()
+            folder = Path(tempfile.mkdtemp(prefix="society-module-"))  # 0700, this user's
+        except BaseException:
+            uids.release()
+            raise
+        return cls(uids, uid, folder)
+
+    def spawn(self, module_path: Path, there: socket.socket) -> subprocess.Popen[bytes]:
+        from controller.platforms.local.launch import fresh_session_keyring
+        from controller.platforms.local.sandbox import HOME, Bubblewrap, python_executable, seal
+
+        bwrap = Bubblewrap.probe()
+        self.home.mkdir(mode=0o755)
+        if os.geteuid() == 0:  # the sandbox's uid owns its home, and nothing else
+            os.chown(self.home, self.uid, self.uid)
+        python = python_executable()
+        folder = module_path.parent
+        sealed = seal(
+            bwrap,
+            _command(module_path, there.fileno(), python),
+            workdir=self.home,
+            sockets=(),
+            uid=self.uid,
+            readonly=[(folder, str(folder))],
+        )
+        env = {
+            "PATH": os.pathsep.join([str(Path(python).parent), "/usr/bin", "/bin"]),
+            "HOME": HOME,
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": os.pathsep.join(bwrap.python_path),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        try:
+            return subprocess.Popen(
+                fresh_session_keyring(sealed.argv),
+                pass_fds=(there.fileno(), *sealed.fds),
+                stdin=subprocess.DEVNULL,
+                stdout=_output(),
+                env=env,
+                start_new_session=True,
+            )
+        finally:
+            sealed.close()
+
+    def release(self) -> None:
+        shutil.rmtree(self._folder, ignore_errors=True)
+        self._uids.release()
+
+
+def _output() -> int | None:
+    """Where the module's prints go: this process's stderr, so stdout keeps the result line."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None

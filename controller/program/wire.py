@@ -1,0 +1,247 @@
+"""The module process's channel: length-prefixed JSON frames over one Unix socket, calls both ways.
+
+Each side reads in a thread of its own, so a call can wait on the event loop (``request``) or
+block the calling thread (``request_sync``: a property, ``ctx.fork.reached()``), and a peer that
+stops reading never stalls the loop's reads. A frame is a 4-byte big-endian length and a UTF-8
+JSON object; ``op`` names what it is: ``result`` and ``error`` answer the call whose ``id`` they
+carry, anything else is a request for the side's ``on_request``.
+
+The controller's end treats every frame as hostile data: one over ``MAX_FRAME``, or one that is
+not a JSON object, ends the channel (``ChannelClosed``), and nothing in a frame is evaluated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from controller.errors import SocietyError
+
+FRAME = struct.Struct(">I")
+MAX_FRAME = 16 * 1024 * 1024
+Frame = dict[str, Any]
+
+
+class ChannelClosed(SocietyError):
+    """The module process or its channel is gone (or sent what no channel carries)."""
+
+    reason = "module-process-lost"
+
+
+class _Waiter:
+    __slots__ = ("_deliver",)
+
+    def __init__(self, deliver: Callable[[Frame | BaseException], None]) -> None:
+        self._deliver = deliver
+
+    def resolve(self, outcome: Frame | BaseException) -> None:
+        self._deliver(outcome)
+
+
+class Channel:
+    """One end of the channel. ``start(on_request)`` once; ``on_request`` runs in the reader
+    thread, so it must hand work off (to the loop) rather than do it."""
+
+    def __init__(self, sock: socket.socket, *, peer: str) -> None:
+        self._sock = sock
+        self._peer = peer
+        self._send_lock = threading.Lock()
+        self._state = threading.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Waiter] = {}
+        self._failure: BaseException | None = None
+        self._reader: threading.Thread | None = None
+        self.closed = threading.Event()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the channel ended, once it has."""
+        return self._failure
+
+    def start(self, on_request: Callable[[Frame], None]) -> None:
+        self._reader = threading.Thread(
+            target=self._read, args=(on_request,), name=f"society-{self._peer}-channel", daemon=True
+        )
+        self._reader.start()
+
+    def send(self, frame: Frame) -> None:
+        """Write one frame (any thread); ``ChannelClosed`` once the channel ended."""
+        data = json.dumps(frame, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        if len(data) > MAX_FRAME:
+            raise ChannelClosed(
+                f"a frame of {len(data)} bytes is over the channel's {MAX_FRAME}-byte limit",
+                reason="frame-too-large",
+            )
+        with self._send_lock:
+            if self._failure is not None:
+                raise self._closed_error()
+            try:
+                self._sock.sendall(FRAME.pack(len(data)) + data)
+            except OSError as exc:
+                self._end(ChannelClosed(f"the {self._peer} is gone ({exc})"))
+                raise self._closed_error() from None
+
+    def reply(self, call_id: object, *, value: Any = None, error: Any = None) -> None:
+        """Answer request ``call_id`` (ignored once the channel ended)."""
+        frame: Frame = {"op": "error", "id": call_id, "error": error}
+        if error is None:
+            frame = {"op": "result", "id": call_id, "value": value}
+        with contextlib.suppress(ChannelClosed):
+            self.send(frame)
+
+    def request_sync(self, frame: Frame, *, timeout_s: float | None = None) -> Frame:
+        """Send a request and block this thread until its answer frame."""
+        done = threading.Event()
+        box: list[Frame | BaseException] = []
+
+        def deliver(outcome: Frame | BaseException) -> None:
+            box.append(outcome)
+            done.set()
+
+        call_id = self._register(deliver)
+        try:
+            self.send({**frame, "id": call_id})
+            if not done.wait(timeout_s):
+                raise ChannelClosed(
+                    f"the {self._peer} did not answer {frame.get('op')!r} within {timeout_s:g} s",
+                    reason="module-process-unresponsive",
+                )
+        finally:
+            with self._state:
+                self._pending.pop(call_id, None)
+        outcome = box[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def request(self, frame: Frame) -> Frame:
+        """Send a request and wait (on the running loop) for its answer frame; a cancelled wait
+        tells the peer (``cancel``) and re-raises."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Frame | BaseException] = loop.create_future()
+
+        def deliver(outcome: Frame | BaseException) -> None:
+            loop.call_soon_threadsafe(_settle, future, outcome)
+
+        call_id = self._register(deliver)
+        try:
+            self.send({**frame, "id": call_id})
+            outcome = await future
+        except asyncio.CancelledError:
+            with contextlib.suppress(ChannelClosed):
+                self.send({"op": "cancel", "target": call_id})
+            raise
+        finally:
+            with self._state:
+                self._pending.pop(call_id, None)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def close(self) -> None:
+        """End the channel (idempotent): pending calls fail, the reader thread ends."""
+        self._end(ChannelClosed(f"the channel to the {self._peer} was closed"))
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _register(self, deliver: Callable[[Frame | BaseException], None]) -> int:
+        with self._state:
+            if self._failure is not None:
+                raise self._closed_error()
+            call_id = next(self._ids)
+            self._pending[call_id] = _Waiter(deliver)
+        return call_id
+
+    def _read(self, on_request: Callable[[Frame], None]) -> None:
+        reason = ChannelClosed(f"the {self._peer} closed its channel")
+        try:
+            while True:
+                frame = self._receive()
+                if frame is None:
+                    break
+                op = frame.get("op")
+                if op in ("result", "error"):
+                    call_id = frame.get("id")
+                    with self._state:
+                        waiter = self._pending.pop(call_id, None) if type(call_id) is int else None
+                    if waiter is not None:
+                        waiter.resolve(frame)
+                else:
+                    on_request(frame)
+        except ChannelClosed as error:
+            reason = error
+        except OSError as exc:
+            reason = ChannelClosed(f"reading from the {self._peer} failed ({exc})")
+        finally:
+            self._end(reason)
+
+    def _receive(self) -> Frame | None:
+        head = self._exactly(FRAME.size)
+        if head is None:
+            return None
+        (size,) = FRAME.unpack(head)
+        if size > MAX_FRAME:
+            raise ChannelClosed(
+                f"the {self._peer} announced a frame of {size} bytes, over the {MAX_FRAME}-byte "
+                "limit",
+                reason="frame-too-large",
+            )
+        body = self._exactly(size)
+        if body is None:
+            raise ChannelClosed(f"the {self._peer} ended inside a frame")
+        try:
+            frame = json.loads(body)
+        except (ValueError, RecursionError):
+            raise ChannelClosed(
+                f"the {self._peer} sent a frame that is not JSON", reason="frame-malformed"
+            ) from None
+        if not isinstance(frame, dict):
+            raise ChannelClosed(
+                f"the {self._peer} sent a frame that is not a JSON object", reason="frame-malformed"
+            )
+        return frame
+
+    def _exactly(self, size: int) -> bytes | None:
+        chunks: list[bytes] = []
+        remaining = size
+        while remaining:
+            chunk = self._sock.recv(min(remaining, 1 << 20))
+            if not chunk:
+                if remaining == size:
+                    return None
+                raise ChannelClosed(f"the {self._peer} ended inside a frame")
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def _end(self, reason: BaseException) -> None:
+        with self._state:
+            if self._failure is not None:
+                return
+            self._failure = reason
+            waiting = list(self._pending.values())
+            self._pending.clear()
+        self.closed.set()
+        for waiter in waiting:
+            waiter.resolve(self._closed_error())
+
+    def _closed_error(self) -> ChannelClosed:
+        failure = self._failure
+        if isinstance(failure, ChannelClosed):
+            return ChannelClosed(failure.detail, reason=failure.reason)
+        return ChannelClosed(f"the channel to the {self._peer} ended")
+
+
+def _settle(future: asyncio.Future[Frame | BaseException], outcome: Frame | BaseException) -> None:
+    if not future.done():
+        future.set_result(outcome)
