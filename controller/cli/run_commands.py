@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +91,17 @@ def add_commands(subparsers: Any) -> None:
     run.add_argument(
         "--unsandboxed",
         action="store_true",
-        help="local: agents run without the bubblewrap sandbox (the ledger records it)",
+        help="local: agents and the module's process run without the bubblewrap sandbox (the "
+        "ledger records it for agents)",
+    )
+    run.add_argument(
+        "--include",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="a folder the module's sandboxed process may read besides the module's own folder "
+        "and what the Python running society imports from (repeat for more)",
     )
     add_variant_options(run)
     run.set_defaults(handler=_run, error_exit=EXIT_SETUP)  # a typed error: it could not start
@@ -286,7 +296,7 @@ async def run_module(
     the result."""
     root = artifact_root(args)
     # before Temporal, a run id or a run directory; the module's process lives for the run
-    async with _loaded_module(args.module) as (spec, module):
+    async with _loaded_module(args.module, getattr(args, "include", ())) as (spec, module):
         return await _submit_module(args, interrupts, progress, check, root, spec, module)
 
 
@@ -299,13 +309,15 @@ async def _submit_module(
     spec: RunSpec,
     module: Path,
 ) -> tuple[Path, RunReport]:
+    import anyio
+
     from controller.lifecycle.submit import Where, submit
     from controller.profiles import profile_named
     from controller.run import RunRequest, new_run_id
 
     if check is not None:
         check(spec)
-    text = module.read_text(encoding="utf-8")
+    text = await anyio.Path(module).read_text(encoding="utf-8")
     parameters = dict(args.settings)
     spec.parameters_from(parameters)  # refused here, before anything starts
     seed, fork = _fork_of(args, spec)
@@ -404,16 +416,20 @@ def keep_result(root: Path, report: RunReport, progress: Progress) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _loaded_module(path: Path) -> AsyncIterator[tuple[RunSpec, Path]]:
+async def _loaded_module(
+    path: Path, include: Sequence[Path] = ()
+) -> AsyncIterator[tuple[RunSpec, Path]]:
     """The module's ``run_spec``, defined before anything starts by the module's own sandboxed
-    process (``controller.program``), which runs its program and lives for the block; and the
-    module's resolved path."""
+    process (``controller.program``), which runs its program and lives for the block (and may
+    read the folders ``include`` names); and the module's resolved path."""
+    import anyio
+
     from controller.platforms.local.sandbox import unsandboxed_requested
     from controller.program.process import isolated_module
     from controller.run import RunSpecError
 
-    module = path.resolve()
-    if not module.is_file():
+    module = Path(await anyio.Path(path).resolve())
+    if not await anyio.Path(module).is_file():
         raise SetupError(
             f"{path} is not a file",
             reason="module-missing",
@@ -421,7 +437,9 @@ async def _loaded_module(path: Path) -> AsyncIterator[tuple[RunSpec, Path]]:
         )
     async with contextlib.AsyncExitStack() as stack:
         try:
-            loading = isolated_module(module, sandboxed=not unsandboxed_requested())
+            loading = isolated_module(
+                module, sandboxed=not unsandboxed_requested(), include=include
+            )
             spec = await stack.enter_async_context(loading)
         except RunSpecError as error:
             if error.reason == "module-import-failed":

@@ -27,11 +27,11 @@ from pydantic import BaseModel, ValidationError
 
 from controller.errors import SocietyError
 from ledger.events import Event, EventCatalog
-from ledger.records import Record, RecordEnvelope
+from ledger.format import RecordEnvelope
+from ledger.records import Record
 
 DATA_MODULES = (
-    "agent_images.scripted.policy",
-    "agent_images.openclaw",
+    "agent_images",
     "controller.agents",
     "controller.modelgateway",
     "controller.network.limits",

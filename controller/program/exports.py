@@ -75,7 +75,9 @@ EXPORTED: Mapping[str, Mapping[str, str]] = {
     "controller.agents.llm:LLMOwner": {**_OWNER, "instruct": ASYNC, "stop": ASYNC},
     "controller.agents.peer:PeerObservations": {**_OWNER, "observe": ASYNC},
     "agent_images.openclaw.rpc:OpenClawRPC": {
-        "methods": SYNC,
+        "hello": STATIC,
+        "events": PROPERTY,
+        "methods": PROPERTY,
         "call": ASYNC,
         "agent": ASYNC,
         "agent_wait": ASYNC,

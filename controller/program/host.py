@@ -132,7 +132,7 @@ def _handle_of(value: object) -> Mapping[str, Any] | None:
 
 
 def _new_proxy(cls: type, link: Link, handle: int, static: dict[str, Any]) -> object:
-    proxy = object.__new__(cls)
+    proxy: Any = object.__new__(cls)
     proxy.__dict__.update(_society_handle=handle, _society_link=link, _society_static=static)
     return proxy
 

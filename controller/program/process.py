@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -65,7 +65,9 @@ class ProgramRaised(SocietyError):
 
 def _program_error(error: Mapping[str, Any]) -> Exception:
     type_name = str(error.get("type") or "Exception")
-    cls = type(type_name.rsplit(".", 1)[-1], (ProgramRaised,), {"__qualname__": type_name})
+    cls: type[ProgramRaised] = type(
+        type_name.rsplit(".", 1)[-1], (ProgramRaised,), {"__qualname__": type_name}
+    )
     reason = error.get("reason") if isinstance(error.get("reason"), str) else None
     next_step = error.get("next_step") if isinstance(error.get("next_step"), str) else None
     message = str(error.get("message") or "")
@@ -89,15 +91,18 @@ class ModuleProcess:
         return self._process.pid
 
     @classmethod
-    async def start(cls, module_path: Path, *, sandboxed: bool) -> ModuleProcess:
+    async def start(
+        cls, module_path: Path, *, sandboxed: bool, include: Sequence[Path] = ()
+    ) -> ModuleProcess:
         """Start the child on this thread (it dies with it) and wait for its ``run_spec``;
-        ``RunSpecError`` for a module that does not define one."""
+        ``RunSpecError`` for a module that does not define one. Sandboxed, the child reads the
+        module's folder, the folders this interpreter imports from, and ``include``."""
         here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sandbox: _Sandbox | None = None
         try:
             if sandboxed:
                 sandbox = _Sandbox.claim()
-                process = sandbox.spawn(module_path, there)
+                process = sandbox.spawn(module_path, there, readable(module_path, include))
             else:
                 process = _spawn_plain(module_path, there)
         except BaseException:
@@ -230,9 +235,11 @@ class IsolatedRunSpec(RunSpec):
 
 
 @contextlib.asynccontextmanager
-async def isolated_module(module_path: Path, *, sandboxed: bool) -> AsyncIterator[IsolatedRunSpec]:
+async def isolated_module(
+    module_path: Path, *, sandboxed: bool, include: Sequence[Path] = ()
+) -> AsyncIterator[IsolatedRunSpec]:
     """The module's ``run_spec``, defined in a child process that lives for the block."""
-    process = await ModuleProcess.start(module_path, sandboxed=sandboxed)
+    process = await ModuleProcess.start(module_path, sandboxed=sandboxed, include=include)
     try:
         assert process.spec is not None
         yield process.spec
@@ -332,6 +339,21 @@ def _set_once(future: asyncio.Future[Frame], frame: Frame) -> None:
 # ---- the child -------------------------------------------------------------------------------
 
 
+CONTROLLER_VARIABLES = ("SOCIETY_", "TEMPORAL_", "KUBECONFIG", "GOOGLE_APPLICATION_CREDENTIALS")
+"""Prefixes of the controller's own settings (the key file's path, Temporal's and a cluster's
+credentials), which the module's process is not given."""
+
+
+def module_environment() -> dict[str, str]:
+    """``society run``'s environment without the controller's own settings: a module that reads
+    its configuration from the environment still does."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(CONTROLLER_VARIABLES)
+    }
+
+
 def _command(module_path: Path, fd: int, python: str) -> list[str]:
     return [python, "-m", "controller.program.host", str(fd), str(module_path)]
 
@@ -339,7 +361,7 @@ def _command(module_path: Path, fd: int, python: str) -> list[str]:
 def _spawn_plain(module_path: Path, there: socket.socket) -> subprocess.Popen[bytes]:
     from controller.platforms.local.launch import agent_python_path
 
-    env = dict(os.environ)
+    env = module_environment()
     env["PYTHONPATH"] = os.pathsep.join(agent_python_path())
     return subprocess.Popen(
         _command(module_path, there.fileno(), sys.executable),
@@ -374,7 +396,9 @@ class _Sandbox:
             raise
         return cls(uids, uid, folder)
 
-    def spawn(self, module_path: Path, there: socket.socket) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, module_path: Path, there: socket.socket, folders: Sequence[Path]
+    ) -> subprocess.Popen[bytes]:
         from controller.platforms.local.launch import fresh_session_keyring
         from controller.platforms.local.sandbox import HOME, Bubblewrap, python_executable, seal
 
@@ -383,19 +407,21 @@ class _Sandbox:
         if os.geteuid() == 0:  # the sandbox's uid owns its home, and nothing else
             os.chown(self.home, self.uid, self.uid)
         python = python_executable()
-        folder = module_path.parent
+        covered = [
+            path for path in folders if not any(path.is_relative_to(c) for c in bwrap.code_paths)
+        ]
         sealed = seal(
             bwrap,
             _command(module_path, there.fileno(), python),
             workdir=self.home,
             sockets=(),
             uid=self.uid,
-            readonly=[(folder, str(folder))],
+            readonly=[(folder, str(folder)) for folder in covered],
         )
         env = {
+            **module_environment(),
             "PATH": os.pathsep.join([str(Path(python).parent), "/usr/bin", "/bin"]),
             "HOME": HOME,
-            "LANG": "C.UTF-8",
             "PYTHONPATH": os.pathsep.join(bwrap.python_path),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
@@ -414,6 +440,26 @@ class _Sandbox:
     def release(self) -> None:
         shutil.rmtree(self._folder, ignore_errors=True)
         self._uids.release()
+
+
+def readable(module_path: Path, include: Sequence[Path]) -> list[Path]:
+    """What the sandboxed module process reads besides the system and the Python runtime: the
+    module's folder, ``include``, and every folder on this interpreter's import path (an editable
+    install's source among them), as real paths, none inside another."""
+    found = [module_path.parent.resolve()]
+    for folder in include:
+        resolved = folder.resolve()
+        if not resolved.is_dir():
+            raise RunSpecError(f"--include {folder} is not a folder", reason="include-missing")
+        found.append(resolved)
+    for entry in sys.path:
+        if entry and os.path.isabs(entry) and os.path.isdir(entry):
+            found.append(Path(entry).resolve())
+    unique: list[Path] = []
+    for path in sorted(set(found), key=lambda p: (len(p.parts), str(p))):
+        if not any(path.is_relative_to(kept) for kept in unique):
+            unique.append(path)
+    return unique
 
 
 def _output() -> int | None:

@@ -49,9 +49,11 @@ def society_run_argv(
     seed: int,
     run_id: str,
     settings: Mapping[str, Any] | None = None,
+    include: Sequence[Path] = (),
 ) -> list[str]:
     """The one place the suite starts a run: the public ``society run`` command line (its
-    RunSpec parameters as ``--set KEY=JSON``)."""
+    RunSpec parameters as ``--set KEY=JSON``; the suite's folder, which the generated module
+    imports from, as ``--include``)."""
     sets = [
         argument
         for key, value in (settings or {}).items()
@@ -69,6 +71,7 @@ def society_run_argv(
         str(seed),
         "--run-id",
         run_id,
+        *(argument for folder in include for argument in ("--include", str(folder))),
         *sets,
     ]
 
@@ -178,6 +181,7 @@ class SuiteRunner:
                 seed=slot.seed,
                 run_id=run_id,
                 settings=self._settings[slot.key],
+                include=() if self.suite.source is None else (self.suite.source.parent,),
             )
             began = time.monotonic()
             code = await self._spawn(argv, self.folder.logs / f"{run_id}.log", run_id)
