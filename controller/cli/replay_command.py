@@ -20,7 +20,7 @@ EXIT_DIVERGED = 1
 
 
 def add_commands(subparsers: Any) -> None:
-    from controller.cli.run_commands import EXIT_SETUP
+    from controller.cli.run_commands import EXIT_SETUP, add_module_folders
     from controller.profiles import PROFILES
 
     replay = subparsers.add_parser(
@@ -50,8 +50,11 @@ def add_commands(subparsers: Any) -> None:
         help="artifact root of the replay (default: the one RUN_DIR is in)",
     )
     replay.add_argument(
-        "--unsandboxed", action="store_true", help="local: agents run without bubblewrap"
+        "--unsandboxed",
+        action="store_true",
+        help="local: agents and the module run without bubblewrap",
     )
+    add_module_folders(replay)
     replay.set_defaults(handler=_replay, error_exit=EXIT_SETUP)
 
 
@@ -77,6 +80,8 @@ def _replay(args: argparse.Namespace) -> int:
         seed=original.seed,
         run_id=None,
         unsandboxed=args.unsandboxed,
+        include=args.include,
+        writable=args.writable,
         settings=sorted((original.parameters or {}).items()),
         fork=None,
         at=None,

@@ -46,10 +46,22 @@ RUN_HELP = """\
 Run one experiment once; progress on stderr, one JSON result line on stdout.
   1. write MODULE.py with run_spec = RunSpec.define(id=, agents=, events=, execute=)  (examples/)
   2. society run MODULE.py         start the agents, run execute(ctx) once, sign the ledger
-  3. society ledger verify DIR     check the result's ledger directory offline
-  4. society grade GRADER.py DIR   verify, then grade it with your grader (examples/graders/)
-Exit: 0 success, 1 program failed or cluster lost, 2 could not start, 130/143/129 stopped (SIGINT
-or `society cancel`/SIGTERM/SIGHUP; ledger finalized first; 2nd Ctrl-C: at once; 3rd: exit now)."""
+  3. society ledger verify DIR     check the ledger offline; society grade GRADER.py DIR grades it
+Exit: 0 success, 1 failed, 2 could not start, 130/143/129 stopped (ledger finalized; 2nd: at once)."""
+
+
+def add_module_folders(parser: argparse.ArgumentParser) -> None:
+    """``--include``/``--writable``: folders the module's sandboxed process reads or writes
+    besides its own folder and the Python import path (docs/security.md)."""
+    for option, verb in (("--include", "reads"), ("--writable", "writes")):
+        parser.add_argument(
+            option,
+            action="append",
+            type=Path,
+            default=[],
+            metavar="DIR",
+            help=f"a folder the module's sandboxed process {verb} too (repeat for more)",
+        )
 
 
 def add_commands(subparsers: Any) -> None:
@@ -91,18 +103,9 @@ def add_commands(subparsers: Any) -> None:
     run.add_argument(
         "--unsandboxed",
         action="store_true",
-        help="local: agents and the module's process run without the bubblewrap sandbox (the "
-        "ledger records it for agents)",
+        help="local: agents and the module run without bubblewrap (the ledger says so)",
     )
-    run.add_argument(
-        "--include",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="DIR",
-        help="a folder the module's sandboxed process may read besides the module's own folder "
-        "and what the Python running society imports from (repeat for more)",
-    )
+    add_module_folders(run)
     add_variant_options(run)
     run.set_defaults(handler=_run, error_exit=EXIT_SETUP)  # a typed error: it could not start
 
@@ -296,7 +299,7 @@ async def run_module(
     the result."""
     root = artifact_root(args)
     # before Temporal, a run id or a run directory; the module's process lives for the run
-    async with _loaded_module(args.module, getattr(args, "include", ())) as (spec, module):
+    async with _loaded_module(args.module, args.include, args.writable) as (spec, module):
         return await _submit_module(args, interrupts, progress, check, root, spec, module)
 
 
@@ -417,15 +420,16 @@ def keep_result(root: Path, report: RunReport, progress: Progress) -> None:
 
 @contextlib.asynccontextmanager
 async def _loaded_module(
-    path: Path, include: Sequence[Path] = ()
+    path: Path, include: Sequence[Path] = (), writable: Sequence[Path] = ()
 ) -> AsyncIterator[tuple[RunSpec, Path]]:
     """The module's ``run_spec``, defined before anything starts by the module's own sandboxed
     process (``controller.program``), which runs its program and lives for the block (and may
-    read the folders ``include`` names); and the module's resolved path."""
+    read the folders ``include`` names, and write ``writable``); and the module's resolved
+    path."""
     import anyio
 
     from controller.platforms.local.sandbox import unsandboxed_requested
-    from controller.program.process import isolated_module
+    from controller.program.process import isolated_module, module_folders
     from controller.run import RunSpecError
 
     module = Path(await anyio.Path(path).resolve())
@@ -437,8 +441,9 @@ async def _loaded_module(
         )
     async with contextlib.AsyncExitStack() as stack:
         try:
+            folders = module_folders(module, include, writable)
             loading = isolated_module(
-                module, sandboxed=not unsandboxed_requested(), include=include
+                module, sandboxed=not unsandboxed_requested(), folders=folders
             )
             spec = await stack.enter_async_context(loading)
         except RunSpecError as error:

@@ -4,13 +4,14 @@ They run in the worker's process; on the local profile that is the ``society run
 ``execute`` reports progress straight to the terminal and cancelling it reaches the kernel.
 With a ``RunAuthority`` (``society run`` passes its own) each activity first refuses whatever
 that process did not submit (``submission``), and ``execute`` runs the ``run_spec`` the CLI
-loaded before anything started instead of importing the request's module. What each step
+loaded (in the module's own process) before anything started. What each step
 means for the request's profile (a namespace to prepare, a controller Job to run in-cluster, an
 export) the ``Profile`` says (``controller.profiles``); nothing here compares a profile's name.
 
 A worker that serves other processes' submissions (``worker``) places every run under its own
 artifact root, whatever root the request names (that is the submitter's machine), and runs the
-module's content the request carries (``module_source``) rather than reading ``module_path``.
+module's content the request carries (``module_source``) rather than reading ``module_path``,
+in the module's own sandboxed process (``controller.program``): the worker never imports it.
 """
 
 from __future__ import annotations
@@ -231,7 +232,13 @@ async def _execute(request: RunRequest, progress: Progress, spec: RunSpec | None
     _check_in_cluster(request)
     profile = _profile(request.profile)
     if spec is None and request.module_source is not None and profile.runs_controller_here():
-        spec = await anyio.to_thread.run_sync(_sent_module, request)
+        from controller.platforms.local.sandbox import unsandboxed_requested
+        from controller.program.process import isolated_module
+
+        module = await anyio.to_thread.run_sync(_sent_module, request)
+        # the module's own sandboxed process defines its run_spec and runs its program
+        async with isolated_module(module, sandboxed=not unsandboxed_requested()) as sent:
+            return await profile.execute(RunRequest(**_fields(request)), progress, sent)
     return await profile.execute(RunRequest(**_fields(request)), progress, spec)
 
 
@@ -243,19 +250,17 @@ def _profile(name: str) -> Profile:
         raise ApplicationError(str(error), type=error.reason, non_retryable=True) from None
 
 
-def _sent_module(request: RunRequest) -> RunSpec:
-    """The ``run_spec`` of the module content the submitter sent, written into the run directory
-    (so it stays with the run's evidence) once it matches its digest; ``module_path`` names a file
-    on the submitter's machine and is never read here."""
-    from controller.run import load_run_spec
-
+def _sent_module(request: RunRequest) -> Path:
+    """The module content the submitter sent, written into the run directory (so it stays with
+    the run's evidence) once it matches its digest; ``module_path`` names a file on the
+    submitter's machine and is never read here."""
     assert request.module_source is not None
     content = request.module_source.verified()
     directory = run_directory(request.artifact_root, request.run_id) / MODULE_DIRECTORY
     directory.mkdir(parents=True, exist_ok=True)
     module = directory / request.module_source.name
     module.write_text(content, encoding="utf-8")
-    return load_run_spec(module)
+    return module
 
 
 def _fields(request: RunRequest) -> dict[str, Any]:

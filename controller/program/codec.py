@@ -51,8 +51,9 @@ class CodecError(SocietyError):
     reason = "value-not-data"
 
 
-Export = Callable[[object], Mapping[str, Any] | None]
-"""The controller's hook: a handle for an object it exports, ``None`` for one it does not."""
+Export = Callable[[object], dict[str, Any] | None]
+"""A side's hook: the whole encoded form of an object it passes by reference (a ``$handle`` on
+the controller's object, a ``$policy`` the module process evaluates), ``None`` for data."""
 Resolve = Callable[[Mapping[str, Any]], object]
 """Turns an arriving ``$handle`` into an object (the controller's own, or a module-side proxy)."""
 EventDecoder = Callable[[Mapping[str, Any]], Event]
@@ -70,9 +71,9 @@ def encode(value: object, export: Export | None = None, depth: int = 0) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else {"$float": repr(value)}
     if export is not None:
-        handle = export(value)
-        if handle is not None:
-            return {"$handle": dict(handle)}
+        reference = export(value)
+        if reference is not None:
+            return reference
     inner = depth + 1
     if isinstance(value, list):
         return [encode(item, export, inner) for item in value]
@@ -121,6 +122,8 @@ class Decoder:
     event: EventDecoder
     record: RecordDecoder | None = None
     catalog: Callable[[list[str]], EventCatalog] | None = None
+    policy: Callable[[int], object] | None = None
+    """Turns a ``$policy`` (a link policy the module process evaluates) into a callable."""
 
     def decode(self, value: Any, depth: int = 0) -> Any:
         """Rebuild ``value``; ``CodecError`` for anything malformed or not allowed."""
@@ -178,6 +181,10 @@ class Decoder:
             if not all(isinstance(tag, str) for tag in tags):
                 raise CodecError("$catalog holds a tag that is not a str")
             return self.catalog(tags)
+        if key == "$policy":
+            if self.policy is None or type(body) is not int:
+                raise CodecError("a link policy does not cross this way")
+            return self.policy(body)
         if key == "$handle":
             if not isinstance(body, dict):
                 raise CodecError("$handle holds no object")

@@ -12,6 +12,9 @@ way:
 - ``ITERATOR``: a method returning an async iterator the module pulls item by item;
 - ``ENTER``/``EXIT``: the object is itself an ``async with`` block (a fork point).
 
+A link policy the module passes to ``links.shape`` stays in the module process: the router asks
+it for each delivery's verdict (``serve.RemotePolicy``).
+
 Nothing else is reachable: not the ledger writer, the router, the signer or the platform.
 """
 
@@ -53,6 +56,7 @@ EXPORTED: Mapping[str, Mapping[str, str]] = {
         "disable": CONTEXT,
         "delay": CONTEXT,
         "hold": CONTEXT,
+        "shape": CONTEXT,
     },
     "controller.run.context:CustomerEvents": {"emit": ASYNC},
     "controller.run.context:LedgerView": {

@@ -16,10 +16,11 @@ import asyncio
 import builtins
 import contextlib
 import importlib
+import inspect
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, NoReturn
 
 import anyio
@@ -56,6 +57,7 @@ class Link:
         self.channel = channel
         self.catalog = catalog
         self._proxies: dict[int, object] = {}
+        self.policies: dict[int, Callable[..., object]] = {}
         self.decoder = Decoder(
             resolve=self._proxy,
             event=catalog.decode,
@@ -63,7 +65,34 @@ class Link:
         )
 
     def encode(self, value: object) -> Any:
-        return encode(value, _handle_of)
+        return encode(value, self._reference)
+
+    def _reference(self, value: object) -> dict[str, Any] | None:
+        if isinstance(value, RemoteHandle):
+            return {"$handle": {"id": value._society_handle}}
+        if callable(value) and not isinstance(value, type):
+            if inspect.iscoroutinefunction(value):
+                raise TypeError(
+                    f"a link policy is a plain function of one LinkDelivery returning a verdict, "
+                    f"not {value!r}"
+                )
+            number = len(self.policies) + 1
+            self.policies[number] = value
+            return {"$policy": number}
+        return None
+
+    def evaluate(self, call_id: object, number: object, delivery: object) -> None:
+        """The verdict of the module's link policy ``number`` on ``delivery`` (reader thread)."""
+        try:
+            policy = self.policies[number] if type(number) is int else None
+            if policy is None:
+                raise ControllerRefused("no such link policy")
+            verdict = policy(self.decoder.decode(delivery))
+            answer = encode(verdict)
+        except Exception as exc:
+            self.channel.reply(call_id, error=error_frame(exc))
+            return
+        self.channel.reply(call_id, value=answer)
 
     def answer(self, frame: Frame) -> Any:
         if frame.get("op") == "error":
@@ -123,12 +152,6 @@ class RemoteHandle:
     _society_handle: int
     _society_link: Link
     _society_static: dict[str, Any]
-
-
-def _handle_of(value: object) -> Mapping[str, Any] | None:
-    if isinstance(value, RemoteHandle):
-        return {"id": value._society_handle}
-    return None
 
 
 def _new_proxy(cls: type, link: Link, handle: int, static: dict[str, Any]) -> object:
@@ -358,6 +381,8 @@ class Host:
         call_id = frame.get("id")
         if op == "parameters":
             self._parameters(call_id, frame.get("values"))
+        elif op == "policy":
+            self.link.evaluate(call_id, frame.get("policy"), frame.get("delivery"))
         elif op == "execute":
             self._loop.call_soon_threadsafe(self._start, call_id, frame.get("context"))
         elif op == "cancel":

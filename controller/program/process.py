@@ -4,9 +4,11 @@ The controller never imports the module. A sandboxed child (``controller.program
 and sends its ``run_spec`` across as data; the controller rebuilds a ``RunSpec`` from it with
 ``RunSpec.define`` (so every check runs again on its side) whose ``execute`` runs the program in
 the child, serving ``ctx`` through ``ProgramServer``. The sandbox is the local agent sandbox
-(``controller.platforms.local.sandbox``): its own uid, no capabilities, a fresh session keyring,
-the default-deny seccomp filter, no network, the system and the Python runtime read-only, the
-module's folder read-only, an empty writable home; no run directory, no ledger, no key file.
+(``controller.platforms.local.sandbox``) around the user who runs ``society``: no capabilities,
+a fresh session keyring, the default-deny seccomp filter, no network, its own processes only;
+the system and the Python runtime read-only, the module's folder and the import path read-only
+(``module_folders``: plus ``--include``, and ``--writable`` folders to write), an empty writable
+home; no run directory, no ledger, no key file.
 
 Unsandboxed (``SOCIETY_UNSANDBOXED=1``, ``society run --unsandboxed``) the child is a plain
 process of the same user: the ledger writer and the signer are still out of its reach, the
@@ -18,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -48,6 +50,9 @@ SPEC_TIMEOUT_S = 300.0
 """How long the module may take to import and define its ``run_spec``."""
 PARAMETERS_TIMEOUT_S = 60.0
 STOP_GRACE_S = 5.0
+PROGRAM_CANCEL_GRACE_S = 30.0
+"""How long a cancelled program may take to end (its cleanup still served) before the run goes
+on without it."""
 
 
 class RemoteParameters(BaseModel):
@@ -92,17 +97,17 @@ class ModuleProcess:
 
     @classmethod
     async def start(
-        cls, module_path: Path, *, sandboxed: bool, include: Sequence[Path] = ()
+        cls, module_path: Path, *, sandboxed: bool, folders: Folders | None = None
     ) -> ModuleProcess:
         """Start the child on this thread (it dies with it) and wait for its ``run_spec``;
-        ``RunSpecError`` for a module that does not define one. Sandboxed, the child reads the
-        module's folder, the folders this interpreter imports from, and ``include``."""
+        ``RunSpecError`` for a module that does not define one. Sandboxed, the child sees
+        ``folders`` (by default ``module_folders(module_path)``)."""
         here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sandbox: _Sandbox | None = None
         try:
             if sandboxed:
                 sandbox = _Sandbox.claim()
-                process = sandbox.spawn(module_path, there, readable(module_path, include))
+                process = sandbox.spawn(module_path, there, folders or module_folders(module_path))
             else:
                 process = _spawn_plain(module_path, there)
         except BaseException:
@@ -170,22 +175,41 @@ class ModuleProcess:
 
     async def execute(self, context: RunContext) -> Any:
         """Run the program in the child, serving ``context`` to it; its result, or
-        ``ProgramRaised`` (named like its exception), or ``ChannelClosed`` when it died."""
+        ``ProgramRaised`` (named like its exception), or ``ChannelClosed`` when it died.
+
+        Cancelled, it asks the program to stop and serves it ``PROGRAM_CANCEL_GRACE_S`` more
+        (its ``finally`` blocks may still use ``ctx``), then lets the cancellation through: a
+        program that blocks its loop or ignores cancellation does not hold the run."""
         assert self.spec is not None
         server = ProgramServer(self._channel, self.spec.events)
+        answer: asyncio.Future[Frame | BaseException] | None = None
         try:
             async with server.serving() as on_request:
                 self._serve = on_request
                 sent = encode(_context_data(context), server.export)
-                answer = await self._channel.request({"op": "execute", "context": sent})
+                call_id, answer = self._channel.submit({"op": "execute", "context": sent})
+                try:
+                    outcome = await asyncio.shield(answer)
+                except anyio.get_cancelled_exc_class():
+                    self._channel.cancel(call_id)
+                    raise
+        except anyio.get_cancelled_exc_class():
+            if answer is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(PROGRAM_CANCEL_GRACE_S):
+                    async with server.serving() as on_request:
+                        self._serve = on_request
+                        await answer
+            raise
         finally:
             self._serve = None
-        if answer.get("op") == "error":
-            error = answer.get("error")
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if outcome.get("op") == "error":
+            error = outcome.get("error")
             raise _program_error(error if isinstance(error, dict) else {})
         decoder = Decoder(resolve=_no_handles, event=self.spec.events.decode)
         try:
-            return decoder.decode(answer.get("value"))
+            return decoder.decode(outcome.get("value"))
         except CodecError:
             return None
 
@@ -236,10 +260,10 @@ class IsolatedRunSpec(RunSpec):
 
 @contextlib.asynccontextmanager
 async def isolated_module(
-    module_path: Path, *, sandboxed: bool, include: Sequence[Path] = ()
+    module_path: Path, *, sandboxed: bool, folders: Folders | None = None
 ) -> AsyncIterator[IsolatedRunSpec]:
     """The module's ``run_spec``, defined in a child process that lives for the block."""
-    process = await ModuleProcess.start(module_path, sandboxed=sandboxed, include=include)
+    process = await ModuleProcess.start(module_path, sandboxed=sandboxed, folders=folders)
     try:
         assert process.spec is not None
         yield process.spec
@@ -374,49 +398,44 @@ def _spawn_plain(module_path: Path, there: socket.socket) -> subprocess.Popen[by
 
 
 class _Sandbox:
-    """The module process's sandbox: a uid of its own (its block claimed while it lives) and an
-    empty home, both let go by ``release``."""
+    """The module process's sandbox: its folders, and an empty home ``release`` removes.
 
-    def __init__(self, uids: Any, uid: int, folder: Path) -> None:
-        self._uids = uids
-        self.uid = uid
+    It runs as the user who runs ``society`` (so what it writes is theirs), with no capabilities,
+    ``no_new_privs``, a fresh session keyring and the default-deny seccomp filter: what it may
+    touch is what its mount namespace holds, and that holds no key file, run directory or ledger.
+    """
+
+    def __init__(self, folder: Path) -> None:
         self._folder = folder
         self.home = folder / "home"
 
     @classmethod
     def claim(cls) -> _Sandbox:
-        from controller.platforms.local.sandbox import AgentUids
-
-        uids = AgentUids(f"sr-{secrets.token_hex(8)}")
-        try:
-            uid = uids.take()
-            folder = Path(tempfile.mkdtemp(prefix="society-module-"))  # 0700, this user's
-        except BaseException:
-            uids.release()
-            raise
-        return cls(uids, uid, folder)
+        return cls(Path(tempfile.mkdtemp(prefix="society-module-")))
 
     def spawn(
-        self, module_path: Path, there: socket.socket, folders: Sequence[Path]
+        self, module_path: Path, there: socket.socket, folders: Folders
     ) -> subprocess.Popen[bytes]:
         from controller.platforms.local.launch import fresh_session_keyring
         from controller.platforms.local.sandbox import HOME, Bubblewrap, python_executable, seal
 
         bwrap = Bubblewrap.probe()
-        self.home.mkdir(mode=0o755)
-        if os.geteuid() == 0:  # the sandbox's uid owns its home, and nothing else
-            os.chown(self.home, self.uid, self.uid)
+        self.home.mkdir(mode=0o700)
         python = python_executable()
-        covered = [
-            path for path in folders if not any(path.is_relative_to(c) for c in bwrap.code_paths)
+        code = bwrap.code_paths
+        binds = [
+            ("--ro-bind", path, str(path))
+            for path in folders.readable
+            if not any(path.is_relative_to(c) for c in code)
         ]
+        binds += [("--bind", path, str(path)) for path in folders.writable]
         sealed = seal(
             bwrap,
             _command(module_path, there.fileno(), python),
             workdir=self.home,
             sockets=(),
-            uid=self.uid,
-            readonly=[(folder, str(folder)) for folder in covered],
+            uid=os.geteuid(),
+            extra=binds,
         )
         env = {
             **module_environment(),
@@ -439,24 +458,49 @@ class _Sandbox:
 
     def release(self) -> None:
         shutil.rmtree(self._folder, ignore_errors=True)
-        self._uids.release()
 
 
-def readable(module_path: Path, include: Sequence[Path]) -> list[Path]:
-    """What the sandboxed module process reads besides the system and the Python runtime: the
-    module's folder, ``include``, and every folder on this interpreter's import path (an editable
-    install's source among them), as real paths, none inside another."""
-    found = [module_path.parent.resolve()]
-    for folder in include:
-        resolved = folder.resolve()
-        if not resolved.is_dir():
-            raise RunSpecError(f"--include {folder} is not a folder", reason="include-missing")
-        found.append(resolved)
-    for entry in sys.path:
-        if entry and os.path.isabs(entry) and os.path.isdir(entry):
-            found.append(Path(entry).resolve())
+@dataclass(frozen=True, slots=True)
+class Folders:
+    """What the sandboxed module process sees of this machine's files besides the system and the
+    Python runtime: ``readable`` (read-only) and ``writable``, as real paths, none inside
+    another."""
+
+    readable: tuple[Path, ...]
+    writable: tuple[Path, ...]
+
+
+def module_folders(
+    module_path: Path, include: Sequence[Path] = (), writable: Sequence[Path] = ()
+) -> Folders:
+    """The module's folder, ``include``, and every folder on this interpreter's import path (an
+    editable install's source among them) to read; ``writable`` to write."""
+    written = _unique(_folders(writable, "--writable"))
+    found = [module_path.parent.resolve(), *_folders(include, "--include")]
+    found += [Path(e).resolve() for e in sys.path if e and os.path.isabs(e) and os.path.isdir(e)]
+    readable = [
+        path
+        for path in _unique(found)
+        if not any(path.is_relative_to(w) or w.is_relative_to(path) for w in written)
+    ]
+    return Folders(tuple(readable), tuple(written))
+
+
+def _folders(given: Sequence[Path], option: str) -> list[Path]:
+    resolved = [folder.resolve() for folder in given]
+    for folder, path in zip(given, resolved, strict=True):
+        if not path.is_dir():
+            raise RunSpecError(
+                f"{option} {folder} is not a folder",
+                reason="folder-missing",
+                next_step=f"create {folder} or drop {option}",
+            )
+    return resolved
+
+
+def _unique(paths: Sequence[Path]) -> list[Path]:
     unique: list[Path] = []
-    for path in sorted(set(found), key=lambda p: (len(p.parts), str(p))):
+    for path in sorted(set(paths), key=lambda p: (len(p.parts), str(p))):
         if not any(path.is_relative_to(kept) for kept in unique):
             unique.append(path)
     return unique

@@ -24,6 +24,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from controller.errors import SocietyError
+from controller.network.links import Delay, Deliver, Drop, Hold, LinkDelivery, Verdict
 from controller.program import exports
 from controller.program.codec import CodecError, Decoder, encode
 from controller.program.wire import Channel, Frame
@@ -82,10 +83,12 @@ class ProgramServer:
         self._blocks: dict[int, _Held] = {}
         self._calls: dict[int, anyio.CancelScope] = {}
         self._tasks: TaskGroup | None = None
-        self._decoder = Decoder(resolve=self._resolve, event=self._event)
+        self._decoder = Decoder(
+            resolve=self._resolve, event=self._event, policy=lambda n: RemotePolicy(channel, n)
+        )
 
-    def export(self, value: object) -> Mapping[str, Any] | None:
-        """A handle on ``value`` when its class is exported (the same handle each time)."""
+    def export(self, value: object) -> dict[str, Any] | None:
+        """A ``$handle`` on ``value`` when its class is exported (the same handle each time)."""
         listed = exports.members(type(value))
         if listed is None:
             return None
@@ -105,8 +108,10 @@ class ProgramServer:
                 for name, kind in listed.items()
                 if kind == exports.STATIC
             }
-            return {"id": known, "class": exports.class_name(type(value)), "static": static}
-        return {"id": known, "class": exports.class_name(type(value))}
+            return {
+                "$handle": {"id": known, "class": exports.class_name(type(value)), "static": static}
+            }
+        return {"$handle": {"id": known, "class": exports.class_name(type(value))}}
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[Callable[[Frame], None]]:
@@ -205,7 +210,7 @@ class ProgramServer:
         if op == "leave":
             held = self._blocks.get(_int(frame.get("target")))
             if held is None:
-                raise ProgramCallRefused("no such block", reason="unknown-handle")
+                return None  # already closed: the program ended, or was cancelled, inside it
             held.failed = bool(frame.get("failed"))
             held.leave.set()
             return None
@@ -295,6 +300,45 @@ class ProgramServer:
 
     def _event(self, wire: Mapping[str, Any]) -> Event:
         return self._customer.decode(wire)
+
+
+POLICY_TIMEOUT_S = 1.0
+"""How long the router waits for the module process's verdict on one delivery."""
+
+
+class RemotePolicy:
+    """A link policy of the module's, evaluated in the module process for each delivery (the
+    router waits for the verdict; one that does not come within ``POLICY_TIMEOUT_S``, or is no
+    verdict, drops the delivery as ``policy-error``)."""
+
+    def __init__(self, channel: Channel, policy: int) -> None:
+        self._channel = channel
+        self._policy = policy
+
+    def __call__(self, delivery: LinkDelivery) -> Verdict:
+        answer = self._channel.request_sync(
+            {"op": "policy", "policy": self._policy, "delivery": encode(delivery)},
+            timeout_s=POLICY_TIMEOUT_S,
+        )
+        if answer.get("op") != "result":
+            raise ProgramCallRefused("the module's link policy raised", reason="policy-error")
+        verdict = _VERDICTS.decode(answer.get("value"))
+        if not isinstance(verdict, Deliver | Drop | Delay | Hold):
+            raise ProgramCallRefused(
+                "the module's link policy gave no verdict", reason="policy-error"
+            )
+        return verdict
+
+
+def _no_reference(body: object) -> object:
+    raise CodecError("a verdict holds no reference")
+
+
+def _no_event(wire: Mapping[str, Any]) -> Event:
+    raise CodecError("a verdict holds no event")
+
+
+_VERDICTS = Decoder(resolve=_no_reference, event=_no_event)
 
 
 async def _aclose(iterator: AsyncIterator[Any]) -> None:

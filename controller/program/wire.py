@@ -145,6 +145,29 @@ class Channel:
             raise outcome
         return outcome
 
+    def submit(self, frame: Frame) -> tuple[int, asyncio.Future[Frame | BaseException]]:
+        """Send a request; its answer (or the channel's end) settles the returned future on the
+        running loop, whoever waits for it (``cancel`` tells the peer to stop the call)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Frame | BaseException] = loop.create_future()
+
+        def deliver(outcome: Frame | BaseException) -> None:
+            loop.call_soon_threadsafe(_settle, future, outcome)
+
+        call_id = self._register(deliver)
+        try:
+            self.send({**frame, "id": call_id})
+        except BaseException:
+            with self._state:
+                self._pending.pop(call_id, None)
+            raise
+        return call_id, future
+
+    def cancel(self, call_id: int) -> None:
+        """Ask the peer to stop call ``call_id`` (its answer still comes)."""
+        with contextlib.suppress(ChannelClosed):
+            self.send({"op": "cancel", "target": call_id})
+
     def close(self) -> None:
         """End the channel (idempotent): pending calls fail, the reader thread ends."""
         self._end(ChannelClosed(f"the channel to the {self._peer} was closed"))

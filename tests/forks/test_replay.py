@@ -32,9 +32,10 @@ def test_a_scripted_negotiation_replays_identically(society: Society) -> None:
 
 
 def test_a_peer_society_replays_identically(society: Society) -> None:
-    original = society.run_dir(society.run(PROGRAMS / "peer_rounds.py"))
+    peers = Path(__file__).resolve().parents[2] / "examples" / "peers"  # the module reads tally.py
+    original = society.run_dir(society.run(PROGRAMS / "peer_rounds.py", "--include", peers))
 
-    replay = society("replay", original)
+    replay = society("replay", original, "--include", peers)
 
     assert replay.code == 0, replay.stderr
     assert replay.line()["replay"] == "identical" and replay.line()["messages"] == 12

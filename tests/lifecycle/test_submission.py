@@ -51,7 +51,7 @@ def _gated(society: SocietyCommand, gate: Path, *args: str) -> tuple[Society, st
     """``society run`` of a program that returns once ``gate/go`` exists; its run id."""
     gate.mkdir(exist_ok=True)
     society.env["GATE"] = str(gate)
-    run = society.run(PROGRAMS / "gated.py", *args)
+    run = society.run(PROGRAMS / "gated.py", "--writable", str(gate), *args)
     run.wait_for_stderr("running program")
     [run_id] = [line.split()[1].rstrip(":") for line in run.stderr_lines if line.startswith("run ")]
     return run, run_id

@@ -22,6 +22,7 @@ from tests.run.test_hostile_module import MAKE_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = Path(__file__).with_name("hostile_program.py")
+SHAPED = Path(__file__).with_name("shaped_program.py")
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
 
 
@@ -85,3 +86,18 @@ def test_a_hostile_module_reaches_neither_the_key_nor_the_ledger_writer(
     if sandbox == "sandboxed":  # unsandboxed, it is the operator's own process: see security.md
         assert hunt["keyAtImport"] == "refused: FileNotFoundError"
         assert hunt["keyInProgram"] == "refused: FileNotFoundError"
+
+
+def test_a_module_program_shapes_links_with_its_own_policy_and_reads_its_ledger(
+    tmp_path: Path, operator_key: tuple[Path, str]
+) -> None:
+    key, public = operator_key
+    line = society_run(SHAPED, tmp_path / "artifacts", key)
+    assert line["outcome"] == "ProgramFinished" and line["exit"] == "success", line
+    verified = verify_ledger(None, line["ledger"], trusted_key=public, require_catalog=False)
+    by_tag = [(r.tag, r.producer, dict(r.event)) for r in verified.envelopes]
+    (received,) = [event for tag, _, event in by_tag if tag == "shaped.received/v1"]
+    assert received["texts"] == ["keep one", "keep two"]
+    drops = [event for tag, _, event in by_tag if tag == "society.link-message-dropped/v1"]
+    assert [drop["reason"] for drop in drops] == ["said drop"]
+    assert [p for tag, p, _ in by_tag if tag == "society.link-policy-set/v1"] == ["links"]

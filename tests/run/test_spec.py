@@ -8,11 +8,12 @@ import textwrap
 from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 
 from controller import Event, EventCatalog, RunSpec
 from controller.agents import scripted
-from controller.cli.run_commands import SetupError, _load_module
+from controller.cli.run_commands import SetupError, _loaded_module
 from controller.events.run import RunStarted
 from controller.platforms.local import LocalPlatform
 from controller.run import RunRequest, RunSpecError, execute_run, load_run_spec, new_run_id
@@ -221,6 +222,16 @@ def test_a_module_that_ships_as_content_and_imports_a_sibling_is_refused_before_
     alone = tmp_path / "alone.py"  # what the environment provides travels fine
     alone.write_text(HEADER + "import json\nfrom controller import agents\n")
     assert ModuleSource.read(alone).name == "alone.py"
+
+
+def _load_module(module: Path) -> RunSpec:
+    """``society run``'s loading: the module's own sandboxed process defines its spec."""
+
+    async def load() -> RunSpec:
+        async with _loaded_module(module) as (spec, _):
+            return spec
+
+    return anyio.run(load)
 
 
 def test_a_module_that_fails_to_import_names_a_check_that_fails_too(tmp_path: Path) -> None:

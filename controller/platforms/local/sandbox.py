@@ -94,11 +94,12 @@ class Bubblewrap:
         sockets: Iterable[tuple[Path, str]],
         uid: int,
         seccomp_fd: int,
-        readonly: Iterable[tuple[Path, str]] = (),
+        extra: Iterable[tuple[str, Path, str]] = (),
     ) -> list[str]:
         """The argv that runs ``inner`` as ``uid`` in a fresh sandbox around ``workdir``, its
-        seccomp filter read from ``seccomp_fd``; ``readonly`` binds more (source, destination)."""
-        binds = self.binds(workdir=workdir, sockets=sockets, readonly=readonly)
+        seccomp filter read from ``seccomp_fd``; ``extra`` binds more (``--ro-bind`` or
+        ``--bind``, source, destination)."""
+        binds = self.binds(workdir=workdir, sockets=sockets, extra=extra)
         argv = [
             self.executable,
             "--unshare-pid",
@@ -147,7 +148,7 @@ class Bubblewrap:
         *,
         workdir: Path,
         sockets: Iterable[tuple[Path, str]],
-        readonly: Iterable[tuple[Path, str]] = (),
+        extra: Iterable[tuple[str, Path, str]] = (),
     ) -> list[tuple[str, str, str]]:
         """What the sandbox binds, in order: ``(option, source, destination)``."""
         binds: list[tuple[str, str, str]] = []
@@ -161,8 +162,9 @@ class Bubblewrap:
         binds.append(("--bind", str(workdir), HOME))
         for socket_file, destination in sockets:
             binds.append(("--ro-bind", str(socket_file), destination))
-        for source, destination in readonly:
-            binds.append(("--ro-bind", str(source), destination))
+        for option, source, destination in extra:
+            assert option in ("--ro-bind", "--bind"), option
+            binds.append((option, str(source), destination))
         return binds
 
     def mount_plan(
@@ -197,7 +199,7 @@ def seal(
     workdir: Path,
     sockets: Iterable[tuple[Path, str]],
     uid: int,
-    readonly: Iterable[tuple[Path, str]] = (),
+    extra: Iterable[tuple[str, Path, str]] = (),
 ) -> SealedCommand:
     """``bwrap.command`` with its filter and options in memory files the child inherits."""
     seccomp_fd = _memory_file("society-seccomp", bwrap.seccomp)
@@ -208,7 +210,7 @@ def seal(
             sockets=sockets,
             uid=uid,
             seccomp_fd=seccomp_fd,
-            readonly=readonly,
+            extra=extra,
         )
         split = argv.index("--", 1)
         options = b"".join(a.encode() + b"\0" for a in argv[1:split])
