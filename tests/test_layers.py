@@ -33,10 +33,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("7. controller.agents", ("controller.agents",)),
     ("8. controller.run", ("controller.run",)),
     ("9a. controller.platforms", ("controller.platforms",)),
-    ("9b. controller.stores", ("controller.stores",)),
-    ("9c. controller.incluster", ("controller.incluster",)),
-    ("9d. controller.profiles", ("controller.profiles",)),
-    ("9e. controller.lifecycle", ("controller.lifecycle",)),
+    ("9b. controller.program", ("controller.program",)),
+    ("9c. controller.stores", ("controller.stores",)),
+    ("9d. controller.incluster", ("controller.incluster",)),
+    ("9e. controller.profiles", ("controller.profiles",)),
+    ("9f. controller.lifecycle", ("controller.lifecycle",)),
     ("10. Suites and viewers", ("controller.suites", "controller.viewer")),
     ("11a. controller.ops", ("controller.ops",)),
     ("11b. controller.cli", ("controller.cli",)),
@@ -48,7 +49,12 @@ SEPARATE: tuple[tuple[str, str], ...] = (
 )
 """Rooms of one layer that never import each other."""
 NARROW: dict[str, tuple[str, ...]] = {
-    "controller.lifecycle": ("controller.run", "controller.profiles", "controller.stores"),
+    "controller.lifecycle": (
+        "controller.run",
+        "controller.program",
+        "controller.profiles",
+        "controller.stores",
+    ),
 }
 """Rooms that may import, of layers 8 and up, only these (and themselves)."""
 FACADE = "controller"

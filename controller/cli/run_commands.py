@@ -47,7 +47,7 @@ Run one experiment once; progress on stderr, one JSON result line on stdout.
   1. write MODULE.py with run_spec = RunSpec.define(id=, agents=, events=, execute=)  (examples/)
   2. society run MODULE.py         start the agents, run execute(ctx) once, sign the ledger
   3. society ledger verify DIR     check the ledger offline; society grade GRADER.py DIR grades it
-Exit: 0 success, 1 failed, 2 could not start, 130/143/129 stopped (ledger finalized; 2nd: at once)."""
+Exit: 0 success, 1 failed, 2 could not start, 130/143/129 stopped (ledger finalized; 2nd: now)."""
 
 
 def add_module_folders(parser: argparse.ArgumentParser) -> None:
@@ -428,7 +428,6 @@ async def _loaded_module(
     path."""
     import anyio
 
-    from controller.platforms.local.sandbox import unsandboxed_requested
     from controller.program.process import isolated_module, module_folders
     from controller.run import RunSpecError
 
@@ -442,9 +441,7 @@ async def _loaded_module(
     async with contextlib.AsyncExitStack() as stack:
         try:
             folders = module_folders(module, include, writable)
-            loading = isolated_module(
-                module, sandboxed=not unsandboxed_requested(), folders=folders
-            )
+            loading = isolated_module(module, folders=folders)
             spec = await stack.enter_async_context(loading)
         except RunSpecError as error:
             if error.reason == "module-import-failed":

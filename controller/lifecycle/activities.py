@@ -232,12 +232,11 @@ async def _execute(request: RunRequest, progress: Progress, spec: RunSpec | None
     _check_in_cluster(request)
     profile = _profile(request.profile)
     if spec is None and request.module_source is not None and profile.runs_controller_here():
-        from controller.platforms.local.sandbox import unsandboxed_requested
         from controller.program.process import isolated_module
 
         module = await anyio.to_thread.run_sync(_sent_module, request)
         # the module's own sandboxed process defines its run_spec and runs its program
-        async with isolated_module(module, sandboxed=not unsandboxed_requested()) as sent:
+        async with isolated_module(module) as sent:
             return await profile.execute(RunRequest(**_fields(request)), progress, sent)
     return await profile.execute(RunRequest(**_fields(request)), progress, spec)
 

@@ -260,9 +260,14 @@ class IsolatedRunSpec(RunSpec):
 
 @contextlib.asynccontextmanager
 async def isolated_module(
-    module_path: Path, *, sandboxed: bool, folders: Folders | None = None
+    module_path: Path, *, sandboxed: bool | None = None, folders: Folders | None = None
 ) -> AsyncIterator[IsolatedRunSpec]:
-    """The module's ``run_spec``, defined in a child process that lives for the block."""
+    """The module's ``run_spec``, defined in a child process that lives for the block; sandboxed
+    unless ``sandboxed`` is false or, by default, ``SOCIETY_UNSANDBOXED`` is set."""
+    if sandboxed is None:
+        from controller.platforms.local.sandbox import unsandboxed_requested
+
+        sandboxed = not unsandboxed_requested()
     process = await ModuleProcess.start(module_path, sandboxed=sandboxed, folders=folders)
     try:
         assert process.spec is not None
