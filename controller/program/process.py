@@ -37,7 +37,6 @@ from pydantic import BaseModel, ConfigDict
 from controller.agents.runtime import RuntimeDescriptor
 from controller.agents.shipped import shipped_runtime_catalogs
 from controller.errors import SocietyError
-from controller.events import core_events
 from controller.network.limits import MessageLimits
 from controller.program.codec import CodecError, Decoder, encode
 from controller.program.serve import ProgramCallRefused, ProgramServer, error_frame
@@ -297,8 +296,8 @@ def _customer_catalog(tags: object) -> EventCatalog:
     return EventCatalog.make(*classes)
 
 
-def _runtime_catalog(tags: list[str]) -> EventCatalog:
-    known = EventCatalog.merge(core_events, *shipped_runtime_catalogs().values())
+def runtime_catalog(tags: list[str]) -> EventCatalog:
+    known = EventCatalog.merge(*shipped_runtime_catalogs().values())
     unknown = [tag for tag in tags if tag not in known]
     if unknown:
         raise CodecError(f"runtime events {unknown} are not a shipped runtime's")
@@ -316,7 +315,7 @@ def _no_events(wire: Mapping[str, Any]) -> Event:
 def _rebuild(sent: object, process: ModuleProcess) -> IsolatedRunSpec:
     if not isinstance(sent, dict):
         raise RunSpecError("the module process sent no spec", reason="bad-spec")
-    decoder = Decoder(resolve=_no_handles, event=_no_events, catalog=_runtime_catalog)
+    decoder = Decoder(resolve=_no_handles, event=_no_events, catalog=runtime_catalog)
     try:
         agents = decoder.decode(sent.get("agents"))
         limits = decoder.decode(sent.get("message_limits"))

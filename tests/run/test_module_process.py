@@ -23,6 +23,7 @@ from tests.run.test_hostile_module import MAKE_KEY
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = Path(__file__).with_name("hostile_program.py")
 SHAPED = Path(__file__).with_name("shaped_program.py")
+GARBAGE = Path(__file__).with_name("garbage_program.py")
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
 
 
@@ -101,3 +102,31 @@ def test_a_module_program_shapes_links_with_its_own_policy_and_reads_its_ledger(
     drops = [event for tag, _, event in by_tag if tag == "society.link-message-dropped/v1"]
     assert [drop["reason"] for drop in drops] == ["said drop"]
     assert [p for tag, p, _ in by_tag if tag == "society.link-policy-set/v1"] == ["links"]
+
+
+@pytest.mark.parametrize(
+    ("garbage", "reason"), [("huge", "frame-too-large"), ("junk", "frame-malformed")]
+)
+def test_garbage_on_the_modules_channel_fails_the_program_and_keeps_the_evidence(
+    tmp_path: Path, operator_key: tuple[Path, str], garbage: str, reason: str
+) -> None:
+    key, public = operator_key
+    module = tmp_path / "module" / "garbage_program.py"
+    module.parent.mkdir()
+    module.write_text(GARBAGE.read_text().replace("@GARBAGE@", garbage))
+    env = {**os.environ, "SOCIETY_SIGNING_KEY": str(key)}
+    done = subprocess.run(
+        [*SOCIETY, "run", str(module), "--artifacts", str(tmp_path / "artifacts")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (line["outcome"], line["exit"], line["receipt"]) == (
+        "ProgramFinished",
+        "failure",
+        "complete",
+    )
+    verified = verify_ledger(None, line["ledger"], trusted_key=public, require_catalog=False)
+    assert verified.signature == "pinned" and verified.unsigned_records == 0
+    (failed,) = [r.event for r in verified.envelopes if r.tag == "society.program-failed/v1"]
+    assert (failed["reason"], failed["errorType"]) == (reason, "ChannelClosed"), failed
