@@ -4,8 +4,9 @@
 environment (``access.controller_job``): ``SOCIETY_RUN_ID``, ``SOCIETY_RUN_MODULE`` (the mounted
 module, imported only once it matches ``SOCIETY_RUN_MODULE_SHA256``), ``SOCIETY_RUN_SEED``,
 ``SOCIETY_PROFILE``, ``SOCIETY_ARTIFACTS``, ``SOCIETY_RESULT_PATH`` and the cluster settings.
-The ``RunResult`` is printed and written to ``SOCIETY_RESULT_PATH`` (the container's
-termination message, which the run worker reads). SIGTERM (the pod deleted,
+The module runs in a child process of its own (``controller.program``), which this non-dumpable
+process serves ``ctx`` to. The ``RunResult`` is printed and written to ``SOCIETY_RESULT_PATH``
+(the container's termination message, which the run worker reads). SIGTERM (the pod deleted,
 the Job deleted by a cancelled ``execute``) cancels the run: the kernel finalizes the ledger,
 then the process exits 143 without a result. The exit status is 0 for a successful program,
 1 otherwise; a module that does not match its digest is refused (one JSON line, exit 1) before
@@ -15,6 +16,7 @@ anything is imported.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
 import signal
@@ -27,12 +29,14 @@ import anyio
 from controller.incluster.controller_job import MODULE_DIGEST_ENV
 from controller.network.tuning import tune_for_router
 from controller.platforms.kubernetes import KubernetesPlatform
+from controller.program.process import isolated_module
 from controller.run import RunRequest, RunResult, execute_run
 from controller.run.module_source import ModuleSourceError, digest
 
 MESSAGE_LIMIT = 4096
 """The kubelet keeps at most this many bytes of a termination message."""
 EXIT_TERMINATED = 128 + signal.SIGTERM
+PR_SET_DUMPABLE = 4
 
 
 def request_from_environment(env: Mapping[str, str]) -> RunRequest:
@@ -87,13 +91,26 @@ async def run_controller(env: Mapping[str, str] | None = None) -> RunResult:
     assert task is not None
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, task.cancel)  # edge-triggered, like Temporal's cancel
+    not_dumpable()
     try:
-        result = await execute_run(request, KubernetesPlatform.for_profile(request.profile))
+        # the module's own process defines the run_spec and runs the program: a plain child,
+        # since the controller's container has no user namespaces to sandbox it in
+        async with isolated_module(Path(request.module_path), sandboxed=False) as spec:
+            platform = KubernetesPlatform.for_profile(request.profile)
+            result = await execute_run(request, platform, spec=spec)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
     if env.get("SOCIETY_RESULT_PATH"):
         await anyio.Path(env["SOCIETY_RESULT_PATH"]).write_text(termination_message(result))
     return result
+
+
+def not_dumpable() -> None:
+    """Mark this process non-dumpable: a process of the same user without ``CAP_SYS_PTRACE`` (the
+    module's) cannot trace it or read its memory, environment or descriptors in ``/proc``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
 def main() -> int:

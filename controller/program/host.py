@@ -460,6 +460,12 @@ def main(argv: list[str]) -> int:
         channel.start(host.on_request)
         channel.send({"op": "spec", "spec": described})
         await anyio.to_thread.run_sync(channel.closed.wait, abandon_on_cancel=True)
+        # the controller is done with this process (or gone): nothing the module still runs,
+        # not even a program that ignores its cancellation, keeps it
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
 
     anyio.run(serve)
     return 0

@@ -56,6 +56,27 @@ from ledger import open_ledger_artifacts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
+WRITER_HUNT = """
+
+_program = run_spec.execute
+
+
+async def _hunt(ctx):
+    import gc
+
+    wanted = {"LedgerWriter", "Router", "SignerSocket", "SignerProcess", "KubernetesPlatform"}
+    found = sorted({type(o).__name__ for o in gc.get_objects()} & wanted)
+    if found:
+        raise RuntimeError(f"the module's process holds the controller's {found}")
+    return await _program(ctx)
+
+
+run_spec = RunSpec.define(
+    id=run_spec.id, agents=dict(run_spec.agents), events=[run_spec.events], execute=_hunt
+)
+"""
+"""Appended to a module: its program first looks for the controller's objects in its process,
+and fails the run if it finds one."""
 IMPORT_MARK = """
 import os as _os
 
@@ -154,9 +175,12 @@ async def test_society_run_in_cluster_runs_the_controller_as_a_job_and_returns_i
     imported_here = tmp_path / "imported-by-the-worker"
     # The module's top level plays a hostile author: imported by the run worker (which holds the
     # operator key and the rights to create runs' objects), it would leave this file; in the
-    # controller's pod, where it belongs, the worker's paths do not exist.
+    # controller's pod, where it belongs, the worker's paths do not exist. Its program looks for
+    # the ledger writer, the router and the signer in its process (they are the controller's).
     module.write_text(
-        textwrap.dedent(MODULE.format(image=SCRIPTED)) + IMPORT_MARK.format(mark=str(imported_here))
+        textwrap.dedent(MODULE.format(image=SCRIPTED))
+        + WRITER_HUNT
+        + IMPORT_MARK.format(mark=str(imported_here))
     )
     root = artifacts(tmp_path)
     in_cluster_worker(monkeypatch, control_plane, cluster_queue)
