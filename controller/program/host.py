@@ -374,7 +374,7 @@ class Host:
         self.link = Link(channel, spec.catalog)
         self._loop = loop
         self._program: asyncio.Task[None] | None = None
-        self.ended = asyncio.Event()
+        self._program_call: object = None
 
     def on_request(self, frame: Frame) -> None:
         op = frame.get("op")
@@ -386,9 +386,12 @@ class Host:
         elif op == "execute":
             self._loop.call_soon_threadsafe(self._start, call_id, frame.get("context"))
         elif op == "cancel":
-            self._loop.call_soon_threadsafe(self._cancel)
+            self._loop.call_soon_threadsafe(self._cancel, frame.get("target"))
         else:
-            self.channel.reply(call_id, error=error_frame(ControllerRefused(f"{op!r}?")))
+            unknown = ControllerRefused(
+                f"the controller asked for {op!r}, which is no request here"
+            )
+            self.channel.reply(call_id, error=error_frame(unknown))
 
     def _parameters(self, call_id: object, values: object) -> None:
         try:
@@ -400,10 +403,11 @@ class Host:
         self.channel.reply(call_id, value=dumped)
 
     def _start(self, call_id: object, context: object) -> None:
+        self._program_call = call_id
         self._program = self._loop.create_task(self._execute(call_id, context))
 
-    def _cancel(self) -> None:
-        if self._program is not None:
+    def _cancel(self, call_id: object) -> None:
+        if self._program is not None and call_id == self._program_call:
             self._program.cancel()
 
     async def _execute(self, call_id: object, context: object) -> None:

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import inspect
 import itertools
-import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,8 +28,6 @@ from controller.program import exports
 from controller.program.codec import CodecError, Decoder, encode
 from controller.program.wire import Channel, Frame
 from ledger.events import Event, EventCatalog
-
-logger = logging.getLogger(__name__)
 
 MAX_HANDLES = 100_000
 """Handles one program may hold at once; a module that asks for more is refused."""
