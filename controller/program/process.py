@@ -48,6 +48,8 @@ from ledger.events import Event, EventCatalog, validate_tag
 SPEC_TIMEOUT_S = 300.0
 """How long the module may take to import and define its ``run_spec``."""
 PARAMETERS_TIMEOUT_S = 60.0
+SEND_TIMEOUT_S = 10.0
+"""A module process that reads nothing of what the controller sends for this long is lost."""
 STOP_GRACE_S = 5.0
 PROGRAM_CANCEL_GRACE_S = 30.0
 """How long a cancelled program may take to end (its cleanup still served) before the run goes
@@ -116,7 +118,8 @@ class ModuleProcess:
             raise
         finally:
             there.close()
-        loaded = cls(process, Channel(here, peer="module process"), sandbox)
+        channel = Channel(here, peer="module process", send_timeout_s=SEND_TIMEOUT_S)
+        loaded = cls(process, channel, sandbox)
         try:
             await loaded._receive_spec(module_path)
         except BaseException:

@@ -49,7 +49,17 @@ class Channel:
     """One end of the channel. ``start(on_request)`` once; ``on_request`` runs in the reader
     thread, so it must hand work off (to the loop) rather than do it."""
 
-    def __init__(self, sock: socket.socket, *, peer: str) -> None:
+    def __init__(
+        self, sock: socket.socket, *, peer: str, send_timeout_s: float | None = None
+    ) -> None:
+        """``send_timeout_s``: a peer that reads nothing for that long ends the channel (the
+        controller's end, so that a module process cannot stall the controller's loop)."""
+        if send_timeout_s is not None:
+            seconds = int(send_timeout_s)
+            micros = int((send_timeout_s - seconds) * 1_000_000)
+            sock.setsockopt(
+                socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", seconds, micros)
+            )
         self._sock = sock
         self._peer = peer
         self._send_lock = threading.Lock()
