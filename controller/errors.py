@@ -46,6 +46,12 @@ beside the code that raises it (the module named after it):
     │   ├── SchemaSourceIncomplete  controller.ops.checks.kube_schemas
     │   └── TerraformUnreadable  controller.ops.checks.terraform_checks
     ├── NetworkError  controller.network.errors
+    ├── ChannelClosed  controller.program.wire  (the module's process or its channel is gone)
+    ├── CodecError  controller.program.codec  (a value that cannot cross to or from it)
+    ├── ProgramCallRefused  controller.program.serve  (a call on ctx the controller refuses)
+    ├── ProgramRaised  controller.program.process  (its program raised; named like its error)
+    ├── ControllerRefused  controller.program.host  (the module's side of a refusal)
+    ├── ProgramCancelled  controller.program.host  (its program ended by a cancellation)
     ├── OwnerError  controller.agents.bridge
     │   └── NanoClawGatewayError  controller.agents.nanoclaw_gateway
     ├── OwnerTypeError  controller.agents.roster  (also a TypeError)

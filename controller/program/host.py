@@ -415,7 +415,7 @@ class Host:
             ctx = self._context(self.link.decoder.decode(context))
             value = await self.spec.execute(ctx)
         except asyncio.CancelledError:
-            self.channel.reply(call_id, error=error_frame(_Cancelled("the program was cancelled")))
+            self.channel.reply(call_id, error=error_frame(ProgramCancelled("the program was cancelled")))
             return
         except Exception as exc:
             self.channel.reply(call_id, error=error_frame(exc))
@@ -444,7 +444,9 @@ class Host:
         )
 
 
-class _Cancelled(SocietyError):
+class ProgramCancelled(SocietyError):
+    """The program ended by the cancellation the controller asked for."""
+
     reason = "cancelled"
 
 
