@@ -415,7 +415,9 @@ class Host:
             ctx = self._context(self.link.decoder.decode(context))
             value = await self.spec.execute(ctx)
         except asyncio.CancelledError:
-            self.channel.reply(call_id, error=error_frame(ProgramCancelled("the program was cancelled")))
+            self.channel.reply(
+                call_id, error=error_frame(ProgramCancelled("the program was cancelled"))
+            )
             return
         except Exception as exc:
             self.channel.reply(call_id, error=error_frame(exc))
