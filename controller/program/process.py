@@ -393,7 +393,9 @@ def _spawn_plain(module_path: Path, there: socket.socket) -> subprocess.Popen[by
     from controller.platforms.local.launch import agent_python_path
 
     env = module_environment()
-    env["PYTHONPATH"] = os.pathsep.join(agent_python_path())
+    given = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    # the project's packages first, then what this process was given (an image's libraries)
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*agent_python_path(), *given]))
     return subprocess.Popen(
         _command(module_path, there.fileno(), sys.executable),
         pass_fds=(there.fileno(),),
