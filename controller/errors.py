@@ -50,7 +50,7 @@ beside the code that raises it (the module named after it):
     ├── CodecError  controller.program.codec  (a value that cannot cross to or from it)
     ├── ProgramCallRefused  controller.program.serve  (a call on ctx the controller refuses)
     ├── ProgramRaised  controller.program.process  (its program raised; named like its error)
-    ├── ControllerRefused  controller.program.host  (the module's side of a refusal)
+    ├── ControllerRefused  controller.program.proxies  (the module's side of a refusal)
     ├── ProgramCancelled  controller.program.host  (its program ended by a cancellation)
     ├── OwnerError  controller.agents.bridge
     │   └── NanoClawGatewayError  controller.agents.nanoclaw_gateway

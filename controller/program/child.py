@@ -1,0 +1,176 @@
+"""How the module's process starts: in a sandbox of its own, or as a plain child, and what it sees.
+
+Sandboxed (the local profile), it is the agents' bubblewrap sandbox around the user who runs
+``society``: no capabilities, ``no_new_privs``, a fresh session keyring, the default-deny seccomp
+filter, no network, its own PID namespace; the system and the Python runtime read-only, the
+module's folder and the import path read-only (``module_folders``: plus ``--include``, and
+``--writable`` folders to write), an empty home. Plain (``--unsandboxed``, and the controller
+Job, whose container has no user namespaces), it is a process of the same user. Either way it
+gets ``society run``'s environment without the controller's settings.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.run.spec import RunSpecError
+
+CONTROLLER_VARIABLES = ("SOCIETY_", "TEMPORAL_", "KUBECONFIG", "GOOGLE_APPLICATION_CREDENTIALS")
+"""Prefixes of the controller's own settings (the key file's path, Temporal's and a cluster's
+credentials), which the module's process is not given."""
+
+
+def module_environment() -> dict[str, str]:
+    """``society run``'s environment without the controller's own settings: a module that reads
+    its configuration from the environment still does."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(CONTROLLER_VARIABLES)
+    }
+
+
+def _command(module_path: Path, fd: int, python: str) -> list[str]:
+    return [python, "-m", "controller.program.host", str(fd), str(module_path)]
+
+
+def spawn_plain(module_path: Path, there: socket.socket) -> subprocess.Popen[bytes]:
+    from controller.platforms.local.launch import agent_python_path
+
+    env = module_environment()
+    given = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    # the project's packages first, then what this process was given (an image's libraries)
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*agent_python_path(), *given]))
+    return subprocess.Popen(
+        _command(module_path, there.fileno(), sys.executable),
+        pass_fds=(there.fileno(),),
+        stdin=subprocess.DEVNULL,
+        stdout=_output(),
+        env=env,
+        start_new_session=True,
+    )
+
+
+class Sandbox:
+    """The module process's sandbox: its folders, and an empty home ``release`` removes.
+
+    It runs as the user who runs ``society`` (so what it writes is theirs), with no capabilities,
+    ``no_new_privs``, a fresh session keyring and the default-deny seccomp filter: what it may
+    touch is what its mount namespace holds, and that holds no key file, run directory or ledger.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self.home = folder / "home"
+
+    @classmethod
+    def claim(cls) -> Sandbox:
+        return cls(Path(tempfile.mkdtemp(prefix="society-module-")))
+
+    def spawn(
+        self, module_path: Path, there: socket.socket, folders: Folders
+    ) -> subprocess.Popen[bytes]:
+        from controller.platforms.local.launch import fresh_session_keyring
+        from controller.platforms.local.sandbox import HOME, Bubblewrap, python_executable, seal
+
+        bwrap = Bubblewrap.probe()
+        self.home.mkdir(mode=0o700)
+        python = python_executable()
+        code = bwrap.code_paths
+        binds = [
+            ("--ro-bind", path, str(path))
+            for path in folders.readable
+            if not any(path.is_relative_to(c) for c in code)
+        ]
+        binds += [("--bind", path, str(path)) for path in folders.writable]
+        sealed = seal(
+            bwrap,
+            _command(module_path, there.fileno(), python),
+            workdir=self.home,
+            sockets=(),
+            uid=os.geteuid(),
+            extra=binds,
+        )
+        env = {
+            **module_environment(),
+            "PATH": os.pathsep.join([str(Path(python).parent), "/usr/bin", "/bin"]),
+            "HOME": HOME,
+            "PYTHONPATH": os.pathsep.join(bwrap.python_path),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        try:
+            return subprocess.Popen(
+                fresh_session_keyring(sealed.argv),
+                pass_fds=(there.fileno(), *sealed.fds),
+                stdin=subprocess.DEVNULL,
+                stdout=_output(),
+                env=env,
+                start_new_session=True,
+            )
+        finally:
+            sealed.close()
+
+    def release(self) -> None:
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Folders:
+    """What the sandboxed module process sees of this machine's files besides the system and the
+    Python runtime: ``readable`` (read-only) and ``writable``, as real paths, none inside
+    another."""
+
+    readable: tuple[Path, ...]
+    writable: tuple[Path, ...]
+
+
+def module_folders(
+    module_path: Path, include: Sequence[Path] = (), writable: Sequence[Path] = ()
+) -> Folders:
+    """The module's folder, ``include``, and every folder on this interpreter's import path (an
+    editable install's source among them) to read; ``writable`` to write."""
+    written = _unique(_folders(writable, "--writable"))
+    found = [module_path.parent.resolve(), *_folders(include, "--include")]
+    found += [Path(e).resolve() for e in sys.path if e and os.path.isabs(e) and os.path.isdir(e)]
+    readable = [
+        path
+        for path in _unique(found)
+        if not any(path.is_relative_to(w) or w.is_relative_to(path) for w in written)
+    ]
+    return Folders(tuple(readable), tuple(written))
+
+
+def _folders(given: Sequence[Path], option: str) -> list[Path]:
+    resolved = [folder.resolve() for folder in given]
+    for folder, path in zip(given, resolved, strict=True):
+        if not path.is_dir():
+            raise RunSpecError(
+                f"{option} {folder} is not a folder",
+                reason="folder-missing",
+                next_step=f"create {folder} or drop {option}",
+            )
+    return resolved
+
+
+def _unique(paths: Sequence[Path]) -> list[Path]:
+    unique: list[Path] = []
+    for path in sorted(set(paths), key=lambda p: (len(p.parts), str(p))):
+        if not any(path.is_relative_to(kept) for kept in unique):
+            unique.append(path)
+    return unique
+
+
+def _output() -> int | None:
+    """Where the module's prints go: this process's stderr, so stdout keeps the result line."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
