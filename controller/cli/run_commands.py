@@ -428,7 +428,8 @@ async def _loaded_module(
     path."""
     import anyio
 
-    from controller.program.process import isolated_module, module_folders
+    from controller.program.child import module_folders
+    from controller.program.process import isolated_module
     from controller.run import RunSpecError
 
     module = Path(await anyio.Path(path).resolve())
