@@ -8,7 +8,8 @@ where the key lives). At import and in ``execute`` the module tries, and reports
 - any ledger writer, router, signer or key object in its own process (a walk of every object);
 - the writer behind ``ctx.events`` and ``ctx.ledger``;
 - calls the controller does not export, sent on its own channel by hand;
-- a core event (``RouterMessageCommitted``) through ``ctx.events.emit``.
+- a core event (``RouterMessageCommitted``) through ``ctx.events.emit``;
+- a file planted beside itself, and the run's artifact root (``ARTIFACTS``, replaced too).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from controller import Event, EventCatalog, RunContext, RunSpec, ScriptedPolicy,
 from controller.events.network import RouterMessageCommitted
 
 KEY_PATH = "@KEY_PATH@"
+ARTIFACTS = "@ARTIFACTS@"
 WANTED = ("LedgerWriter", "Router", "SignerProcess", "SignerSocket", "SigningKey", "Fabric")
 
 
@@ -34,6 +36,8 @@ class ProgramHunt(Event):
     private: list[str]
     calls: dict[str, str]
     core_emit: str
+    own_folder_write: str
+    run_directory: str
 
 
 def _read_key() -> str:
@@ -45,6 +49,14 @@ def _read_key() -> str:
 
 
 KEY_AT_IMPORT = _read_key()
+
+
+def _try(action: Any) -> str:
+    try:
+        action()
+    except OSError as exc:
+        return f"refused: {type(exc).__name__}"
+    return "done"
 
 
 def _objects() -> list[str]:
@@ -109,6 +121,8 @@ async def hunt(ctx: RunContext) -> None:
             private=_private(ctx),
             calls=await _calls(ctx),
             core_emit=core_emit,
+            own_folder_write=_try(lambda: open(__file__ + ".planted", "w").close()),
+            run_directory=_try(lambda: os.listdir(ARTIFACTS)),
         )
     )
 

@@ -68,9 +68,11 @@ def test_a_hostile_module_reaches_neither_the_key_nor_the_ledger_writer(
     key, public = operator_key
     module = tmp_path / "module" / "hostile_program.py"
     module.parent.mkdir()
-    module.write_text(MODULE.read_text().replace("@KEY_PATH@", str(key)))
+    artifacts = tmp_path / "artifacts"
+    text = MODULE.read_text().replace("@KEY_PATH@", str(key))
+    module.write_text(text.replace("@ARTIFACTS@", str(artifacts)))
     extra = ("--unsandboxed",) if sandbox == "unsandboxed" else ()
-    line = society_run(module, tmp_path / "artifacts", key, *extra)
+    line = society_run(module, artifacts, key, *extra)
     assert line["outcome"] == "ProgramFinished" and line["exit"] == "success", line
     hunt = _hunt(line, public)
     assert hunt["keyVariable"] is None, "the module's process is not told where the key is"
@@ -87,6 +89,9 @@ def test_a_hostile_module_reaches_neither_the_key_nor_the_ledger_writer(
     if sandbox == "sandboxed":  # unsandboxed, it is the operator's own process: see security.md
         assert hunt["keyAtImport"] == "refused: FileNotFoundError"
         assert hunt["keyInProgram"] == "refused: FileNotFoundError"
+        assert hunt["ownFolderWrite"] == "refused: OSError"  # read-only (EROFS)
+        assert hunt["runDirectory"] == "refused: FileNotFoundError"
+        assert not list(module.parent.glob("*.planted"))
 
 
 def test_a_module_program_shapes_links_with_its_own_policy_and_reads_its_ledger(
