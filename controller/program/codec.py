@@ -114,12 +114,21 @@ def encode(value: object, export: Export | None = None, depth: int = 0) -> Any:
     )
 
 
+def _no_reference(body: Mapping[str, Any]) -> object:
+    raise CodecError("a handle does not cross this way")
+
+
+def _no_event(wire: Mapping[str, Any]) -> Event:
+    raise CodecError("an event does not cross this way")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Decoder:
-    """How this side rebuilds what arrives: its handles, its events, its records."""
+    """How this side rebuilds what arrives: its handles, its events, its records (by default,
+    data only: a handle or an event is refused)."""
 
-    resolve: Resolve
-    event: EventDecoder
+    resolve: Resolve = _no_reference
+    event: EventDecoder = _no_event
     record: RecordDecoder | None = None
     catalog: Callable[[list[str]], EventCatalog] | None = None
     policy: Callable[[int], object] | None = None

@@ -12,23 +12,21 @@ writer, the router, the signer and the operator's key are in processes this one 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import math
 import os
 import socket
 import sys
 from typing import Any, NoReturn
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from controller.agents.roster import AgentHandle, Roster
 from controller.errors import SocietyError
 from controller.program.codec import CodecError, encode
 from controller.program.proxies import ControllerRefused, Link
 from controller.program.serve import error_frame
-from controller.program.wire import Channel, ChannelClosed, Frame
+from controller.program.wire import Channel, ChannelClosed, Frame, Inbox
 from controller.run.context import RunContext
 from controller.run.spec import RunSpec, RunSpecError, load_run_spec
 
@@ -77,20 +75,17 @@ class Host:
     async def serve(self) -> None:
         """Answer the controller until the channel closes, then end this process: nothing the
         module still runs, not even a program that ignores its cancellation, keeps it."""
-        loop = asyncio.get_running_loop()
-        send, receive = anyio.create_memory_object_stream[Frame](math.inf)
+        inbox = Inbox()
 
         def on_request(frame: Frame) -> None:
             if frame.get("op") in ("execute", "cancel"):
-                loop.call_soon_threadsafe(_offer, send, frame)
+                inbox.post(frame)
             else:
                 self._answer_here(frame)
 
-        self.channel.start(on_request)
+        self.channel.start(on_request, on_end=_end_process)
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._dispatch, receive, tasks)
-            await anyio.to_thread.run_sync(self.channel.closed.wait, abandon_on_cancel=True)
-            _end_process()
+            await self._dispatch(inbox.frames, tasks)
 
     def _answer_here(self, frame: Frame) -> None:
         op, call_id = frame.get("op"), frame.get("id")
@@ -158,11 +153,6 @@ class Host:
             parameters=chosen,
             fork=fork,
         )
-
-
-def _offer(send: MemoryObjectSendStream[Frame], frame: Frame) -> None:
-    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-        send.send_nowait(frame)
 
 
 def main(argv: list[str]) -> int:

@@ -29,8 +29,8 @@ from controller.errors import SocietyError
 from controller.network.limits import MessageLimits
 from controller.program.child import Folders, Sandbox, module_folders, spawn_plain
 from controller.program.codec import CodecError, Decoder, encode
-from controller.program.serve import ProgramCallRefused, ProgramServer, error_frame
-from controller.program.wire import Channel, Frame
+from controller.program.serve import ProgramServer, error_frame, not_running
+from controller.program.wire import Channel, Frame, settle
 from controller.run.context import RunContext
 from controller.run.spec import RunSpec, RunSpecError
 from ledger.events import Event, EventCatalog, validate_tag
@@ -126,24 +126,18 @@ class ModuleProcess:
             op = frame.get("op")
             serve = self._serve
             if op in ("spec", "spec-error"):
-                loop.call_soon_threadsafe(_set_once, described, frame)
+                loop.call_soon_threadsafe(settle, described, frame)
             elif serve is not None:
                 serve(frame)
             elif type(frame.get("id")) is int:
-                self._channel.reply(frame["id"], error=error_frame(_not_running()))
+                self._channel.reply(frame["id"], error=error_frame(not_running()))
 
-        self._channel.start(on_request)
+        def on_end() -> None:
+            loop.call_soon_threadsafe(settle, described, {"op": "lost"})
+
+        self._channel.start(on_request, on_end)
         with anyio.move_on_after(SPEC_TIMEOUT_S) as waiting:
-            closed = anyio.to_thread.run_sync(self._channel.closed.wait, abandon_on_cancel=True)
-            async with anyio.create_task_group() as tasks:
-
-                async def lost() -> None:
-                    await closed
-                    loop.call_soon_threadsafe(_set_once, described, {"op": "lost"})
-
-                tasks.start_soon(lost)
-                frame = await described
-                tasks.cancel_scope.cancel()
+            frame = await described
         if waiting.cancelled_caught:
             raise RunSpecError(
                 f"importing {module_path} took over {SPEC_TIMEOUT_S:g} s",
@@ -199,7 +193,7 @@ class ModuleProcess:
         if outcome.get("op") == "error":
             error = outcome.get("error")
             raise _program_error(error if isinstance(error, dict) else {})
-        decoder = Decoder(resolve=_no_handles, event=self.spec.events.decode)
+        decoder = Decoder(event=self.spec.events.decode)
         try:
             return decoder.decode(outcome.get("value"))
         except CodecError:
@@ -297,18 +291,10 @@ def runtime_catalog(tags: list[str]) -> EventCatalog:
     return EventCatalog.make(*(known.class_for(tag) for tag in tags))
 
 
-def _no_handles(body: Mapping[str, Any]) -> object:
-    raise CodecError("the module sent a handle where data belongs")
-
-
-def _no_events(wire: Mapping[str, Any]) -> Event:
-    raise CodecError("the module sent an event where a runtime belongs")
-
-
 def _rebuild(sent: object, process: ModuleProcess) -> IsolatedRunSpec:
     if not isinstance(sent, dict):
         raise RunSpecError("the module process sent no spec", reason="bad-spec")
-    decoder = Decoder(resolve=_no_handles, event=_no_events, catalog=runtime_catalog)
+    decoder = Decoder(catalog=runtime_catalog)
     try:
         agents = decoder.decode(sent.get("agents"))
         limits = decoder.decode(sent.get("message_limits"))
@@ -346,12 +332,3 @@ def _context_data(context: RunContext) -> dict[str, Any]:
         "parameters": None if parameters is None else parameters.model_dump(mode="json"),
         "fork": context.fork,
     }
-
-
-def _not_running() -> ProgramCallRefused:
-    return ProgramCallRefused("no program is running", reason="program-not-running")
-
-
-def _set_once(future: asyncio.Future[Frame], frame: Frame) -> None:
-    if not future.done():
-        future.set_result(frame)

@@ -207,20 +207,29 @@ def _forwarder(member: str, kind: str) -> Any:
     raise AssertionError(kind)
 
 
-class _RemoteBlock:
-    """``async with proxy.member(...)``: the controller enters the block and holds it open."""
+class _RemoteCall:
+    """A member call on a proxy that the controller answers with a block or an iterator."""
 
     def __init__(
         self, owner: RemoteHandle, member: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
         self._owner = owner
         self._call = (member, args, kwargs)
-        self._block: int | None = None
+
+    async def _open(self) -> Any:
+        member, args, kwargs = self._call
+        return await self._owner._society_link.call(
+            self._owner._society_handle, member, args, kwargs
+        )
+
+
+class _RemoteBlock(_RemoteCall):
+    """``async with proxy.member(...)``: the controller enters the block and holds it open."""
+
+    _block: int | None = None
 
     async def __aenter__(self) -> Any:
-        member, args, kwargs = self._call
-        link = self._owner._society_link
-        entered = await link.call(self._owner._society_handle, member, args, kwargs)
+        entered = await self._open()
         self._block = entered["block"]
         return entered["value"]
 
@@ -232,16 +241,11 @@ class _RemoteBlock:
                 )
 
 
-class _RemoteIterator:
+class _RemoteIterator(_RemoteCall):
     """``async for item in proxy.member(...)``: each item is pulled from the controller."""
 
-    def __init__(
-        self, owner: RemoteHandle, member: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
-        self._owner = owner
-        self._call = (member, args, kwargs)
-        self._iterator: int | None = None
-        self._done = False
+    _iterator: int | None = None
+    _done = False
 
     def __aiter__(self) -> _RemoteIterator:
         return self
@@ -249,12 +253,9 @@ class _RemoteIterator:
     async def __anext__(self) -> Any:
         if self._done:
             raise StopAsyncIteration
-        link = self._owner._society_link
         if self._iterator is None:
-            member, args, kwargs = self._call
-            opened = await link.call(self._owner._society_handle, member, args, kwargs)
-            self._iterator = opened["iterator"]
-        step = await link.op("next", self._iterator)
+            self._iterator = (await self._open())["iterator"]
+        step = await self._owner._society_link.op("next", self._iterator)
         if step.get("done"):
             self._done = True
             raise StopAsyncIteration

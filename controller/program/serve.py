@@ -9,24 +9,22 @@ program ends is closed here, so nothing the module opened outlives its program.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import itertools
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from controller.errors import SocietyError
 from controller.network.links import Delay, Deliver, Drop, Hold, LinkDelivery, Verdict
 from controller.program import exports
 from controller.program.codec import CodecError, Decoder, encode
-from controller.program.wire import Channel, Frame
+from controller.program.wire import Channel, Frame, Inbox
 from ledger.events import Event, EventCatalog
 
 MAX_HANDLES = 100_000
@@ -114,20 +112,15 @@ class ProgramServer:
     async def serving(self) -> AsyncIterator[Callable[[Frame], None]]:
         """Answer calls inside the block; yields the channel's ``on_request`` (any thread).
         Leaving the block closes every block and iterator the program left open."""
-        loop = asyncio.get_running_loop()
-        send, receive = anyio.create_memory_object_stream[Frame](math.inf)
-
-        def on_request(frame: Frame) -> None:
-            loop.call_soon_threadsafe(_offer, send, frame)
-
+        inbox = Inbox()
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
-            tasks.start_soon(self._dispatch, receive)
+            tasks.start_soon(self._dispatch, inbox.frames)
             try:
-                yield on_request
+                yield inbox.post
             finally:
                 self._tasks = None
-                send.close()
+                inbox.close()
                 with anyio.CancelScope(shield=True):
                     for held in list(self._blocks.values()):
                         held.failed = True
@@ -157,7 +150,7 @@ class ProgramServer:
         if type(call_id) is not int:
             return  # a request without an id has no one to answer
         if self._tasks is None:
-            self._channel.reply(call_id, error=error_frame(_not_running()))
+            self._channel.reply(call_id, error=error_frame(not_running()))
             return
         if len(self._calls) >= MAX_CALLS:
             refused = ProgramCallRefused(
@@ -327,26 +320,13 @@ class RemotePolicy:
         return verdict
 
 
-def _no_reference(body: object) -> object:
-    raise CodecError("a verdict holds no reference")
-
-
-def _no_event(wire: Mapping[str, Any]) -> Event:
-    raise CodecError("a verdict holds no event")
-
-
-_VERDICTS = Decoder(resolve=_no_reference, event=_no_event)
+_VERDICTS = Decoder()
 
 
 async def _aclose(iterator: AsyncIterator[Any]) -> None:
     close: Callable[[], Awaitable[None]] | None = getattr(iterator, "aclose", None)
     if close is not None:
         await close()
-
-
-def _offer(send: MemoryObjectSendStream[Frame], frame: Frame) -> None:
-    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-        send.send_nowait(frame)
 
 
 def _int(value: object) -> int:
@@ -357,7 +337,7 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _not_running() -> ProgramCallRefused:
+def not_running() -> ProgramCallRefused:
     return ProgramCallRefused("no program is running", reason="program-not-running")
 
 

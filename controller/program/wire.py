@@ -16,14 +16,18 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import socket
 import struct
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+import anyio
 
 from controller.errors import SocietyError
 
+T = TypeVar("T")
 FRAME = struct.Struct(">I")
 MAX_FRAME = 16 * 1024 * 1024
 Frame = dict[str, Any]
@@ -68,6 +72,7 @@ class Channel:
         self._pending: dict[int, _Waiter] = {}
         self._failure: BaseException | None = None
         self._reader: threading.Thread | None = None
+        self._on_end: Callable[[], None] | None = None
         self.closed = threading.Event()
 
     @property
@@ -75,7 +80,12 @@ class Channel:
         """Why the channel ended, once it has."""
         return self._failure
 
-    def start(self, on_request: Callable[[Frame], None]) -> None:
+    def start(
+        self, on_request: Callable[[Frame], None], on_end: Callable[[], None] | None = None
+    ) -> None:
+        """Read in a thread of its own; ``on_end`` runs (in whichever thread ends the channel)
+        once it has ended."""
+        self._on_end = on_end
         self._reader = threading.Thread(
             target=self._read, args=(on_request,), name=f"society-{self._peer}-channel", daemon=True
         )
@@ -134,19 +144,11 @@ class Channel:
     async def request(self, frame: Frame) -> Frame:
         """Send a request and wait (on the running loop) for its answer frame; a cancelled wait
         tells the peer (``cancel``) and re-raises."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Frame | BaseException] = loop.create_future()
-
-        def deliver(outcome: Frame | BaseException) -> None:
-            loop.call_soon_threadsafe(_settle, future, outcome)
-
-        call_id = self._register(deliver)
+        call_id, future = self.submit(frame)
         try:
-            self.send({**frame, "id": call_id})
             outcome = await future
         except asyncio.CancelledError:
-            with contextlib.suppress(ChannelClosed):
-                self.send({"op": "cancel", "target": call_id})
+            self.cancel(call_id)
             raise
         finally:
             with self._state:
@@ -162,7 +164,7 @@ class Channel:
         future: asyncio.Future[Frame | BaseException] = loop.create_future()
 
         def deliver(outcome: Frame | BaseException) -> None:
-            loop.call_soon_threadsafe(_settle, future, outcome)
+            loop.call_soon_threadsafe(settle, future, outcome)
 
         call_id = self._register(deliver)
         try:
@@ -267,6 +269,8 @@ class Channel:
         self.closed.set()
         for waiter in waiting:
             waiter.resolve(self._closed_error())
+        if self._on_end is not None:
+            self._on_end()
 
     def _closed_error(self) -> ChannelClosed:
         failure = self._failure
@@ -275,6 +279,26 @@ class Channel:
         return ChannelClosed(f"the channel to the {self._peer} ended")
 
 
-def _settle(future: asyncio.Future[Frame | BaseException], outcome: Frame | BaseException) -> None:
+def settle(future: asyncio.Future[T], outcome: T) -> None:
+    """Complete ``future`` unless it already is (a second answer is ignored)."""
     if not future.done():
         future.set_result(outcome)
+
+
+class Inbox:
+    """Frames a channel's reader thread posts, delivered in order on the loop that made it."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._send, self.frames = anyio.create_memory_object_stream[Frame](math.inf)
+
+    def post(self, frame: Frame) -> None:
+        """From any thread: queue ``frame`` (dropped once the inbox is closed)."""
+        self._loop.call_soon_threadsafe(self._offer, frame)
+
+    def close(self) -> None:
+        self._send.close()
+
+    def _offer(self, frame: Frame) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait(frame)
