@@ -14,8 +14,8 @@ from typing import Any
 
 import anyio
 
-from agent_images.boot import BootConfig, Secrets
-from controller.network.client import connect_agent
+from society_sandbox.boot import BootConfig, Secrets
+from society_sandbox.network.client import connect_agent
 
 ROUTER_LOST_AFTER_ENV = "SOCIETY_ROUTER_LOST_AFTER_S"
 """How long (seconds) a runtime waits for a router it lost before it gives up; default 10."""

@@ -22,7 +22,6 @@ volume does, inside the cluster.
 from __future__ import annotations
 
 import ast
-import base64
 import importlib
 import importlib.util
 import json
@@ -30,14 +29,11 @@ import os
 import runpy
 import socket
 import sys
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from agent_images import boot
+from society_sandbox import boot
+from society_sandbox.warm import MAX_PROVISION_BYTES, Provision, ProvisionError
 
-MAX_PROVISION_BYTES = 16 * 1024 * 1024
-"""A provision carries the declared files; the cold path's Secret holds at most 1 MiB of them, a
-Pod's variables far less: this bounds a line comfortably above both."""
 PROVISION_TIMEOUT_S = 30.0
 """How long one connection may take to send its line."""
 PRIVATE_DIR_ENV = "SOCIETY_WARM_PRIVATE_DIR"
@@ -45,62 +41,6 @@ PRIVATE_DIR_ENV = "SOCIETY_WARM_PRIVATE_DIR"
 ``/tmp/society``: the pod's ``tmp`` emptyDir)."""
 WORKDIR_ENV = "SOCIETY_WARM_WORKDIR"
 """Where the declared files go (default: the working directory)."""
-
-
-class ProvisionError(ValueError):
-    """A provision line this sandbox cannot take; the message says which part is wrong."""
-
-
-@dataclass(frozen=True, slots=True)
-class Provision:
-    """What the claiming controller sends: the agent's variables (boot variables included, save
-    the two paths this program fills), its secrets file's body, the router's CA and its files."""
-
-    environment: dict[str, str]
-    secrets: bytes
-    router_ca: bytes | None
-    files: dict[str, bytes]
-
-    def to_line(self) -> bytes:
-        body = {
-            "environment": self.environment,
-            "secrets": base64.b64encode(self.secrets).decode(),
-            "routerCa": None if self.router_ca is None else self.router_ca.decode(),
-            "files": {path: base64.b64encode(data).decode() for path, data in self.files.items()},
-        }
-        return json.dumps(body, sort_keys=True).encode() + b"\n"
-
-    @classmethod
-    def from_line(cls, line: bytes) -> Provision:
-        try:
-            body = json.loads(line)
-            environment = body["environment"]
-            files = body.get("files") or {}
-            if not isinstance(environment, dict) or not isinstance(files, dict):
-                raise TypeError("environment and files are objects")
-            ca = body.get("routerCa")
-            return cls(
-                environment={str(k): str(v) for k, v in environment.items()},
-                secrets=base64.b64decode(body["secrets"], validate=True),
-                router_ca=None if ca is None else str(ca).encode(),
-                files={
-                    _relative(path): base64.b64decode(data, validate=True)
-                    for path, data in files.items()
-                },
-            )
-        except ProvisionError:
-            raise
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ProvisionError(f"not a provision line ({type(exc).__name__}: {exc})") from None
-
-
-def _relative(path: object) -> str:
-    """A declared file's path: relative, without ``..`` (it lands in the working directory)."""
-    text = str(path)
-    parts = PurePosixPath(text).parts
-    if not parts or text.startswith("/") or ".." in parts or "\x00" in text:
-        raise ProvisionError(f"file path {text!r} is not relative to the working directory")
-    return text
 
 
 def install(provision: Provision, *, private: Path, workdir: Path) -> dict[str, str]:

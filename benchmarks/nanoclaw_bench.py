@@ -28,14 +28,14 @@ import httpx
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from agent_images.nanoclaw.config import (
+from agent_images.nanoclaw.session import open_runner, runner_environment
+from controller.modelgateway.anthropic_stream import as_event_stream, as_message
+from society_sandbox.runtimes.nanoclaw import (
     RUNNER_SCRIPT,
     AgentOptions,
     claude_code_executable,
     node_executable,
 )
-from agent_images.nanoclaw.session import open_runner, runner_environment
-from controller.modelgateway.anthropic_stream import as_event_stream, as_message
 
 BARE_SDK = """
 import { join } from 'node:path';

@@ -14,7 +14,7 @@ import argparse
 import re
 import time
 
-from agent_images.scripted.policy import ADDRESSED_PROPOSAL
+from society_sandbox.runtimes.scripted import ADDRESSED_PROPOSAL
 
 PLAIN = r"@{me}\b.*\bpropos"
 

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 from router_load import Plan
 
-from controller.network.client import connect_agent
+from society_sandbox.network.client import connect_agent
 
 
 async def library_load(plan: Plan) -> dict[str, Any]:

@@ -9,7 +9,7 @@ that costs hundreds: the benchmark then measures the server, not the clients.
 The server side (``run_generators``) starts one process per ``Plan``, waits until each has all
 its sessions authenticated, starts them together and collects one JSON result from each. A
 process is this file run with ``--generator`` (raw frames) or ``--library`` (the agent client
-library, ``controller.network.client``, for its own CPU figure).
+library, ``society_sandbox.network.client``, for its own CPU figure).
 """
 
 from __future__ import annotations

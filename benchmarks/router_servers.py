@@ -32,10 +32,10 @@ from websockets.exceptions import ConnectionClosed
 
 from controller.events.network import RouterMessageCommitted, network_events
 from controller.network.limits import MessageLimits
-from controller.network.protocol import MAX_FRAME_BYTES
 from controller.network.router import Router
 from controller.network.tuning import tune_for_router
 from ledger import DurableFiles, LedgerWriter, Provenance, open_ledger_writer
+from society_sandbox.network.protocol import MAX_FRAME_BYTES
 
 VARIANTS = ("durable", "nowhere", "bare")
 SATURATING = MessageLimits(

@@ -89,13 +89,13 @@ def baseline_s(agents: int) -> float:
 
 async def openclaw_baseline_s(agents: int, scratch: Path) -> float:
     """Start ``agents`` bare OpenClaw gateways at once; the time until every one answers."""
-    from agent_images.openclaw.config import (
+    from agent_images.openclaw.process import free_loopback_port, openclaw_gateway, wait_ready
+    from society_sandbox.runtimes.openclaw import (
         GATEWAY_LOG,
         WORKSPACE_DIR,
         AgentOptions,
         openclaw_config,
     )
-    from agent_images.openclaw.process import free_loopback_port, openclaw_gateway, wait_ready
 
     answered: list[float] = []
     started = time.perf_counter()

@@ -1,13 +1,16 @@
-"""Society Runner's controller: the experiment API, the router, runtimes, profiles and the CLI.
+"""Society Runner's public surface: everything an experiment, a grader or a suite imports.
 
 A RunSpec module imports what it needs from here: ``RunSpec`` and ``RunContext``, the runtimes
-(``scripted``, ``llm``, ``openclaw``, ``nanoclaw``, ``peer``), the scripted policy's parts
-(``ScriptedPolicy``, ``Rule``, ``Opening``, ``ReplyDelay``), events (``Event``, ``EventCatalog``,
-``core_events``) and the outcomes. Graders open ledgers with ``ledger`` and decode core events from
-``controller.events``; a peer's policy module imports ``agent_images.peer.policy``.
+(``scripted``, ``llm``, ``openclaw``, ``nanoclaw``, ``peer``) and their configuration types, the
+owner handles ``ctx.agents.NAME.owner`` returns, and the events it declares (``Event``,
+``EventCatalog``). A grader opens a ledger with ``ledger`` (``LedgerArtifacts``,
+``open_ledger_artifacts``) and decodes the core events named here. Two documented modules serve
+the inside of a sandbox, which has no controller: a peer's policy imports
+``society_sandbox.runtimes.peer``, an agent program its router client from
+``society_sandbox.network.client``. ``tests/test_public_surface.py`` holds this list.
 
-Public names load lazily so that an agent program importing only ``controller.network.client``
-never loads the kernel, Temporal or Kubernetes.
+Public names load lazily so that importing ``controller`` never loads the kernel, Temporal or
+Kubernetes.
 """
 
 from __future__ import annotations
@@ -17,58 +20,132 @@ from typing import TYPE_CHECKING
 from controller._lazy import lazy_exports
 
 if TYPE_CHECKING:  # static checkers see the real names; at run time they load on first use
-    from agent_images.scripted.policy import Opening, ReplyDelay, Rule, ScriptedPolicy
-    from controller.agents import peer, scripted
-    from controller.agents.llm import llm
-    from controller.agents.nanoclaw import nanoclaw
-    from controller.agents.openclaw import openclaw
+    from controller.agents.llm import llm, LLM_RESOURCES, LLMAgentConfigured, LLMAgentStopped, LLMOwner, LLMRuntime
+    from controller.agents.nanoclaw import nanoclaw, NanoClawAgentConfigured, NanoClawRuntime
+    from controller.agents.nanoclaw_gateway import NanoClawGateway
+    from controller.agents.openclaw import openclaw, OPENCLAW_TRANSCRIPT, OpenClawAgentConfigured, OpenClawRuntime
+    from controller.agents.peer import peer, PeerObservation, PeerObservations
+    from controller.agents.scripted import scripted, ScriptedOwner
     from controller.events import core_events
-    from controller.run import (
-        PlatformLost,
-        ProgramFinished,
-        Run,
-        RunContext,
-        RunSpec,
-        load_run_spec,
-    )
+    from controller.events.network import ConversationOpened, delivered_pairs, LinkMessageDropped, RouterMessageCommitted
+    from controller.events.run import AgentWorkspaceFileHarvested, ProgramSucceeded, RunStarted
+    from controller.modelgateway.config import ProviderConfig
+    from controller.modelgateway.events import AgentModelBudgetReached, AgentModelCallFailed, AgentModelUsage
+    from controller.run import load_run_spec, PlatformLost, ProgramFinished, Run, RunContext, RunSpec
+    from controller.run.fork import ForkPoint
+    from controller.suites.definition import load_suite, Suite
     from ledger.events import Event, EventCatalog
+    from society_sandbox.network.protocol import Delivery
+    from society_sandbox.runtimes.llm import Budget, ContextPolicy, ReplyPolicy
+    from society_sandbox.runtimes.openclaw_rpc import OpenClawRPC
+    from society_sandbox.runtimes.scripted import Opening, ReplyDelay, Rule, ScriptedPolicy
 
 _EXPORTS = {
-    "Event": "ledger.events",
-    "EventCatalog": "ledger.events",
-    "core_events": "controller.events",
+    # the experiment
     "RunSpec": "controller.run",
+    "RunContext": "controller.run",
     "Run": "controller.run",
     "ProgramFinished": "controller.run",
     "PlatformLost": "controller.run",
-    "RunContext": "controller.run",
     "load_run_spec": "controller.run",
-    "scripted": "controller.agents",
-    "peer": "controller.agents",
+    "ForkPoint": "controller.run.fork",
+    "Suite": "controller.suites.definition",
+    "load_suite": "controller.suites.definition",
+    "Event": "ledger.events",
+    "EventCatalog": "ledger.events",
+    "core_events": "controller.events",
+    "Delivery": "society_sandbox.network.protocol",
+    # runtimes and their configuration
+    "scripted": "controller.agents.scripted",
+    "peer": "controller.agents.peer",
     "llm": "controller.agents.llm",
     "openclaw": "controller.agents.openclaw",
     "nanoclaw": "controller.agents.nanoclaw",
-    "ScriptedPolicy": "agent_images.scripted.policy",
-    "Rule": "agent_images.scripted.policy",
-    "Opening": "agent_images.scripted.policy",
-    "ReplyDelay": "agent_images.scripted.policy",
+    "ScriptedPolicy": "society_sandbox.runtimes.scripted",
+    "Rule": "society_sandbox.runtimes.scripted",
+    "Opening": "society_sandbox.runtimes.scripted",
+    "ReplyDelay": "society_sandbox.runtimes.scripted",
+    "Budget": "society_sandbox.runtimes.llm",
+    "ContextPolicy": "society_sandbox.runtimes.llm",
+    "ReplyPolicy": "society_sandbox.runtimes.llm",
+    "LLMRuntime": "controller.agents.llm",
+    "LLM_RESOURCES": "controller.agents.llm",
+    "OpenClawRuntime": "controller.agents.openclaw",
+    "NanoClawRuntime": "controller.agents.nanoclaw",
+    "ProviderConfig": "controller.modelgateway.config",
+    # owner handles (ctx.agents.NAME.owner)
+    "ScriptedOwner": "controller.agents.scripted",
+    "LLMOwner": "controller.agents.llm",
+    "OpenClawRPC": "society_sandbox.runtimes.openclaw_rpc",
+    "NanoClawGateway": "controller.agents.nanoclaw_gateway",
+    "PeerObservation": "controller.agents.peer",
+    "PeerObservations": "controller.agents.peer",
+    # evidence a grader decodes
+    "RunStarted": "controller.events.run",
+    "ProgramSucceeded": "controller.events.run",
+    "AgentWorkspaceFileHarvested": "controller.events.run",
+    "ConversationOpened": "controller.events.network",
+    "RouterMessageCommitted": "controller.events.network",
+    "LinkMessageDropped": "controller.events.network",
+    "delivered_pairs": "controller.events.network",
+    "AgentModelUsage": "controller.modelgateway.events",
+    "AgentModelCallFailed": "controller.modelgateway.events",
+    "AgentModelBudgetReached": "controller.modelgateway.events",
+    "LLMAgentConfigured": "controller.agents.llm",
+    "LLMAgentStopped": "controller.agents.llm",
+    "OpenClawAgentConfigured": "controller.agents.openclaw",
+    "OPENCLAW_TRANSCRIPT": "controller.agents.openclaw",
+    "NanoClawAgentConfigured": "controller.agents.nanoclaw",
 }
 
 __all__ = [
+    "AgentModelBudgetReached",
+    "AgentModelCallFailed",
+    "AgentModelUsage",
+    "AgentWorkspaceFileHarvested",
+    "Budget",
+    "ContextPolicy",
+    "ConversationOpened",
+    "Delivery",
     "Event",
     "EventCatalog",
+    "ForkPoint",
+    "LLMAgentConfigured",
+    "LLMAgentStopped",
+    "LLMOwner",
+    "LLMRuntime",
+    "LLM_RESOURCES",
+    "LinkMessageDropped",
+    "NanoClawAgentConfigured",
+    "NanoClawGateway",
+    "NanoClawRuntime",
+    "OPENCLAW_TRANSCRIPT",
+    "OpenClawAgentConfigured",
+    "OpenClawRPC",
+    "OpenClawRuntime",
     "Opening",
+    "PeerObservation",
+    "PeerObservations",
     "PlatformLost",
     "ProgramFinished",
+    "ProgramSucceeded",
+    "ProviderConfig",
     "ReplyDelay",
+    "ReplyPolicy",
+    "RouterMessageCommitted",
     "Rule",
     "Run",
     "RunContext",
     "RunSpec",
+    "RunStarted",
+    "ScriptedOwner",
     "ScriptedPolicy",
+    "Suite",
     "core_events",
+    "delivered_pairs",
     "llm",
     "load_run_spec",
+    "load_suite",
     "nanoclaw",
     "openclaw",
     "peer",

@@ -8,7 +8,7 @@ MESSAGE`` report, without a traceback. The evidence layer's errors are ``ledger.
 (``ledger`` imports nothing from ``controller``). The groups are defined here; each leaf lives
 beside the code that raises it (the module named after it):
 
-    SocietyError
+    SocietyError  society_sandbox.errors
     ├── SetupError  nothing was started: fix what the message names and run it again
     │   ├── RunSpecError  controller.run.spec
     │   ├── RunRequestError  controller.run.request  (also a ValueError)
@@ -45,7 +45,7 @@ beside the code that raises it (the module named after it):
     │   ├── HelmTemplateFailed  controller.ops.checks.check
     │   ├── SchemaSourceIncomplete  controller.ops.checks.kube_schemas
     │   └── TerraformUnreadable  controller.ops.checks.terraform_checks
-    ├── NetworkError  controller.network.errors
+    ├── NetworkError  society_sandbox.network.errors
     ├── ChannelClosed  controller.program.wire  (the module's process or its channel is gone)
     ├── CodecError  controller.program.codec  (a value that cannot cross to or from it)
     ├── ProgramCallRefused  controller.program.serve  (a call on ctx the controller refuses)
@@ -60,28 +60,23 @@ beside the code that raises it (the module named after it):
     ├── LedgerHomeError  controller.incluster.ledger_home
     └── SuiteError  controller.suites.definition
 
-This module imports nothing of the project, so every layer may raise and catch these.
+The root, ``SocietyError``, lives in the wall package (``society_sandbox.errors``) so that the
+programs inside a sandbox raise the same tree; this module imports nothing else of the project, so
+every layer may raise and catch these.
 """
 
 from __future__ import annotations
 
+from society_sandbox.errors import SocietyError
 
-class SocietyError(Exception):
-    """Something ``controller`` could not do; ``reason`` is stable, the message names the next
-    step."""
-
-    reason: str = "society-error"
-    next_step: str | None = None
-
-    def __init__(
-        self, detail: str, *, reason: str | None = None, next_step: str | None = None
-    ) -> None:
-        super().__init__(detail if next_step is None else f"{detail}\n  next step: {next_step}")
-        if reason is not None:
-            self.reason = reason
-        if next_step is not None:
-            self.next_step = next_step
-        self.detail = detail
+__all__ = [
+    "LifecycleError",
+    "ModelGatewayError",
+    "OpsError",
+    "PlatformError",
+    "SetupError",
+    "SocietyError",
+]
 
 
 class SetupError(SocietyError):

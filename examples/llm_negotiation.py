@@ -19,10 +19,18 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.llm.config import Budget, ContextPolicy, ReplyPolicy
-from controller import Event, EventCatalog, RunContext, RunSpec, llm
-from controller.agents.llm import LLMRuntime
-from controller.network import Delivery
+from controller import (
+    Budget,
+    ContextPolicy,
+    Delivery,
+    Event,
+    EventCatalog,
+    LLMRuntime,
+    ReplyPolicy,
+    RunContext,
+    RunSpec,
+    llm,
+)
 
 OPENING_MESSAGES = 3
 """Agent messages before the partition."""

@@ -24,9 +24,18 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.llm.config import Budget, ContextPolicy, ReplyPolicy
-from controller import Event, EventCatalog, RunContext, RunSpec, llm
-from controller.agents.llm import LLM_RESOURCES, LLMRuntime
+from controller import (
+    LLM_RESOURCES,
+    Budget,
+    ContextPolicy,
+    Event,
+    EventCatalog,
+    LLMRuntime,
+    ReplyPolicy,
+    RunContext,
+    RunSpec,
+    llm,
+)
 
 RESIDENTS = 100
 TURNS = 5

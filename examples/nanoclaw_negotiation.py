@@ -19,8 +19,7 @@ from typing import ClassVar
 
 import anyio
 
-from controller import Event, EventCatalog, RunContext, RunSpec, nanoclaw
-from controller.agents.nanoclaw import NanoClawRuntime
+from controller import Event, EventCatalog, NanoClawRuntime, RunContext, RunSpec, nanoclaw
 
 TURNS = 2
 """Each agent's reply budget (one result of its session per reply)."""

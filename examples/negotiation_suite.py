@@ -26,9 +26,9 @@ from controller import (
     RunContext,
     RunSpec,
     ScriptedPolicy,
+    Suite,
     scripted,
 )
-from controller.suites import Suite
 
 DEADLINE_S = 10.0
 

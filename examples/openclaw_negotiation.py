@@ -20,8 +20,7 @@ from typing import ClassVar
 
 import anyio
 
-from controller import Event, EventCatalog, RunContext, RunSpec, openclaw
-from controller.agents.openclaw import OpenClawRuntime
+from controller import Event, EventCatalog, OpenClawRuntime, RunContext, RunSpec, openclaw
 
 TURNS = 2
 """Each agent's reply budget (one OpenClaw ``agent`` run per reply)."""

@@ -22,8 +22,7 @@ from negotiation import DEADLINE_S, negotiate
 from negotiation import run_spec as negotiation
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller import RunContext, RunSpec
-from controller.run.fork import ForkPoint
+from controller import ForkPoint, RunContext, RunSpec
 
 
 class PartitionAtFork(BaseModel):

@@ -15,10 +15,21 @@ from typing import Any
 
 import anyio
 
-from controller import Rule, RunContext, RunSpec, ScriptedPolicy, llm, openclaw, peer, scripted
-from controller.agents import PeerObservation, PeerObservations, ScriptedOwner
-from controller.agents.llm import LLMOwner
-from controller.agents.openclaw import OpenClawRPC
+from controller import (
+    LLMOwner,
+    OpenClawRPC,
+    PeerObservation,
+    PeerObservations,
+    Rule,
+    RunContext,
+    RunSpec,
+    ScriptedOwner,
+    ScriptedPolicy,
+    llm,
+    openclaw,
+    peer,
+    scripted,
+)
 
 POLICY = Path(__file__).parent / "peers" / "tally.py"
 

@@ -115,7 +115,7 @@ CONTEXT="${OUT_DIR}/context"
 stage_context() {
     rm -rf "${CONTEXT}" && mkdir -p "${CONTEXT}"
     (cd "${REPO_ROOT}" && git ls-files -z --cached --others --exclude-standard -- \
-        pyproject.toml README.md ledger controller agent_images kind/pause |
+        pyproject.toml README.md society_sandbox ledger controller agent_images kind/pause |
         xargs -0 -I{} cp --parents {} "${CONTEXT}/")
     cp -al "${WHEELS}" "${CONTEXT}/wheels"
     gcc -static -Os -s -o "${CONTEXT}/kind/pause/pause" "${REPO_ROOT}/kind/pause/pause.c"
@@ -127,7 +127,7 @@ stage_openclaw() {
     env -u SOCIETY_OPENCLAW_DIR "${REPO_ROOT}/scripts/install-openclaw.sh"
     local dir
     dir="$(cd "${REPO_ROOT}" && env -u SOCIETY_OPENCLAW_DIR PYTHONPATH="${REPO_ROOT}" "${PYTHON}" -c \
-        'from agent_images.openclaw.config import install_dir; print(install_dir())')"
+        'from society_sandbox.runtimes.openclaw import install_dir; print(install_dir())')"
     # hard links when the install is on this filesystem, else a copy
     cp -al "${dir}" "${CONTEXT}/openclaw" 2>/dev/null ||
         { rm -rf "${CONTEXT}/openclaw" && cp -a "${dir}" "${CONTEXT}/openclaw"; }
@@ -139,7 +139,7 @@ stage_nanoclaw() {
     env -u SOCIETY_NANOCLAW_DIR "${REPO_ROOT}/scripts/install-nanoclaw.sh"
     local dir
     dir="$(cd "${REPO_ROOT}" && env -u SOCIETY_NANOCLAW_DIR PYTHONPATH="${REPO_ROOT}" "${PYTHON}" -c \
-        'from agent_images.nanoclaw.config import install_dir; print(install_dir())')"
+        'from society_sandbox.runtimes.nanoclaw import install_dir; print(install_dir())')"
     cp -al "${dir}" "${CONTEXT}/nanoclaw" 2>/dev/null ||
         { rm -rf "${CONTEXT}/nanoclaw" && cp -a "${dir}" "${CONTEXT}/nanoclaw"; }
 }

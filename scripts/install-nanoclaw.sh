@@ -6,7 +6,7 @@
 #   <repo>/.venv/nanoclaw/<sdk version>-node<node version>/
 # No install script runs (--ignore-scripts: the SDK has none; its native CLI is the optional
 # dependency @anthropic-ai/claude-agent-sdk-linux-x64). Inside the venv, the local sandbox sees
-# it read-only beside the Python runtime; agent_images.nanoclaw.config.install_dir finds it.
+# it read-only beside the Python runtime; society_sandbox.runtimes.nanoclaw.install_dir finds it.
 # The SDK is proprietary (Anthropic's terms): it is installed here, never committed or vendored.
 #
 # Idempotent: does nothing when Node and the SDK answer the pinned versions and the installed

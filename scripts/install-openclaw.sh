@@ -5,7 +5,7 @@
 # with Node 24 first on PATH while npm runs, install scripts included (OpenClaw's native
 # dependencies build or fetch their prebuilt binaries there). Inside the venv, the local sandbox
 # sees it (read-only) beside the Python runtime. controller.agents.openclaw finds the
-# same folder (agent_images.openclaw.config.install_dir).
+# same folder (society_sandbox.runtimes.openclaw.install_dir).
 #
 # Idempotent: does nothing when `openclaw --version` already answers with the pinned version.
 # Cost on a cold machine: ~10 s for Node, ~1 min for openclaw (330 packages, ~650 MB).

@@ -1,17 +1,20 @@
-"""The layer rule: imports point downward only, and importing the controller stays cheap.
+"""The layer rule: imports point downward only, the sandbox's wall stands, and importing the
+controller stays cheap.
 
-``LAYERS`` mirrors the numbered list "Layers" in ARCHITECTURE.md exactly, bottom first; every
-module of ``ledger``, ``controller`` and ``agent_images`` belongs to one, and every import (also
-under ``TYPE_CHECKING`` and inside functions) points to its own layer or one below. There is no
-exception list. Two positions frame the list: the package plumbing, which imports no project code
-(``controller._lazy``, the lazy-export helper, and ``controller.errors``, the error tree every layer
-raises from), sits below layer 1, and the package facade ``controller`` (whose public names load
-lazily) sits above layer 11, so nothing in a layer may import the facade.
+``LAYERS`` names the layers of ``docs/CONTRACTS.md`` (its table is checked against this tuple),
+bottom first; every module of ``society_sandbox``, ``ledger`` and ``controller`` belongs to one, and
+every import (also under ``TYPE_CHECKING`` and inside functions) points to its own layer or one
+below. There is no exception list. The wall package (``society_sandbox``: what both sides of a
+sandbox share) is the bottom and imports nothing of the project; ``agent_images`` (the programs
+inside sandboxes) stands beside the controller's layers and imports only the wall; nothing of
+``controller`` or ``ledger`` imports ``agent_images``. The package facade ``controller`` (whose
+public names load lazily) sits on top, so nothing in a layer may import the facade.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,27 +23,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("ledger", "controller", "agent_images")
+PACKAGES = ("society_sandbox", "ledger", "controller", "agent_images")
+WALL = "society_sandbox"
+PROGRAMS = "agent_images"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the wall", ("society_sandbox",)),
+    ("the ledger", ("ledger",)),
     ("package plumbing", ("controller._lazy", "controller.errors")),
-    ("1. ledger", ("ledger",)),
-    ("2. controller.events", ("controller.events",)),
-    ("3. controller.network", ("controller.network",)),
-    ("4. agent_images", ("agent_images",)),
-    ("5. Run-service contracts", ("controller.services",)),
-    ("6. controller.modelgateway", ("controller.modelgateway",)),
-    ("7. controller.agents", ("controller.agents",)),
-    ("8. controller.run", ("controller.run",)),
-    ("9a. controller.platforms", ("controller.platforms",)),
-    ("9b. controller.program", ("controller.program",)),
-    ("9c. controller.stores", ("controller.stores",)),
-    ("9d. controller.incluster", ("controller.incluster",)),
-    ("9e. controller.profiles", ("controller.profiles",)),
-    ("9f. controller.lifecycle", ("controller.lifecycle",)),
-    ("10. Suites and viewers", ("controller.suites", "controller.viewer")),
-    ("11a. controller.ops", ("controller.ops",)),
-    ("11b. controller.cli", ("controller.cli",)),
+    ("core events", ("controller.events",)),
+    ("the router and network", ("controller.network",)),
+    ("run-service contracts", ("controller.services",)),
+    ("the model gateway", ("controller.modelgateway",)),
+    ("runtime descriptors and bridges", ("controller.agents",)),
+    ("the run kernel", ("controller.run",)),
+    ("the platforms", ("controller.platforms",)),
+    ("the module's process", ("controller.program",)),
+    ("ledger stores", ("controller.stores",)),
+    ("the in-cluster side", ("controller.incluster",)),
+    ("profiles", ("controller.profiles",)),
+    ("the lifecycle", ("controller.lifecycle",)),
+    ("suites and viewers", ("controller.suites", "controller.viewer")),
+    ("operator tooling", ("controller.ops",)),
+    ("the CLI", ("controller.cli",)),
     ("the package facade", ("controller",)),
 )
 SEPARATE: tuple[tuple[str, str], ...] = (
@@ -56,9 +61,9 @@ NARROW: dict[str, tuple[str, ...]] = {
         "controller.stores",
     ),
 }
-"""Rooms that may import, of layers 8 and up, only these (and themselves)."""
+"""Rooms that may import, of the run kernel's layer and up, only these (and themselves)."""
 FACADE = "controller"
-"""Only the module itself: ``controller.anything`` must sit in a numbered layer."""
+"""Only the module itself: ``controller.anything`` must sit in a named layer."""
 
 
 def layer_of(module: str) -> int | None:
@@ -101,14 +106,25 @@ def _within(module: str, prefix: str) -> bool:
 def upward_imports(module: str, source: str, *, is_package: bool = False) -> list[str]:
     """The violations in one module: imports of a higher layer, of a separate room, beyond a
     narrow room's allowance, or of a module outside the order."""
+    if _within(module, PROGRAMS):
+        return sorted(
+            {
+                f"{module} ({PROGRAMS}) imports {target}: the programs import only {WALL}"
+                for target in _imports(module, source, is_package)
+                if target.split(".")[0] in PACKAGES and target.split(".")[0] not in (WALL, PROGRAMS)
+            }
+        )
     own = layer_of(module)
     if own is None:
-        return [f"{module} is in no layer of ARCHITECTURE.md"]
+        return [f"{module} is in no layer of docs/CONTRACTS.md"]
     kernel = layer_of("controller.run")
     narrow = next((room for room in NARROW if _within(module, room)), None)
     found = []
     for target in _imports(module, source, is_package):
         if target.split(".")[0] not in PACKAGES:
+            continue
+        if _within(target, PROGRAMS):
+            found.append(f"{module} imports {target}: only the sandbox's programs import those")
             continue
         theirs = layer_of(target)
         if theirs is None or theirs > own:
@@ -174,12 +190,93 @@ def test_a_downward_import_passes_the_check() -> None:
     assert upward_imports("controller.agents.llm", source) == []
 
 
-def test_the_layers_are_the_eleven_of_architecture_md_in_order() -> None:
-    numbered = [name.split(".")[0] for name, _ in LAYERS if name[0].isdigit()]
-    majors = [int(number.rstrip("abcdefgh")) for number in numbered]
-    assert sorted(set(majors)) == list(range(1, 12))
-    assert majors == sorted(majors)
-    assert len(numbered) == len(set(numbered))
+def _contracts_table() -> list[tuple[str, tuple[str, ...]]]:
+    """The layer table of docs/CONTRACTS.md: ``| name | `package`, ... |`` rows, bottom first."""
+    text = (ROOT / "docs" / "CONTRACTS.md").read_text(encoding="utf-8")
+    table = text[text.index("| layer | packages |") :].split("\n\n", 1)[0]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    return [(name.strip(), tuple(re.findall(r"`([^`]+)`", cells))) for name, cells in rows]
+
+
+def test_docs_contracts_lists_the_layers_in_this_order() -> None:
+    assert _contracts_table() == list(LAYERS)
+
+
+def test_every_layer_has_a_name_and_no_package_sits_in_two() -> None:
+    names = [name for name, _ in LAYERS]
+    assert all(name and not name[0].isdigit() for name in names)
+    assert len(names) == len(set(names))
+    prefixes = [prefix for _, room in LAYERS for prefix in room]
+    assert len(prefixes) == len(set(prefixes))
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("society_sandbox.network.errors", "from controller.errors import SocietyError"),
+        ("society_sandbox.boot", "import ledger"),
+        ("society_sandbox.runtimes.llm", "from agent_images.llm import agent"),
+        ("agent_images.llm.agent", "from controller.network import connect_agent"),
+        ("agent_images.scripted.agent", "from ledger.records import Record"),
+        ("agent_images.peer.agent", "def f():\n    import controller.errors\n"),
+        ("controller.platforms.local.launch", "import agent_images"),
+        ("controller.agents.llm", "from agent_images.llm.agent import main"),
+        ("ledger.verify", "from agent_images import warm"),
+    ],
+)
+def test_the_wall_holds_in_the_import_check(module: str, source: str) -> None:
+    assert upward_imports(module, source) != []
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("agent_images.llm.agent", "from society_sandbox.boot import BootConfig"),
+        ("agent_images.llm.agent", "from agent_images.router_session import live_session"),
+        ("controller.agents.llm", "from society_sandbox.runtimes.llm import LLMConfig"),
+        ("ledger.verify", "import society_sandbox.errors"),
+    ],
+)
+def test_the_wall_may_be_imported_from_both_sides(module: str, source: str) -> None:
+    assert upward_imports(module, source) == []
+
+
+AGENT_IMAGES = ("python", "openclaw", "nanoclaw")
+"""The images agents run in (the controller's, the worker's and Temporal's are not agents')."""
+
+
+@pytest.mark.parametrize("image", AGENT_IMAGES)
+def test_an_agent_image_copies_only_the_wall_and_the_programs(image: str) -> None:
+    dockerfile = (ROOT / "agent_images" / image / "Dockerfile").read_text(encoding="utf-8")
+    copied = {
+        Path(line.split()[1]).parts[0]
+        for line in dockerfile.splitlines()
+        if line.startswith("COPY ") and not line.startswith("COPY --from")
+    }
+    assert copied - {"wheels"} == {WALL, PROGRAMS}
+
+
+def test_a_local_agent_sandbox_mounts_only_the_wall_and_the_programs() -> None:
+    from controller.platforms.local.sandbox import AGENT_PACKAGES, _code_paths
+
+    assert AGENT_PACKAGES == (WALL, PROGRAMS)
+    code, python_path = _code_paths()
+    packages = [ROOT / package for package in PACKAGES]
+    mounted = {package.name for package in packages if any(package.is_relative_to(c) for c in code)}
+    assert mounted == set(AGENT_PACKAGES)
+    assert python_path == (str(ROOT),)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(
+        [*(ROOT / "examples").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
+    ),
+    ids=lambda path: str(path.relative_to(ROOT)),
+)
+def test_examples_and_docs_never_import_the_agent_programs(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert re.findall(r"(?m)^\s*(?:from|import) agent_images\b.*$", text) == []
 
 
 def _modules_after_import(statement: str) -> set[str]:
@@ -214,16 +311,7 @@ def test_controller_exports_its_public_names_lazily() -> None:
     assert set(controller.__all__) >= {"RunSpec", "Run", "Event", "EventCatalog", "core_events"}
 
 
-def test_every_public_name_of_controller_resolves_to_what_its_module_defines() -> None:
-    import importlib
-
-    import controller
-
-    for name, module in controller._EXPORTS.items():
-        assert getattr(controller, name) is getattr(importlib.import_module(module), name), name
-
-
-@pytest.mark.parametrize("module", ["controller.network.client"])
+@pytest.mark.parametrize("module", ["society_sandbox.network.client", "society_sandbox.boot"])
 def test_the_agent_side_client_does_not_load_the_kernel(module: str) -> None:
     loaded = _modules_after_import(f"import {module}")
     forbidden = [

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from agent_images.openclaw.config import INSTALL_DIR_VARIABLE
 from controller.agents.llm import llm
 from controller.agents.openclaw import openclaw
 from controller.modelgateway.config import ProviderConfig
 from controller.ops.parts import NO_INSTALL_ENV, PartMissing, ensure_parts, needed_parts
 from controller.run import load_run_spec
+from society_sandbox.runtimes.openclaw import INSTALL_DIR_VARIABLE
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = "import sys; from controller.cli import main; sys.exit(main())"

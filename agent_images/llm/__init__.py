@@ -2,5 +2,5 @@
 model gateway.
 
 Run it as ``python -m agent_images.llm`` (the container entrypoint). The configuration models in
-``agent_images.llm.config`` are shared with the controller-side descriptor.
+``society_sandbox.runtimes.llm`` are shared with the controller-side descriptor.
 """

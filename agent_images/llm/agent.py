@@ -28,8 +28,18 @@ import anyio
 from anyio.abc import SocketListener
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from agent_images.boot import BootConfig, BootError, Secrets
-from agent_images.llm.config import (
+from agent_images.llm.context import (
+    OWNER,
+    ConversationContext,
+    Turn,
+    clean_reply,
+    system_prompt,
+)
+from agent_images.llm.model import ModelCallError, ModelClient
+from agent_images.router_session import leaf, live_session
+from society_sandbox.boot import BootConfig, BootError, Secrets
+from society_sandbox.owner_api import OwnerApiServer, OwnerHandlers
+from society_sandbox.runtimes.llm import (
     CONFIG_FILE,
     GATEWAY_SOCKET_VARIABLE,
     GATEWAY_TOKEN_CREDENTIAL,
@@ -40,16 +50,6 @@ from agent_images.llm.config import (
     TRANSCRIPT_FILE,
     LLMConfig,
 )
-from agent_images.llm.context import (
-    OWNER,
-    ConversationContext,
-    Turn,
-    clean_reply,
-    system_prompt,
-)
-from agent_images.llm.model import ModelCallError, ModelClient
-from agent_images.owner_api import OwnerApiServer, OwnerHandlers
-from agent_images.router_session import leaf, live_session
 
 """How long the agent stays up without its router before it gives up and exits."""
 MAX_CONSECUTIVE_FAILURES = 3

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent_images.llm.config import PASS, ContextPolicy
+from society_sandbox.runtimes.llm import PASS, ContextPolicy
 
 OWNER = "owner"
 _MIN_SENTENCE_CHARS = 20

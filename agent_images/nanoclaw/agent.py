@@ -27,15 +27,7 @@ from typing import IO, Any
 import anyio
 from anyio.abc import SocketAttribute, SocketListener
 
-from agent_images.boot import BootConfig, BootError, Secrets
-from agent_images.llm.config import (
-    GATEWAY_SOCKET_VARIABLE,
-    GATEWAY_TOKEN_CREDENTIAL,
-    GATEWAY_URL_VARIABLE,
-    MODEL_VARIABLE,
-)
 from agent_images.nanoclaw.bridge import OwnerChannel, serve_owner
-from agent_images.nanoclaw.config import AGENT_CONFIG_FILE, RUNNER_LOG, AgentOptions
 from agent_images.nanoclaw.relay import ModelRelay
 from agent_images.nanoclaw.session import (
     RunnerMissing,
@@ -43,7 +35,15 @@ from agent_images.nanoclaw.session import (
     open_runner,
     runner_environment,
 )
-from controller.network.client import connect_agent
+from society_sandbox.boot import BootConfig, BootError, Secrets
+from society_sandbox.network.client import connect_agent
+from society_sandbox.runtimes.llm import (
+    GATEWAY_SOCKET_VARIABLE,
+    GATEWAY_TOKEN_CREDENTIAL,
+    GATEWAY_URL_VARIABLE,
+    MODEL_VARIABLE,
+)
+from society_sandbox.runtimes.nanoclaw import AGENT_CONFIG_FILE, RUNNER_LOG, AgentOptions
 
 MAX_SENT_CHARS = 4000
 

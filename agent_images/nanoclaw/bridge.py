@@ -26,8 +26,8 @@ import anyio
 from anyio.abc import ByteStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from agent_images.nanoclaw.config import NODE_VERSION, OUTPUT_END, OUTPUT_START, SDK_VERSION
-from agent_images.owner_api import MAX_LINE, MalformedLine, decode_line, receive_line
+from society_sandbox.owner_api import MAX_LINE, MalformedLine, decode_line, receive_line
+from society_sandbox.runtimes.nanoclaw import NODE_VERSION, OUTPUT_END, OUTPUT_START, SDK_VERSION
 
 MAX_HELLO_LINE = 1024
 HELLO_TIMEOUT_S = 10.0

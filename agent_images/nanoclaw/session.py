@@ -21,16 +21,17 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from agent_images.nanoclaw.config import (
+from society_sandbox.runtimes.nanoclaw import (
     OUTPUT_END,
     OUTPUT_START,
-    RUNNER_SCRIPT,
     TRAFFIC_VARIABLES,
     AgentOptions,
     claude_code_executable,
     node_executable,
     runner_modules,
 )
+
+RUNNER_SCRIPT = Path(__file__).resolve().parent / "runner.mjs"
 
 MAX_OUTPUT = 1024 * 1024
 STOP_GRACE_S = 5.0

@@ -31,18 +31,18 @@ from typing import Any
 import anyio
 from anyio.abc import Process, SocketListener
 
-from agent_images.boot import BootConfig, BootError, Secrets
-from agent_images.llm.config import (
+from agent_images.openclaw.process import free_loopback_port, openclaw_gateway, wait_ready
+from agent_images.openclaw.relay import ModelRelay, pipe
+from society_sandbox.boot import BootConfig, BootError, Secrets
+from society_sandbox.network.client import connect_agent
+from society_sandbox.runtimes.llm import (
     GATEWAY_SOCKET_VARIABLE,
     GATEWAY_TOKEN_CREDENTIAL,
     GATEWAY_URL_VARIABLE,
     MODEL_VARIABLE,
 )
-from agent_images.openclaw.config import AGENT_CONFIG_FILE, AgentOptions, openclaw_config
-from agent_images.openclaw.process import free_loopback_port, openclaw_gateway, wait_ready
-from agent_images.openclaw.relay import ModelRelay, pipe
-from agent_images.openclaw.rpc import OpenClawRPC, OpenClawRPCError, open_rpc
-from controller.network.client import connect_agent
+from society_sandbox.runtimes.openclaw import AGENT_CONFIG_FILE, AgentOptions, openclaw_config
+from society_sandbox.runtimes.openclaw_rpc import OpenClawRPC, OpenClawRPCError, open_rpc
 
 READY_TIMEOUT_S = 240.0
 

@@ -13,13 +13,13 @@ from typing import IO, Any
 import anyio
 from anyio.abc import Process
 
-from agent_images.openclaw.config import (
+from society_sandbox.runtimes.openclaw import (
     GATEWAY_LOG,
     node_bin,
     openclaw_environment,
     openclaw_executable,
 )
-from agent_images.openclaw.rpc import OpenClawRPCError, open_rpc
+from society_sandbox.runtimes.openclaw_rpc import OpenClawRPCError, open_rpc
 
 CONFIG_FILE = "openclaw.json"
 STOP_GRACE_S = 10.0

@@ -39,10 +39,11 @@ import anyio
 import anyio.to_thread
 from anyio.abc import SocketListener
 
-from agent_images.boot import BootConfig, BootError, Secrets
-from agent_images.owner_api import OwnerApiServer, OwnerHandlers, OwnerRefusal
-from agent_images.packages import Unmet, unmet
-from agent_images.peer.policy import (
+from agent_images.router_session import leaf, live_session
+from society_sandbox.boot import BootConfig, BootError, Secrets
+from society_sandbox.owner_api import OwnerApiServer, OwnerHandlers, OwnerRefusal
+from society_sandbox.packages import Unmet, unmet
+from society_sandbox.runtimes.peer import (
     PEER_CONFIG_FILE,
     Message,
     PeerSettings,
@@ -51,7 +52,6 @@ from agent_images.peer.policy import (
     Say,
     as_decision,
 )
-from agent_images.router_session import leaf, live_session
 
 POLICY_MODULE_NAME = "society_peer_policy"
 REFUSAL_WAIT_S = 30.0

@@ -1,5 +1,5 @@
 """The ``scripted`` runtime's agent program: a deterministic, seeded policy given as data.
 
 Run it as ``python -m agent_images.scripted`` (the container entrypoint). The policy models in
-``agent_images.scripted.policy`` are shared with the controller-side descriptor.
+``society_sandbox.runtimes.scripted`` are shared with the controller-side descriptor.
 """

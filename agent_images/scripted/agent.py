@@ -16,17 +16,11 @@ import anyio
 from anyio.abc import SocketListener
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from agent_images.boot import BootConfig, BootError, Secrets
-from agent_images.owner_api import OwnerApiServer, OwnerHandlers
 from agent_images.router_session import leaf, live_session
-from agent_images.scripted.policy import (
-    OWNER,
-    POLICY_FILE,
-    Incoming,
-    Outgoing,
-    PolicyEngine,
-    ScriptedPolicy,
-)
+from agent_images.scripted.engine import Incoming, Outgoing, PolicyEngine
+from society_sandbox.boot import BootConfig, BootError, Secrets
+from society_sandbox.owner_api import OwnerApiServer, OwnerHandlers
+from society_sandbox.runtimes.scripted import OWNER, POLICY_FILE, ScriptedPolicy
 
 """How long (seconds, default 10) the agent stays up without its router before it exits 1."""
 

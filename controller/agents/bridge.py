@@ -1,6 +1,6 @@
 """The owner-API bridge the shipped runtimes speak: newline-delimited JSON on the bridge port.
 
-The agent program serves it (``agent_images/owner_api.py``); the controller side connects with
+The agent program serves it (``society_sandbox/owner_api.py``); the controller side connects with
 the per-run bridge token, calls ``watch`` so the program reports how it ends, and turns that
 report plus the process exit into the agent's ``Termination``.
 """
@@ -19,7 +19,6 @@ import anyio.lowlevel
 from anyio.abc import ByteStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from agent_images.owner_api import MalformedLine, decode_line, receive_line
 from controller.agents.runtime import Attachment, RuntimeDescriptorError, SandboxAccess
 from controller.agents.termination import (
     Completed,
@@ -30,6 +29,7 @@ from controller.agents.termination import (
 )
 from controller.errors import SocietyError
 from controller.network.unix import connect_unix
+from society_sandbox.owner_api import MalformedLine, decode_line, receive_line
 
 MAX_LINE = 1024 * 1024
 REPORT_GRACE_S = 1.0

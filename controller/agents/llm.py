@@ -1,6 +1,6 @@
 """The ``llm`` runtime, controller side: its descriptor, its bridge (``LLMOwner``), its events.
 
-The agent program lives in ``agent_images/llm``. It holds no provider key: the run's model
+The agent program is ``LLM_COMMAND``. It holds no provider key: the run's model
 service (``controller.modelgateway.service.ModelService``) starts one gateway for the run, and
 the local SmolLM2 server when an agent names no provider, and gives each agent its own token.
 """
@@ -13,16 +13,6 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agent_images.llm.config import (
-    CONFIG_FILE,
-    IDENTITY_FILE,
-    INSTRUCTIONS_FILE,
-    TRANSCRIPT_FILE,
-    Budget,
-    ContextPolicy,
-    LLMConfig,
-    ReplyPolicy,
-)
 from controller.agents.bridge import BridgeOwner, OwnerError, attach_bridge
 from controller.agents.runtime import (
     Attachment,
@@ -38,6 +28,16 @@ from controller.modelgateway.events import model_gateway_catalog
 from controller.modelgateway.service import MODEL_SERVICE
 from controller.services import RunService
 from ledger.events import Event, EventCatalog
+from society_sandbox.runtimes.llm import (
+    CONFIG_FILE,
+    IDENTITY_FILE,
+    INSTRUCTIONS_FILE,
+    TRANSCRIPT_FILE,
+    Budget,
+    ContextPolicy,
+    LLMConfig,
+    ReplyPolicy,
+)
 
 LLM_IMAGE = "society/llm:dev"
 """The locally built image; cluster profiles need it pinned by digest (``image=...@sha256:...``)."""

@@ -1,6 +1,6 @@
 """The ``nanoclaw`` runtime, controller side: Claude Agent SDK agents behind NanoClaw's contract.
 
-The agent program (``agent_images/nanoclaw``) runs one NanoClaw-style runner per conversation
+The agent program (``NANOCLAW_COMMAND``) runs one NanoClaw-style runner per conversation
 inside the agent's sandbox (Node, the pinned SDK, its trimmed options, the traffic variables set)
 and sends every result on the agent's own router connection. The model is the run's model
 gateway, spoken to as Anthropic Messages (usage measured there); the CLI holds a dummy key only.
@@ -17,14 +17,6 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.nanoclaw.config import (
-    AGENT_CONFIG_FILE,
-    NODE_VERSION,
-    RUNNER_LOG,
-    SDK_VERSION,
-    SEND_MESSAGE_TOOL,
-    AgentOptions,
-)
 from controller.agents.nanoclaw_gateway import (
     NanoClawGateway,
     NanoClawGatewayError,
@@ -45,6 +37,14 @@ from controller.modelgateway.events import model_gateway_catalog
 from controller.modelgateway.service import ModelService
 from controller.services import RunService
 from ledger.events import Event, EventCatalog
+from society_sandbox.runtimes.nanoclaw import (
+    AGENT_CONFIG_FILE,
+    NODE_VERSION,
+    RUNNER_LOG,
+    SDK_VERSION,
+    SEND_MESSAGE_TOOL,
+    AgentOptions,
+)
 
 NANOCLAW_IMAGE = "society/nanoclaw:dev"
 """The locally built image; cluster profiles need it pinned by digest."""

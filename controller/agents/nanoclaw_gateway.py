@@ -3,7 +3,7 @@
 The owner opens a session over the agent's bridge socket (its token checked first), writes the
 session's prompt, then follow-ups, and reads each output as NanoClaw delimits it
 (``---NANOCLAW_OUTPUT_START---``, one JSON object, ``---NANOCLAW_OUTPUT_END---``); closing the
-session is NanoClaw's ``_close``. The wire is ``agent_images.nanoclaw.bridge``.
+session is NanoClaw's ``_close``. The wire is the agent program's owner channel.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from anyio.abc import ByteStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent_images.nanoclaw.config import OUTPUT_END, OUTPUT_START
 from controller.agents.bridge import OwnerError
 from controller.network.unix import connect_unix
+from society_sandbox.runtimes.nanoclaw import OUTPUT_END, OUTPUT_START
 
 MAX_OUTPUT = 1024 * 1024
 

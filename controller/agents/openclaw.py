@@ -1,6 +1,6 @@
 """The ``openclaw`` runtime, controller side: a real OpenClaw agent behind its own gateway RPC.
 
-The agent program (``agent_images/openclaw``) runs OpenClaw's gateway unpatched inside the
+The agent program (``OPENCLAW_COMMAND``) runs OpenClaw's gateway unpatched inside the
 agent's sandbox, plus an adapter that holds the router credential and turns delivered messages
 into OpenClaw ``agent`` runs. The roster's ``gateway`` for an OpenClaw agent is an ``OpenClawRPC``:
 OpenClaw's own WebSocket RPC (``call(method, params)``, ``agent``, ``agent_wait``), reached
@@ -19,20 +19,6 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.openclaw.config import (
-    AGENT_CONFIG_FILE,
-    GATEWAY_LOG,
-    KNOWN_TOOLS,
-    NODE_VERSION,
-    OPENCLAW_LOG,
-    OPENCLAW_VERSION,
-    TRANSCRIPT_DB,
-    WORKSPACE_DIR,
-    AgentOptions,
-    ExecMode,
-    SandboxMode,
-)
-from agent_images.openclaw.rpc import OpenClawRPC, OpenClawRPCError, open_rpc
 from controller.agents.runtime import (
     Attachment,
     Harvest,
@@ -47,10 +33,26 @@ from controller.modelgateway.events import model_gateway_catalog
 from controller.modelgateway.service import ModelService
 from controller.services import RunService
 from ledger.events import Event, EventCatalog
+from society_sandbox.runtimes.openclaw import (
+    AGENT_CONFIG_FILE,
+    GATEWAY_LOG,
+    KNOWN_TOOLS,
+    NODE_VERSION,
+    OPENCLAW_LOG,
+    OPENCLAW_VERSION,
+    TRANSCRIPT_DB,
+    WORKSPACE_DIR,
+    AgentOptions,
+    ExecMode,
+    SandboxMode,
+)
+from society_sandbox.runtimes.openclaw_rpc import OpenClawRPC, OpenClawRPCError, open_rpc
 
 OPENCLAW_IMAGE = "society/openclaw:dev"
 """The locally built image; cluster profiles need it pinned by digest."""
 OPENCLAW_COMMAND = ("python", "-m", "agent_images.openclaw")
+OPENCLAW_TRANSCRIPT = TRANSCRIPT_DB
+"""Where an OpenClaw agent's transcript (SQLite) is harvested, relative to its working directory."""
 OPENCLAW_RESOURCES = Resources(cpu=0.5, memory_mib=768, memory_limit_mib=8192)
 """OpenClaw's gateway holds ~730 MB; Node reserves far more address space than it uses."""
 OPENCLAW_MODEL_SERVICE = ModelService(local_n_ctx=4096)

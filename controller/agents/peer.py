@@ -2,7 +2,7 @@
 
 Its policy is Python code: a module file handed to the sandbox through the descriptor's
 ``files`` and the name of a function of what the peer has received
-(``agent_images.peer.policy``). It runs in its own sandbox with the production agent client and
+(``society_sandbox.runtimes.peer``). It runs in its own sandbox with the production agent client and
 router, so its messages are committed like any agent's. Its bridge (``PeerObservations``) reads
 what the peer publishes; it has no call that makes the peer send or stop, and the program behind
 the bridge refuses the owner API's ``instruct`` and ``stop`` (``not-offered``). Teardown ends it
@@ -24,7 +24,6 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_images.peer.policy import PEER_CONFIG_FILE, PeerSettings
 from controller.agents.bridge import BridgeOwner, attach_bridge
 from controller.agents.runtime import (
     Attachment,
@@ -36,6 +35,7 @@ from controller.agents.runtime import (
     check_packages,
 )
 from ledger.events import Event, EventCatalog
+from society_sandbox.runtimes.peer import PEER_CONFIG_FILE, PeerSettings
 
 PEER_IMAGE = "society/peer:dev"
 """The locally built image; cluster profiles need it pinned by digest (``image=...@sha256:...``)."""

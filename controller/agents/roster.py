@@ -10,7 +10,7 @@ from controller.agents.termination import Observation, Termination
 from controller.errors import SocietyError
 
 if TYPE_CHECKING:
-    from controller.network.protocol import Participant
+    from society_sandbox.network.protocol import Participant
 
 G = TypeVar("G")
 

@@ -16,11 +16,11 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
-from agent_images.packages import BadRequirement, check_requirement
 from controller.agents.termination import Observation, ProcessExit, Termination
 from controller.errors import SocietyError
 from controller.services import RunService
 from ledger.events import Event, EventCatalog
+from society_sandbox.packages import BadRequirement, check_requirement
 
 G = TypeVar("G")
 

@@ -1,6 +1,6 @@
 """The ``scripted`` runtime, controller side: its descriptor and its bridge (``ScriptedOwner``).
 
-The agent program lives in ``agent_images/scripted``; it needs no model and no key.
+The agent program is ``SCRIPTED_COMMAND``; it needs no model and no key.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agent_images.scripted.policy import POLICY_FILE, ScriptedPolicy
 from controller.agents.bridge import BridgeOwner, OwnerError, attach_bridge
 from controller.agents.runtime import (
     Attachment,
@@ -22,6 +21,7 @@ from controller.agents.runtime import (
     SandboxAccess,
     SecretRef,
 )
+from society_sandbox.runtimes.scripted import POLICY_FILE, ScriptedPolicy
 
 SCRIPTED_IMAGE = "society/scripted:dev"
 """The locally built image; cluster profiles need it pinned by digest (``image=...@sha256:...``)."""

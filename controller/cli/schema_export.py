@@ -56,7 +56,7 @@ class ResultLine(BaseModel):
 
 def code_schemas() -> dict[str, tuple[dict[str, Any], int]]:
     """``name -> (schema, version)`` for every exported format, generated from the code now."""
-    from controller.network.protocol import PROTOCOL_VERSION, protocol_json_schema
+    from society_sandbox.network.protocol import PROTOCOL_VERSION, protocol_json_schema
 
     result_line = ResultLine.model_json_schema(by_alias=True)
     result_line.update({"$schema": DRAFT, "title": "society run result line"})

@@ -35,7 +35,7 @@ SIGNER_SOCKET_VARIABLE = "SOCIETY_SIGNER_SOCKET"
 SIGNER_CONTAINER = "signer"
 """The controller Job's signer: the one container that mounts the operator's key."""
 SIGNER_PROGRAM = "/opt/society/src/ledger/signer_process.py"
-"""The signer as a script (the controller image's layout, ``agent_images/controller/Dockerfile``):
+"""The signer as a script (the controller image's layout, its Dockerfile's):
 it loads the standard library and ``cryptography``, not the ``ledger`` package."""
 SIGNER_DIR = "/var/run/society/signer"
 SIGNER_SOCKET = f"{SIGNER_DIR}/signer.sock"

@@ -16,11 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from agent_images.llm.config import GATEWAY_TOKEN_CREDENTIAL, GATEWAY_URL_VARIABLE, MODEL_VARIABLE
 from controller.errors import ModelGatewayError
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import ModelGatewayStarted, ServedProvider
 from controller.services import RunService, ServiceGrant, ServiceScope
+from society_sandbox.runtimes.llm import (
+    GATEWAY_TOKEN_CREDENTIAL,
+    GATEWAY_URL_VARIABLE,
+    MODEL_VARIABLE,
+)
 
 MODEL_SERVER_LOG = "model-server.log"
 """The local model server's output, in the run's directory."""

@@ -1,6 +1,6 @@
 """Wire protocol, router, agent client, experiment endpoints and the link controller.
 
-Names load lazily: an agent program that imports ``controller.network.client`` (or the names it
+Names load lazily: an agent program that imports ``society_sandbox.network.client`` (or the names it
 needs from here) never loads the router, the kernel, Temporal or Kubernetes.
 """
 
@@ -10,16 +10,16 @@ from controller._lazy import lazy_exports
 
 _EXPORTS = {
     # agent side
-    "connect_agent": "controller.network.client",
-    "AgentSession": "controller.network.client",
-    "Participant": "controller.network.protocol",
-    "Delivery": "controller.network.protocol",
-    "ConversationRef": "controller.network.protocol",
-    "SendAck": "controller.network.protocol",
-    "protocol_json_schema": "controller.network.protocol",
-    "PROTOCOL_VERSION": "controller.network.protocol",
-    "NetworkError": "controller.network.errors",
-    "ErrorCode": "controller.network.errors",
+    "connect_agent": "society_sandbox.network.client",
+    "AgentSession": "society_sandbox.network.client",
+    "Participant": "society_sandbox.network.protocol",
+    "Delivery": "society_sandbox.network.protocol",
+    "ConversationRef": "society_sandbox.network.protocol",
+    "SendAck": "society_sandbox.network.protocol",
+    "protocol_json_schema": "society_sandbox.network.protocol",
+    "PROTOCOL_VERSION": "society_sandbox.network.protocol",
+    "NetworkError": "society_sandbox.network.errors",
+    "ErrorCode": "society_sandbox.network.errors",
     # controller side
     "Router": "controller.network.router",
     "RouterCredential": "controller.network.router",

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import anyio
 
 from controller.events.network import RouterMessageCommitted, RouterMessageRefused
-from controller.network.errors import NetworkError
 from controller.network.fabric import Fabric, Message
 from controller.network.idempotency import (
     Once,
@@ -26,10 +25,11 @@ from controller.network.idempotency import (
     send_fingerprint,
     settled_send,
 )
-from controller.network.protocol import Delivery, Participant, SendAck
 from ledger.errors import LedgerEncodingError, LedgerError
 from ledger.records import Record
 from ledger.writer import AppendOutcome, LedgerWriter
+from society_sandbox.network.errors import NetworkError
+from society_sandbox.network.protocol import Delivery, Participant, SendAck
 
 _log = logging.getLogger("controller.network.router")
 

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from controller.network._tasks import WorkPool
-from controller.network.errors import CLOSE_CODES, ErrorCode, NetworkError
-from controller.network.protocol import (
+from society_sandbox.network._tasks import WorkPool
+from society_sandbox.network.errors import CLOSE_CODES, ErrorCode, NetworkError
+from society_sandbox.network.protocol import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,

@@ -21,9 +21,11 @@ from controller.events.network import (
     EndpointOpened,
     RouterMessagesDelivered,
 )
-from controller.network.errors import NetworkError
 from controller.network.links import LinkController
-from controller.network.protocol import (
+from ledger.errors import LedgerError
+from ledger.events import Event
+from society_sandbox.network.errors import NetworkError
+from society_sandbox.network.protocol import (
     ConversationRef,
     Delivery,
     Participant,
@@ -31,8 +33,6 @@ from controller.network.protocol import (
     Parts,
     SendAck,
 )
-from ledger.errors import LedgerError
-from ledger.events import Event
 
 if TYPE_CHECKING:
     from controller.network.router import Router

@@ -26,7 +26,6 @@ from controller.events.network import (
     LinkMessageHeld,
     RouterMessagesDelivered,
 )
-from controller.network._tasks import Signal
 from controller.network.links import (
     Delay,
     Deliver,
@@ -36,10 +35,11 @@ from controller.network.links import (
     LinkDelivery,
     Verdict,
 )
-from controller.network.protocol import Delivery, Participant, encode_delivery
 from ledger.errors import LedgerError
 from ledger.events import Event
 from ledger.writer import LedgerWriter
+from society_sandbox.network._tasks import Signal
+from society_sandbox.network.protocol import Delivery, Participant, encode_delivery
 
 __all__ = ["DEFAULT_RECEIVER_CAPACITY", "Fabric", "Inbox", "Message", "Signal"]
 

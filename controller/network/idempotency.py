@@ -7,8 +7,8 @@ from typing import Any
 
 import anyio
 
-from controller.network.errors import NetworkError
-from controller.network.protocol import SendAck
+from society_sandbox.network.errors import NetworkError
+from society_sandbox.network.protocol import SendAck
 
 OnceKey = str
 """Request kind, participant id and request id, joined by NUL (none of them holds one)."""

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from controller.network.errors import NetworkError
 from controller.network.fabric import Signal
-from controller.network.protocol import NAME_PATTERN, Participant, ParticipantRef
+from society_sandbox.network.errors import NetworkError
+from society_sandbox.network.protocol import NAME_PATTERN, Participant, ParticipantRef
 
 ParticipantKind = Literal["agent", "endpoint"]
 _NAME = re.compile(NAME_PATTERN)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from controller.network.protocol import MAX_PART_BYTES, MAX_PARTS
+from society_sandbox.network.protocol import MAX_PART_BYTES, MAX_PARTS
 
 MAX_MESSAGE_BYTES = MAX_PARTS * MAX_PART_BYTES
 """The largest message the wire carries (ten parts of 32 KiB of UTF-8)."""

@@ -24,9 +24,9 @@ from controller.events.network import (
     LinkPolicySet,
     LinkUp,
 )
-from controller.network.errors import NetworkError
-from controller.network.protocol import Delivery, Participant, ParticipantRef
 from ledger.writer import LedgerWriter
+from society_sandbox.network.errors import NetworkError
+from society_sandbox.network.protocol import Delivery, Participant, ParticipantRef
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,6 @@ from controller.events.network import (
     RouterStopFailed,
     RouterStopped,
 )
-from controller.network._tasks import owned_task_group
 from controller.network.commits import MessageCommits, refusal_of
 from controller.network.connection import (
     DEFAULT_EDGE_LIMITS,
@@ -39,7 +38,6 @@ from controller.network.connection import (
     EdgeLimits,
     authentication_deadline,
 )
-from controller.network.errors import NetworkError
 from controller.network.fabric import DEFAULT_RECEIVER_CAPACITY, Fabric
 from controller.network.idempotency import Once, OnceKey, SettledSend, claim
 from controller.network.identities import (
@@ -57,7 +55,12 @@ from controller.network.limits import (
 )
 from controller.network.links import LinkController
 from controller.network.open_files import raise_open_files_limit
-from controller.network.protocol import (
+from controller.network.tls import RouterTLS
+from ledger.errors import LedgerEncodingError, LedgerError
+from ledger.writer import LedgerWriter
+from society_sandbox.network._tasks import owned_task_group
+from society_sandbox.network.errors import NetworkError
+from society_sandbox.network.protocol import (
     MAX_CONVERSATION_PARTICIPANTS,
     PROTOCOL_VERSION,
     ConversationRef,
@@ -65,9 +68,6 @@ from controller.network.protocol import (
     ParticipantRef,
     SendAck,
 )
-from controller.network.tls import RouterTLS
-from ledger.errors import LedgerEncodingError, LedgerError
-from ledger.writer import LedgerWriter
 
 __all__ = ["STOP_TIMEOUT_SECONDS", "Consumer", "ParticipantKind", "Router", "RouterCredential"]
 

@@ -3,7 +3,7 @@ needs, whether they are installed here, and their install by this checkout's own
 first needs one.
 
 Checking starts no process: the local model is import specs and a file list in this interpreter,
-OpenClaw (and NanoClaw) two files where ``agent_images.<runtime>.config.install_dir`` looks.
+OpenClaw (and NanoClaw) two files where ``society_sandbox.runtimes.<runtime>.install_dir`` looks.
 Installing runs the part's script (``scripts/install-llm.sh``, ``scripts/install-openclaw.sh``,
 ``scripts/install-nanoclaw.sh``) with its output on
 stderr, one install of a part per environment at a time (a suite starts runs in parallel).
@@ -24,14 +24,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_images.nanoclaw import config as nanoclaw_config
-from agent_images.openclaw.config import (
+from controller.errors import SetupError
+from society_sandbox.runtimes import nanoclaw as nanoclaw_config
+from society_sandbox.runtimes.openclaw import (
     INSTALL_DIR_VARIABLE,
     install_dir,
     node_bin,
     openclaw_executable,
 )
-from controller.errors import SetupError
 
 REPO = Path(__file__).resolve().parents[2]
 NO_INSTALL_ENV = "SOCIETY_NO_INSTALL"

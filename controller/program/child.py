@@ -38,6 +38,19 @@ def module_environment() -> dict[str, str]:
     }
 
 
+MODULE_PACKAGES = ("controller", "ledger")
+"""What the module's process imports of this project besides an agent's packages: its host and
+``ctx``'s proxies."""
+
+
+def _module_packages() -> tuple[tuple[Path, ...], tuple[str, ...]]:
+    """The folders of ``MODULE_PACKAGES`` and the import path that finds them."""
+    from controller.platforms.local.sandbox import package_dirs
+
+    folders = package_dirs(MODULE_PACKAGES)
+    return folders, tuple(dict.fromkeys(str(folder.parent) for folder in folders))
+
+
 def _command(module_path: Path, fd: int, python: str) -> list[str]:
     return [python, "-m", "controller.program.host", str(fd), str(module_path)]
 
@@ -48,7 +61,10 @@ def spawn_plain(module_path: Path, there: socket.socket) -> subprocess.Popen[byt
     env = module_environment()
     given = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
     # the project's packages first, then what this process was given (an image's libraries)
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*agent_python_path(), *given]))
+    _, module_path_entries = _module_packages()
+    env["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys([*agent_python_path(), *module_path_entries, *given])
+    )
     return subprocess.Popen(
         _command(module_path, there.fileno(), sys.executable),
         pass_fds=(there.fileno(),),
@@ -84,10 +100,15 @@ class Sandbox:
         bwrap = Bubblewrap.probe()
         self.home.mkdir(mode=0o700)
         python = python_executable()
+        packages, package_path = _module_packages()
         code = bwrap.code_paths
+        readable = [
+            *(p for p in packages if not any(p.is_relative_to(r) for r in folders.readable)),
+            *folders.readable,
+        ]
         binds = [
             ("--ro-bind", path, str(path))
-            for path in folders.readable
+            for path in readable
             if not any(path.is_relative_to(c) for c in code)
         ]
         binds += [("--bind", path, str(path)) for path in folders.writable]
@@ -103,7 +124,7 @@ class Sandbox:
             **module_environment(),
             "PATH": os.pathsep.join([str(Path(python).parent), "/usr/bin", "/bin"]),
             "HOME": HOME,
-            "PYTHONPATH": os.pathsep.join(bwrap.python_path),
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys([*bwrap.python_path, *package_path])),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         try:

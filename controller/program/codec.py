@@ -31,12 +31,12 @@ from ledger.format import RecordEnvelope
 from ledger.records import Record
 
 DATA_MODULES = (
-    "agent_images",
+    "society_sandbox.runtimes",
     "controller.agents",
     "controller.modelgateway",
     "controller.network.limits",
     "controller.network.links",
-    "controller.network.protocol",
+    "society_sandbox.network.protocol",
     "controller.services",
     "controller.agents.termination",
     "ledger.records",

@@ -78,7 +78,7 @@ EXPORTED: Mapping[str, Mapping[str, str]] = {
     "controller.agents.scripted:ScriptedOwner": {**_OWNER, "instruct": ASYNC, "stop": ASYNC},
     "controller.agents.llm:LLMOwner": {**_OWNER, "instruct": ASYNC, "stop": ASYNC},
     "controller.agents.peer:PeerObservations": {**_OWNER, "observe": ASYNC},
-    "agent_images.openclaw.rpc:OpenClawRPC": {
+    "society_sandbox.runtimes.openclaw_rpc:OpenClawRPC": {
         "hello": STATIC,
         "events": PROPERTY,
         "methods": PROPERTY,

@@ -27,7 +27,7 @@ from controller.program.wire import Channel, Frame
 from ledger.events import Event, EventCatalog
 from ledger.records import Record
 
-EXCEPTION_MODULES = ("controller", "ledger", "agent_images")
+EXCEPTION_MODULES = ("controller", "ledger", "society_sandbox")
 
 
 class ControllerRefused(SocietyError):

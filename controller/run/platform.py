@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import anyio
 
-from agent_images.boot import Secrets
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import ProcessExit
 from controller.errors import PlatformError as PlatformError
 from controller.events.run import AgentRequest, Capacity, HarvestOutcome, QueueAdmission
 from ledger import Event
+from society_sandbox.boot import Secrets
 
 if TYPE_CHECKING:
     from controller.network.tls import RouterTLS

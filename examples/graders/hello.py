@@ -9,8 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from controller import load_run_spec
-from controller.events.network import RouterMessageCommitted
+from controller import RouterMessageCommitted, load_run_spec
 from ledger import LedgerArtifacts
 
 run_spec = load_run_spec(Path(__file__).resolve().parents[1] / "hello.py")

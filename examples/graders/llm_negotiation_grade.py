@@ -13,10 +13,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from controller import load_run_spec
-from controller.agents.llm import LLMAgentStopped
-from controller.events.network import LinkMessageDropped, RouterMessageCommitted
-from controller.modelgateway.events import AgentModelBudgetReached, AgentModelUsage
+from controller import (
+    AgentModelBudgetReached,
+    AgentModelUsage,
+    LinkMessageDropped,
+    LLMAgentStopped,
+    RouterMessageCommitted,
+    load_run_spec,
+)
 from ledger import LedgerArtifacts
 
 run_spec = load_run_spec(Path(__file__).resolve().parents[1] / "llm_negotiation.py")

@@ -13,10 +13,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from controller import load_run_spec
-from controller.agents.llm import LLMAgentConfigured, LLMAgentStopped
-from controller.events.network import RouterMessageCommitted
-from controller.modelgateway.events import AgentModelCallFailed, AgentModelUsage
+from controller import (
+    AgentModelCallFailed,
+    AgentModelUsage,
+    LLMAgentConfigured,
+    LLMAgentStopped,
+    RouterMessageCommitted,
+    load_run_spec,
+)
 from ledger import LedgerArtifacts
 
 run_spec = load_run_spec(Path(__file__).resolve().parents[1] / "llm_society.py")

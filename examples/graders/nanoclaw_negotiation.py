@@ -12,10 +12,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from controller import load_run_spec
-from controller.agents.nanoclaw import NanoClawAgentConfigured
-from controller.events.network import RouterMessageCommitted
-from controller.modelgateway.events import AgentModelUsage
+from controller import (
+    AgentModelUsage,
+    NanoClawAgentConfigured,
+    RouterMessageCommitted,
+    load_run_spec,
+)
 from ledger import LedgerArtifacts
 
 run_spec = load_run_spec(Path(__file__).resolve().parents[1] / "nanoclaw_negotiation.py")

@@ -8,9 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from controller import load_run_spec
-from controller.events.network import RouterMessageCommitted
-from controller.events.run import ProgramSucceeded
+from controller import ProgramSucceeded, RouterMessageCommitted, load_run_spec
 from ledger import LedgerArtifacts
 
 run_spec = load_run_spec(Path(__file__).resolve().parents[1] / "negotiation.py")

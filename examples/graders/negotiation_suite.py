@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from controller.events.network import RouterMessageCommitted
-from controller.suites import load_suite
+from controller import RouterMessageCommitted, load_suite
 from ledger import LedgerArtifacts
 
 suite = load_suite(Path(__file__).resolve().parents[1] / "negotiation_suite.py")

@@ -13,12 +13,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agent_images.openclaw.config import TRANSCRIPT_DB
-from controller import load_run_spec
-from controller.agents.openclaw import OpenClawAgentConfigured
-from controller.events.network import LinkMessageDropped, RouterMessageCommitted
-from controller.events.run import AgentWorkspaceFileHarvested
-from controller.modelgateway.events import AgentModelUsage
+from controller import (
+    OPENCLAW_TRANSCRIPT,
+    AgentModelUsage,
+    AgentWorkspaceFileHarvested,
+    LinkMessageDropped,
+    OpenClawAgentConfigured,
+    RouterMessageCommitted,
+    load_run_spec,
+)
 from ledger import LedgerArtifacts
 
 run_spec = load_run_spec(Path(__file__).resolve().parents[1] / "openclaw_negotiation.py")
@@ -43,7 +46,7 @@ def grade(ledger: LedgerArtifacts) -> dict[str, Any]:
     transcripts = {
         h.agent: h.sha256
         for h in ledger.events(AgentWorkspaceFileHarvested)
-        if h.path == TRANSCRIPT_DB and h.outcome == "harvested"
+        if h.path == OPENCLAW_TRANSCRIPT and h.outcome == "harvested"
     }
     return {
         "spoke": {name: spoke.get(name, 0) for name in [*run_spec.agents, "market"]},

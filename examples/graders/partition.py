@@ -14,12 +14,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from controller import load_run_spec
-from controller.events.network import (
+from controller import (
     ConversationOpened,
     LinkMessageDropped,
     RouterMessageCommitted,
     delivered_pairs,
+    load_run_spec,
 )
 from ledger import LedgerArtifacts
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from controller import load_run_spec
-from controller.events.network import LinkMessageDropped, RouterMessageCommitted
-from controller.events.run import RunStarted
+from controller import LinkMessageDropped, RouterMessageCommitted, RunStarted, load_run_spec
 from ledger import LedgerArtifacts, LedgerError, open_ledger_artifacts
 
 run_spec = load_run_spec(Path(__file__).resolve().parents[1] / "partition_fork.py")

@@ -6,7 +6,7 @@ controller parses it but never runs it.
 
 from __future__ import annotations
 
-from agent_images.peer.policy import Decision, Received, Say
+from society_sandbox.runtimes.peer import Decision, Received, Say
 
 
 def respond(received: Received) -> Decision:

@@ -16,10 +16,10 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from agent_images.owner_api import MalformedLine, OwnerApiServer, OwnerHandlers, decode_line
 from controller.agents import Observation, RuntimeDescriptorError
 from controller.agents.bridge import BridgeOwner, attach_bridge
 from controller.agents.runtime import SandboxAccess
+from society_sandbox.owner_api import MalformedLine, OwnerApiServer, OwnerHandlers, decode_line
 
 TOKEN = "right-token"
 HELLO = json.dumps({"op": "hello", "token": TOKEN}).encode() + b"\n"

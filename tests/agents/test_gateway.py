@@ -9,11 +9,11 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from agent_images import owner_api
-from agent_images.owner_api import OwnerApiServer, OwnerHandlers
 from controller.agents import Observation, RuntimeDescriptorError
 from controller.agents.bridge import BridgeOwner, attach_bridge
 from controller.agents.runtime import SandboxAccess
+from society_sandbox import owner_api
+from society_sandbox.owner_api import OwnerApiServer, OwnerHandlers
 
 pytestmark = pytest.mark.anyio
 

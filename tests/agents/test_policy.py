@@ -12,12 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from agent_images.scripted.policy import (
+from agent_images.scripted.engine import Incoming, PolicyEngine
+from society_sandbox.runtimes.scripted import (
     ADDRESSED_PROPOSAL,
     OWNER,
-    Incoming,
     Opening,
-    PolicyEngine,
     ReplyDelay,
     Rule,
     ScriptedPolicy,
@@ -138,7 +137,8 @@ def test_the_negotiators_linear_rule_matches_exactly_what_the_plain_rule_matched
 
 HOSTILE_PART = """
 import sys, time
-from agent_images.scripted.policy import Incoming, PolicyEngine, ScriptedPolicy
+from agent_images.scripted.engine import Incoming, PolicyEngine
+from society_sandbox.runtimes.scripted import ScriptedPolicy
 alice = PolicyEngine(ScriptedPolicy.negotiator(offers=("x",)), name="alice", seed=1)
 text = "@alice " * (1024 * 1024 // 7)  # 1 MiB of addresses, the word never comes
 print(len(text), [s.text for s in alice.decide(Incoming("mallory", text, "c")).sends])

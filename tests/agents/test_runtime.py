@@ -10,7 +10,6 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_images.scripted.policy import ScriptedPolicy
 from controller.agents import (
     Completed,
     Exited,
@@ -25,6 +24,7 @@ from controller.agents import (
 from controller.platforms.local import LocalCapacity, LocalPlatform
 from controller.platforms.local.harvest import copy_declared
 from controller.run import AdmissionRefused
+from society_sandbox.runtimes.scripted import ScriptedPolicy
 
 
 def test_a_scripted_runtime_writes_its_policy_file_and_harvests_it() -> None:

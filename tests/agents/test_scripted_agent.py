@@ -17,9 +17,9 @@ import anyio
 import pytest
 from anyio.abc import Process
 
-from agent_images.boot import Secrets
-from agent_images.scripted.policy import ScriptedPolicy
 from controller.agents import Completed, Failed, Observation, ProcessExit, SandboxAccess, scripted
+from society_sandbox.boot import Secrets
+from society_sandbox.runtimes.scripted import ScriptedPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_images import boot
-from agent_images.warm import Provision
+from society_sandbox import boot
+from society_sandbox.warm import Provision
 
 ROOT = Path(__file__).resolve().parents[2]
 

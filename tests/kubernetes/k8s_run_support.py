@@ -18,18 +18,18 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from agent_images.scripted.policy import Rule, ScriptedPolicy
 from controller import RunSpec
 from controller.lifecycle.activities import LifecycleActivities
 from controller.lifecycle.server import find_temporal_binary, wait_serving
 from controller.lifecycle.workflow import SocietyRun
 from controller.run import PlatformLost, ProgramFinished, RunContext, RunRequest, RunResult
 from ledger import LedgerArtifacts, open_ledger_artifacts
+from society_sandbox.runtimes.scripted import Rule, ScriptedPolicy
 
 echo = ScriptedPolicy(rules=(Rule(match="^say ", texts=("{me} heard: {text}",)),))
 
 MODULE = """
-from agent_images.scripted.policy import Rule, ScriptedPolicy
+from society_sandbox.runtimes.scripted import Rule, ScriptedPolicy
 from controller import RunSpec
 from controller.agents import scripted
 

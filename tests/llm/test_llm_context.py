@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agent_images.llm.config import CONFIG_FILE, IDENTITY_FILE, ContextPolicy, LLMConfig
 from agent_images.llm.context import OWNER, ConversationContext, Turn, clean_reply
 from controller.agents import RuntimeDescriptorError
 from controller.agents.llm import llm
 from controller.modelgateway.service import MODEL_SERVICE
+from society_sandbox.runtimes.llm import CONFIG_FILE, IDENTITY_FILE, ContextPolicy, LLMConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,6 @@ from llm_support import (
     verified,
 )
 
-from agent_images.llm.config import Budget, ReplyPolicy
 from controller import RunSpec
 from controller.agents import Completed
 from controller.agents.llm import LLMAgentConfigured, LLMAgentStopped, LLMRuntime, llm
@@ -36,6 +35,7 @@ from controller.modelgateway.events import (
 from controller.modelgateway.pricing import SMOLLM2_MODEL_ID
 from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunContext, RunResult, Success
+from society_sandbox.runtimes.llm import Budget, ReplyPolicy
 
 pytestmark = pytest.mark.anyio
 

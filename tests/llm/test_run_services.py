@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from llm_support import agent_pid, environment_of, verified
 
-from agent_images.scripted.policy import ScriptedPolicy
 from controller import RunSpec
 from controller.agents import RuntimeDescriptorError, scripted
 from controller.agents.llm import llm
@@ -22,6 +21,7 @@ from controller.platforms.local import LocalPlatform
 from controller.platforms.local_model import start_local_model
 from controller.run import PlatformLost, ProgramFinished, Run, RunContext, RunResult, Success
 from controller.services import RunService, ServiceGrant, ServiceScope
+from society_sandbox.runtimes.scripted import ScriptedPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "modelgateway"))
 
 from fake_provider import FakeProviderServer
 
-from agent_images.nanoclaw.config import claude_code_executable, node_executable
+from society_sandbox.runtimes.nanoclaw import claude_code_executable, node_executable
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from agent_images.nanoclaw.config import AGENT_CONFIG_FILE, AgentOptions
 from controller import RunSpec, llm, nanoclaw, openclaw
 from controller.agents.nanoclaw import NANOCLAW_MODEL_SERVICE, NanoClawRuntime
 from controller.agents.openclaw import OPENCLAW_MODEL_SERVICE
 from controller.agents.runtime import RuntimeDescriptorError
 from controller.agents.shipped import shipped_runtimes
 from controller.ops.parts import needed_parts
+from society_sandbox.runtimes.nanoclaw import AGENT_CONFIG_FILE, AgentOptions
 
 
 def test_a_nanoclaw_agent_carries_its_trimmed_options_to_the_sandbox_as_a_file() -> None:

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from agent_images.nanoclaw.config import NODE_VERSION, SDK_VERSION
+from society_sandbox.runtimes.nanoclaw import NODE_VERSION, SDK_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK = "@anthropic-ai/claude-agent-sdk"

@@ -14,12 +14,12 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute
 
-from agent_images.nanoclaw.config import AgentOptions
 from agent_images.nanoclaw.relay import ModelRelay
 from agent_images.nanoclaw.session import open_runner, runner_environment
 from controller.modelgateway.events import AgentModelUsage
 from controller.modelgateway.gateway import ModelGateway
 from controller.platforms.local_model import LocalModelServer
+from society_sandbox.runtimes.nanoclaw import AgentOptions
 
 pytestmark = pytest.mark.anyio
 

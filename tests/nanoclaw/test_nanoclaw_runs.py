@@ -16,7 +16,6 @@ import anyio
 import pytest
 from nanoclaw_support import processes_of
 
-from agent_images.openclaw.config import openclaw_executable
 from controller import RunSpec, nanoclaw, openclaw
 from controller.agents.nanoclaw import (
     NanoClawAgentConfigured,
@@ -29,6 +28,7 @@ from controller.modelgateway.events import AgentModelUsage, ModelGatewayStarted
 from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunContext, Success
 from ledger import LedgerArtifacts, open_ledger_artifacts, verify_ledger
+from society_sandbox.runtimes.openclaw import openclaw_executable
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ FORBIDDEN = ("controller.network.router", "controller.run", "temporalio", "kuber
 @pytest.mark.parametrize(
     "statement",
     [
-        "import controller.network.client",
+        "import society_sandbox.network.client",
         "from controller.network import connect_agent, Delivery, NetworkError",
         "import controller.network",
     ],

@@ -29,11 +29,11 @@ from controller.events.network import (
 )
 from controller.network import AgentSession, Delivery, NetworkError, connect_agent
 from controller.network.connection import EdgeLimits
-from controller.network.errors import CLOSE_CODES, ERROR_CODES
 from controller.network.links import POLICY_ERROR_REASON, Drop
-from controller.network.protocol import MAX_PART_BYTES, MAX_PARTS
 from controller.network.router import Router, RouterCredential
 from ledger import LedgerWriter
+from society_sandbox.network.errors import CLOSE_CODES, ERROR_CODES
+from society_sandbox.network.protocol import MAX_PART_BYTES, MAX_PARTS
 
 pytestmark = pytest.mark.anyio
 

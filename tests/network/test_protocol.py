@@ -19,8 +19,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from controller.network import AgentSession, connect_agent
-from controller.network.errors import CLOSE_CODES, ERROR_CODES
-from controller.network.protocol import (
+from controller.network.router import Router, RouterCredential
+from society_sandbox.network.errors import CLOSE_CODES, ERROR_CODES
+from society_sandbox.network.protocol import (
     MAX_FRAME_BYTES,
     MAX_PART_BYTES,
     Delivery,
@@ -37,7 +38,6 @@ from controller.network.protocol import (
     parse_client_frame,
     protocol_json_schema,
 )
-from controller.network.router import Router, RouterCredential
 
 FRAME_TYPES = {
     "authenticate",

@@ -35,10 +35,10 @@ from controller.events.network import (
     RouterStopped,
 )
 from controller.network import AgentSession, Delivery, NetworkError, RouterTLS, connect_agent
-from controller.network.errors import CLOSE_CODES
 from controller.network.fabric import DELIVERED_LINGER_SECONDS
 from controller.network.router import Router
 from ledger import LedgerWriter
+from society_sandbox.network.errors import CLOSE_CODES
 
 pytestmark = pytest.mark.anyio
 

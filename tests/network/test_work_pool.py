@@ -6,7 +6,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from controller.network._tasks import WorkPool
+from society_sandbox.network._tasks import WorkPool
 
 pytestmark = pytest.mark.anyio
 

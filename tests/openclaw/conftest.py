@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_images.openclaw.config import openclaw_executable
+from society_sandbox.runtimes.openclaw import openclaw_executable
 
 
 @pytest.fixture(scope="module")

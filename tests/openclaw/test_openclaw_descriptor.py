@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from agent_images.openclaw.config import (
+from controller import RunSpec
+from controller.agents.openclaw import OPENCLAW_MODEL_SERVICE, OpenClawRuntime, openclaw
+from controller.agents.runtime import RuntimeDescriptorError
+from society_sandbox.runtimes.openclaw import (
     AGENT_CONFIG_FILE,
     TRANSCRIPT_DB,
     AgentOptions,
     openclaw_config,
 )
-from controller import RunSpec
-from controller.agents.openclaw import OPENCLAW_MODEL_SERVICE, OpenClawRuntime, openclaw
-from controller.agents.runtime import RuntimeDescriptorError
 
 
 async def _idle(ctx: object) -> None:

@@ -11,13 +11,13 @@ import pytest
 from anyio.abc import SocketAttribute
 from openclaw_support import RecordingLedger
 
-from agent_images.openclaw.config import WORKSPACE_DIR, AgentOptions, openclaw_config
 from agent_images.openclaw.process import free_loopback_port, openclaw_gateway, wait_ready
 from agent_images.openclaw.relay import ModelRelay
-from agent_images.openclaw.rpc import OpenClawRPCError, open_rpc
 from controller.modelgateway.events import AgentModelUsage
 from controller.modelgateway.gateway import ModelGateway
 from controller.platforms.local_model import LocalModelServer
+from society_sandbox.runtimes.openclaw import WORKSPACE_DIR, AgentOptions, openclaw_config
+from society_sandbox.runtimes.openclaw_rpc import OpenClawRPCError, open_rpc
 
 pytestmark = pytest.mark.anyio
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agent_images.openclaw.config import NODE_VERSION, OPENCLAW_VERSION
+from society_sandbox.runtimes.openclaw import NODE_VERSION, OPENCLAW_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,6 @@ import anyio
 import pytest
 from openclaw_support import command_line, descendants
 
-from agent_images.openclaw.config import TRANSCRIPT_DB
-from agent_images.openclaw.rpc import OpenClawRPC
 from controller import RunSpec
 from controller.agents.openclaw import OpenClawAgentConfigured, openclaw
 from controller.events.network import RouterMessageCommitted
@@ -32,6 +30,8 @@ from controller.modelgateway.events import AgentModelUsage
 from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunContext, Success
 from ledger import LedgerArtifacts, open_ledger_artifacts
+from society_sandbox.runtimes.openclaw import TRANSCRIPT_DB
+from society_sandbox.runtimes.openclaw_rpc import OpenClawRPC
 
 pytestmark = pytest.mark.anyio
 

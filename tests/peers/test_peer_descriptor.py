@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_images.peer.policy import (
+from controller.agents import RuntimeDescriptorError, peer
+from controller.run.spec import RunSpecError, load_run_spec
+from society_sandbox.runtimes.peer import (
     PEER_CONFIG_FILE,
     Decision,
     PeerSettings,
@@ -14,8 +16,6 @@ from agent_images.peer.policy import (
     Say,
     as_decision,
 )
-from controller.agents import RuntimeDescriptorError, peer
-from controller.run.spec import RunSpecError, load_run_spec
 
 POLICY = "def respond(received):\n    return None\n"
 

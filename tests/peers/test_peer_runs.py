@@ -8,7 +8,6 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_images.scripted.policy import Rule, ScriptedPolicy
 from controller import Run, RunSpec
 from controller.agents import (
     OwnerError,
@@ -33,11 +32,12 @@ from controller.events.run import (
 from controller.platforms.local import LocalPlatform
 from controller.run import PlatformLost, ProgramFinished, RunContext, Success
 from ledger import open_ledger_artifacts
+from society_sandbox.runtimes.scripted import Rule, ScriptedPolicy
 
 pytestmark = pytest.mark.anyio
 
 EAVESDROPPER = """
-from agent_images.peer.policy import Decision, Received, Say
+from society_sandbox.runtimes.peer import Decision, Received, Say
 
 
 def respond(received: Received) -> Decision:

@@ -14,7 +14,6 @@ import anyio
 import pytest
 from run_support import verified, with_command
 
-from agent_images.scripted.policy import Rule, ScriptedPolicy
 from controller import Run, RunSpec
 from controller.agents import scripted
 from controller.events.network import (
@@ -25,6 +24,7 @@ from controller.events.network import (
 from controller.network.limits import MessageLimits
 from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, RunContext, Success
+from society_sandbox.runtimes.scripted import Rule, ScriptedPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -22,7 +22,6 @@ from run_support import (
     with_command,
 )
 
-from agent_images.scripted.policy import OWNER, Opening, ReplyDelay, Rule, ScriptedPolicy
 from controller import Event, EventCatalog, Run, RunSpec
 from controller.agents import Completed, Harvest, SecretRef, Signaled, scripted
 from controller.events.network import RouterMessageCommitted
@@ -42,6 +41,7 @@ from controller.events.run import (
 from controller.platforms.local import LocalCapacity, LocalPlatform
 from controller.run import Failure, PlatformLost, ProgramFinished, RunContext, Success
 from ledger import open_ledger_artifacts
+from society_sandbox.runtimes.scripted import OWNER, Opening, ReplyDelay, Rule, ScriptedPolicy
 
 pytestmark = pytest.mark.anyio
 

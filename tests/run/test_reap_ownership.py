@@ -17,12 +17,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent_images.scripted.policy import Rule, ScriptedPolicy
 from controller import Run, RunSpec
 from controller.agents import scripted
 from controller.platforms.local import LocalPlatform
 from controller.platforms.local.reap import ProcessRecord
 from controller.run import ProgramFinished, RunContext, Success
+from society_sandbox.runtimes.scripted import Rule, ScriptedPolicy
 
 pytestmark = pytest.mark.anyio
 

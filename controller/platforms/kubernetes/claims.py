@@ -17,8 +17,6 @@ from urllib.parse import urlsplit
 import anyio
 from anyio.abc import TaskGroup
 
-from agent_images.boot import Secrets
-from agent_images.warm import Provision
 from controller.agents.runtime import RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.platforms.kubernetes import objects, routing, warm
@@ -26,6 +24,8 @@ from controller.platforms.kubernetes import sandbox as observed
 from controller.platforms.kubernetes.kube import Informer, Kube, KubeError, Obj, at_once
 from controller.platforms.kubernetes.sandbox import KubernetesSandbox
 from controller.run.platform import AgentLaunch, PlatformError, RunPlacement, SandboxStartError
+from society_sandbox.boot import Secrets
+from society_sandbox.warm import Provision
 
 if TYPE_CHECKING:
     from controller.platforms.kubernetes.platform import KubernetesPlatform

@@ -368,7 +368,7 @@ def agent_environment(
     the router CA's paths (``SECRETS_FILE``, ``CA_FILE``) to where this sandbox has them (a warm
     sandbox writes them itself); ``router_address`` is where to dial the router when no name
     resolves in the pod."""
-    from agent_images import boot
+    from society_sandbox import boot
 
     where = files or {}
     environment = {

@@ -3,7 +3,7 @@ for a roster and told who they are over their bridge port.
 
 A pool serves one runtime shape (image, command, bridge port, resources: ``shape``), lives in
 ``WARM_NAMESPACE`` and is made by ``society cluster up --warm-pool N`` (or by hand from
-``template`` and ``pool``). Its pods run ``agent_images.warm`` in front of the runtime's command:
+``template`` and ``pool``). Its pods run ``WAITER`` in front of the runtime's command:
 it holds the bridge port until the claiming controller sends the agent's variables, secrets and
 files (``Provision``), then becomes the runtime. Nothing of the agent is in the claim (Agent
 Sandbox cold-starts a claim that carries variables or volumes); the claim carries the run's
@@ -89,7 +89,7 @@ def default_deny() -> Obj:
 
 def template(descriptor: RuntimeDescriptor, placement: Mapping[str, Any] | None = None) -> Obj:
     """The SandboxTemplate of ``descriptor``'s shape: its pod waits for its provision."""
-    from agent_images import boot
+    from society_sandbox import boot
 
     name = pool_name(descriptor)
     pod = objects.agent_pod(

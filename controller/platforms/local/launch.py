@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent_images import boot
 from controller.agents.runtime import Resources, RuntimeDescriptor
 from controller.run.platform import AgentLaunch, SandboxStartError
+from society_sandbox import boot
 
 MIB = 1024 * 1024
 RUN_MARK = "SOCIETY_RUN_ID"
@@ -261,7 +261,7 @@ def agent_module_path(python: str, python_path: tuple[str, ...]) -> tuple[str, .
 
 
 def agent_python_path() -> tuple[str, ...]:
-    """Where the controller imports the agent packages from, so an agent runs the same code."""
-    import agent_images
+    """Where the agent packages are, so an agent runs the code installed beside the controller."""
+    from controller.platforms.local.sandbox import AGENT_PACKAGES, package_dirs
 
-    return tuple(dict.fromkeys(str(Path(p).resolve().parent) for p in agent_images.__path__))
+    return tuple(dict.fromkeys(str(package.parent) for package in package_dirs(AGENT_PACKAGES)))

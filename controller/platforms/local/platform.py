@@ -29,9 +29,6 @@ from urllib.parse import urlsplit
 import anyio
 from anyio.abc import TaskGroup
 
-from agent_images import boot
-from agent_images.llm.config import GATEWAY_SOCKET_VARIABLE, GATEWAY_URL_VARIABLE
-from agent_images.packages import unmet
 from controller.agents.runtime import Harvest, RuntimeDescriptor, SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.platforms.local.capacity import LocalCapacity
@@ -102,6 +99,9 @@ from controller.run.platform import (
 )
 from controller.services import LocalModelStarter
 from ledger import Event
+from society_sandbox import boot
+from society_sandbox.packages import unmet
+from society_sandbox.runtimes.llm import GATEWAY_SOCKET_VARIABLE, GATEWAY_URL_VARIABLE
 
 __all__ = [
     "LocalCapacity",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -53,8 +54,8 @@ UNSANDBOXED_ENV = "SOCIETY_UNSANDBOXED"
 
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/ssl", "/etc/ca-certificates")
-AGENT_PACKAGES = ("agent_images", "controller", "ledger")
-"""What an agent program imports from this project (``controller`` only for its network client)."""
+AGENT_PACKAGES = ("society_sandbox", "agent_images")
+"""What an agent program imports from this project: the wall package and the programs."""
 
 
 class SandboxUnavailable(PlatformError):
@@ -324,19 +325,36 @@ def _parents_to_create(destinations: Iterable[str]) -> list[str]:
     return sorted(keep, key=lambda p: (p.count("/"), p))
 
 
+def package_dirs(names: Iterable[str]) -> tuple[Path, ...]:
+    """The folders of the project's packages ``names``, as real paths, found without importing
+    them (the controller never imports the agent programs)."""
+    found: list[Path] = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise SandboxUnavailable(
+                f"the package {name!r} is not installed beside the controller: reinstall "
+                "Society Runner (scripts/bootstrap.sh)",
+                reason="sandbox-unavailable",
+            )
+        # an editable install's finder adds a path hook's name, which is no folder
+        found.extend(
+            Path(location).resolve()
+            for location in spec.submodule_search_locations
+            if Path(location).is_dir()
+        )
+    return tuple(found)
+
+
 def _code_paths() -> tuple[tuple[Path, ...], tuple[str, ...]]:
     """The Python runtime and the directories holding the agent packages, as real paths."""
     paths: list[Path] = []
     for prefix in {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix}:
         paths.append(Path(prefix).resolve())
     python_path: list[str] = []
-    for name in AGENT_PACKAGES:
-        module = sys.modules.get(name) or __import__(name)
-        locations = list(getattr(module, "__path__", []))
-        for location in locations:
-            package = Path(location).resolve()
-            paths.append(package)
-            python_path.append(str(package.parent))
+    for package in package_dirs(AGENT_PACKAGES):
+        paths.append(package)
+        python_path.append(str(package.parent))
     unique: list[Path] = []
     for path in sorted(set(paths), key=lambda p: (len(p.parts), str(p))):
         if not any(path.is_relative_to(u) for u in unique):

@@ -343,7 +343,7 @@ async def test_the_ledger_on_a_retained_volume_outlives_the_controller_pod_and_v
 
 WAITING_MODULE = """
 import anyio
-from agent_images.scripted.policy import ScriptedPolicy
+from society_sandbox.runtimes.scripted import ScriptedPolicy
 from controller import RunSpec
 from controller.agents import scripted
 

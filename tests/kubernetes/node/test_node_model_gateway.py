@@ -25,7 +25,6 @@ from kind_plane import KindPlane
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "modelgateway"))
 from fake_provider import FakeProviderServer
 
-from agent_images.llm.config import GATEWAY_URL_VARIABLE, Budget
 from controller import Run, RunSpec
 from controller.agents import Completed
 from controller.agents.llm import llm
@@ -35,6 +34,7 @@ from controller.platforms.kubernetes import Kube, objects, routing
 from controller.run import ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
 from ledger import open_ledger_artifacts
+from society_sandbox.runtimes.llm import GATEWAY_URL_VARIABLE, Budget
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

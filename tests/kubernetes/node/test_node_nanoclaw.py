@@ -23,7 +23,6 @@ from cluster_support import (  # noqa: F401 (fixtures)
 from k8s_run_support import verified
 from kind_plane import KindPlane
 
-from agent_images.nanoclaw.config import SDK_VERSION
 from controller import Run, RunSpec
 from controller.agents.nanoclaw import NanoClawAgentConfigured, NanoClawGateway, nanoclaw
 from controller.events.network import RouterMessageCommitted
@@ -32,6 +31,7 @@ from controller.modelgateway.events import AgentModelUsage
 from controller.platforms.kubernetes import Kube
 from controller.run import ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
+from society_sandbox.runtimes.nanoclaw import SDK_VERSION
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

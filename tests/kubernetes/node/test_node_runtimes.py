@@ -23,8 +23,6 @@ from cluster_support import (  # noqa: F401 (fixtures)
 from k8s_run_support import echo, verified
 from kind_plane import KindPlane
 
-from agent_images.openclaw.config import OPENCLAW_VERSION
-from agent_images.openclaw.rpc import OpenClawRPC
 from controller import Run, RunSpec
 from controller.agents import OwnerError, PeerObservations, peer, scripted
 from controller.agents.openclaw import OpenClawAgentConfigured, openclaw
@@ -35,11 +33,13 @@ from controller.modelgateway.events import AgentModelUsage
 from controller.platforms.kubernetes import Kube
 from controller.run import ProgramFinished, RunContext, Success
 from controller.run.runid import new_run_id
+from society_sandbox.runtimes.openclaw import OPENCLAW_VERSION
+from society_sandbox.runtimes.openclaw_rpc import OpenClawRPC
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 EAVESDROPPER = """
-from agent_images.peer.policy import Decision, Received, Say
+from society_sandbox.runtimes.peer import Decision, Received, Say
 
 
 def respond(received: Received) -> Decision:

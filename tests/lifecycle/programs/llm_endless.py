@@ -8,11 +8,11 @@ from typing import ClassVar
 
 import anyio
 
-from agent_images.llm.config import Budget
 from controller import Event, EventCatalog, RunSpec
 from controller.agents.llm import llm
 from controller.modelgateway.config import ProviderConfig
 from controller.run import RunContext
+from society_sandbox.runtimes.llm import Budget
 
 PROVIDER = ProviderConfig(
     name="acme",

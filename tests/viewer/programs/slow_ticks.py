@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import anyio
 
-from agent_images.scripted.policy import Rule, ScriptedPolicy
 from controller import RunSpec
 from controller.agents import scripted
 from controller.run import RunContext
+from society_sandbox.runtimes.scripted import Rule, ScriptedPolicy
 
 TICKS = 30
 EVERY_S = 0.4

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import anyio
 
-from agent_images.scripted.policy import Rule, ScriptedPolicy
 from controller import RunSpec
 from controller.agents import scripted
 from controller.run import RunContext
+from society_sandbox.runtimes.scripted import Rule, ScriptedPolicy
 
 TURNS = 8
 WORDS = tuple(f"{{me}} says {word}" for word in ("red", "green", "blue", "amber", "violet"))

@@ -2,7 +2,7 @@
 
 A policy is a plain function of what the peer has received::
 
-    from agent_images.peer.policy import Decision, Received, Say
+    from society_sandbox.runtimes.peer import Decision, Received, Say
 
     def respond(received: Received) -> Decision | Say | str | None:
         if received.latest is None:              # called once at start, before any delivery

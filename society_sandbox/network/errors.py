@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from controller.errors import SocietyError
+from society_sandbox.errors import SocietyError
 
 ErrorCode = Literal[
     "unsupported-version",

@@ -3,7 +3,7 @@
 Every frame is one JSON object in one text message, with a ``type`` discriminator. The client's
 first frame is ``authenticate``, which also offers the protocol versions it speaks; the router
 answers ``authenticated`` with the version it chose, or an ``error`` frame and a close code.
-The JSON Schema is generated from these models: ``python -m controller.network.protocol``.
+The JSON Schema is generated from these models: ``python -m society_sandbox.network.protocol``.
 
 Agent-side code imports this module and ``client``; it depends on pydantic and stdlib only.
 """
@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
 
-from controller.network.errors import ErrorCode
+from society_sandbox.network.errors import ErrorCode
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)

@@ -29,9 +29,9 @@ from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from controller.network._tasks import Signal, owned_task_group
-from controller.network.errors import CLOSE_REASONS, NetworkError
-from controller.network.protocol import (
+from society_sandbox.network._tasks import Signal, owned_task_group
+from society_sandbox.network.errors import CLOSE_REASONS, NetworkError
+from society_sandbox.network.protocol import (
     MAX_FRAME_BYTES,
     SUPPORTED_VERSIONS,
     Authenticate,

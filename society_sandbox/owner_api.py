@@ -38,7 +38,7 @@ MAX_DEPTH = 8
 """Nesting of arrays and objects a line may have (a request needs 2)."""
 HELLO_TIMEOUT_S = 10.0
 
-_log = logging.getLogger("agent_images.owner_api")
+_log = logging.getLogger("society_sandbox.owner_api")
 # A string, possibly unterminated; possessive, so each byte is looked at once (no backtracking).
 _STRING = re.compile(rb'"(?:[^"\\]++|\\.?)*+"?', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[{]}")
