@@ -22,7 +22,7 @@ from controller._lazy import lazy_exports
 if TYPE_CHECKING:  # static checkers see the real names; at run time they load on first use
     from controller.agents.llm import llm, LLM_RESOURCES, LLMAgentConfigured, LLMAgentStopped, LLMOwner, LLMRuntime
     from controller.agents.nanoclaw import nanoclaw, NanoClawAgentConfigured, NanoClawRuntime
-    from controller.agents.nanoclaw_gateway import NanoClawGateway
+    from controller.agents.nanoclaw_owner import NanoClawOwner
     from controller.agents.openclaw import openclaw, OPENCLAW_TRANSCRIPT, OpenClawAgentConfigured, OpenClawRuntime
     from controller.agents.peer import peer, PeerObservation, PeerObservations
     from controller.agents.scripted import scripted, ScriptedOwner
@@ -77,7 +77,7 @@ _EXPORTS = {
     "ScriptedOwner": "controller.agents.scripted",
     "LLMOwner": "controller.agents.llm",
     "OpenClawRPC": "society_sandbox.runtimes.openclaw_rpc",
-    "NanoClawGateway": "controller.agents.nanoclaw_gateway",
+    "NanoClawOwner": "controller.agents.nanoclaw_owner",
     "PeerObservation": "controller.agents.peer",
     "PeerObservations": "controller.agents.peer",
     # evidence a grader decodes
@@ -117,7 +117,7 @@ __all__ = [
     "LLM_RESOURCES",
     "LinkMessageDropped",
     "NanoClawAgentConfigured",
-    "NanoClawGateway",
+    "NanoClawOwner",
     "NanoClawRuntime",
     "OPENCLAW_TRANSCRIPT",
     "OpenClawAgentConfigured",

@@ -53,7 +53,7 @@ beside the code that raises it (the module named after it):
     ├── ControllerRefused  controller.program.proxies  (the module's side of a refusal)
     ├── ProgramCancelled  controller.program.host  (its program ended by a cancellation)
     ├── OwnerError  controller.agents.bridge
-    │   └── NanoClawGatewayError  controller.agents.nanoclaw_gateway
+    │   └── NanoClawOwnerError  controller.agents.nanoclaw_owner
     ├── OwnerTypeError  controller.agents.roster  (also a TypeError)
     ├── RuntimeDescriptorError  controller.agents.runtime
     ├── LedgerExportError  controller.stores.gcs

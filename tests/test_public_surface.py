@@ -28,7 +28,7 @@ CONTROLLER = {
     "NanoClawAgentConfigured": "controller.agents.nanoclaw",
     "NanoClawRuntime": "controller.agents.nanoclaw",
     "nanoclaw": "controller.agents.nanoclaw",
-    "NanoClawGateway": "controller.agents.nanoclaw_gateway",
+    "NanoClawOwner": "controller.agents.nanoclaw_owner",
     "OPENCLAW_TRANSCRIPT": "controller.agents.openclaw",
     "OpenClawAgentConfigured": "controller.agents.openclaw",
     "OpenClawRuntime": "controller.agents.openclaw",

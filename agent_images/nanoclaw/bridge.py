@@ -1,4 +1,4 @@
-"""NanoClaw's contract on the bridge socket: the owner's way to the agent (``NanoClawGateway``).
+"""NanoClaw's contract on the bridge socket: the owner's way to the agent (``NanoClawOwner``).
 
 Wire, one connection per owner session:
 

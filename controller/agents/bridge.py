@@ -46,9 +46,9 @@ OwnerT = TypeVar("OwnerT", bound="BridgeOwner")
 class OwnerError(SocietyError):
     """An owner handle's request was refused, or its bridge went away; ``reason`` is
     machine-readable, and ``refusal`` is the program's own reason for a refusal
-    (``gateway-refused``)."""
+    (``owner-refused``)."""
 
-    reason = "gateway-failed"
+    reason = "owner-failed"
 
     def __init__(
         self,
@@ -82,7 +82,7 @@ class BridgeOwner:
 
     async def _call(self, op: str, **fields: Any) -> Any:
         if self.closed.is_set():
-            raise OwnerError(f"the bridge of {self.agent} is closed", reason="gateway-closed")
+            raise OwnerError(f"the bridge of {self.agent} is closed", reason="owner-closed")
         request_id = next(self._ids)
         answer: Observation[dict[str, Any]] = Observation()
         self._waiting[request_id] = answer
@@ -93,17 +93,17 @@ class BridgeOwner:
                 reply = await _first(answer, self.closed)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError):
             raise OwnerError(
-                f"the bridge of {self.agent} did not answer {op!r}", reason="gateway-lost"
+                f"the bridge of {self.agent} did not answer {op!r}", reason="owner-lost"
             ) from None
         finally:
             self._waiting.pop(request_id, None)
         if reply is None:
-            raise OwnerError(f"the bridge of {self.agent} closed", reason="gateway-closed")
+            raise OwnerError(f"the bridge of {self.agent} closed", reason="owner-closed")
         if not reply.get("ok"):
             refusal = reply.get("reason") if reply.get("ok") is False else None
             raise OwnerError(
                 str(reply.get("error")),
-                reason="gateway-refused",
+                reason="owner-refused",
                 refusal=refusal if isinstance(refusal, str) else None,
             )
         return reply.get("result")

@@ -4,7 +4,7 @@ The agent program (``NANOCLAW_COMMAND``) runs one NanoClaw-style runner per conv
 inside the agent's sandbox (Node, the pinned SDK, its trimmed options, the traffic variables set)
 and sends every result on the agent's own router connection. The model is the run's model
 gateway, spoken to as Anthropic Messages (usage measured there); the CLI holds a dummy key only.
-The roster's owner handle is a ``NanoClawGateway``: NanoClaw's own prompt / follow-up / close
+The roster's owner handle is a ``NanoClawOwner``: NanoClaw's own prompt / follow-up / close
 contract with NanoClaw's output markers, over the bridge socket, the bridge token checked first.
 """
 
@@ -17,10 +17,10 @@ from typing import ClassVar
 
 import anyio
 
-from controller.agents.nanoclaw_gateway import (
-    NanoClawGateway,
-    NanoClawGatewayError,
+from controller.agents.nanoclaw_owner import (
     NanoClawOutput,
+    NanoClawOwner,
+    NanoClawOwnerError,
     NanoClawSession,
 )
 from controller.agents.runtime import (
@@ -104,18 +104,18 @@ class NanoClawRuntime(RuntimeDescriptor):
 
     def attach(
         self, access: SandboxAccess
-    ) -> AbstractAsyncContextManager[Attachment[NanoClawGateway]]:
+    ) -> AbstractAsyncContextManager[Attachment[NanoClawOwner]]:
         return self._attach(access)
 
     @asynccontextmanager
-    async def _attach(self, access: SandboxAccess) -> AsyncIterator[Attachment[NanoClawGateway]]:
-        gateway = NanoClawGateway(
+    async def _attach(self, access: SandboxAccess) -> AsyncIterator[Attachment[NanoClawOwner]]:
+        owner = NanoClawOwner(
             access.bridge_token,
             unix_path=access.bridge_path,
             host=access.bridge_host or "localhost",
             port=access.bridge_port,
         )
-        await _wait_ready(gateway, access, self.ready_timeout_s)
+        await _wait_ready(owner, access, self.ready_timeout_s)
         if access.record is not None:
             await access.record(
                 NanoClawAgentConfigured(
@@ -136,20 +136,20 @@ class NanoClawRuntime(RuntimeDescriptor):
 
             tasks.start_soon(observe)
             try:
-                yield Attachment(owner=gateway, termination=termination)
+                yield Attachment(owner=owner, termination=termination)
             finally:
                 tasks.cancel_scope.cancel()
 
 
-async def _wait_ready(gateway: NanoClawGateway, access: SandboxAccess, timeout_s: float) -> None:
+async def _wait_ready(owner: NanoClawOwner, access: SandboxAccess, timeout_s: float) -> None:
     """The bridge's token check, retried until it answers, the agent exits, or time is up."""
     deadline = anyio.current_time() + timeout_s
     last = "no answer yet"
     while not access.exit.done and anyio.current_time() < deadline:
         try:
-            await gateway.hello()
+            await owner.hello()
             return
-        except NanoClawGatewayError as exc:
+        except NanoClawOwnerError as exc:
             if exc.reason == "unauthorized":
                 raise RuntimeDescriptorError(
                     f"the NanoClaw bridge of {access.agent} refused the bridge token",
@@ -226,8 +226,8 @@ def nanoclaw(
 __all__ = [
     "NANOCLAW_MODEL_SERVICE",
     "NanoClawAgentConfigured",
-    "NanoClawGateway",
     "NanoClawOutput",
+    "NanoClawOwner",
     "NanoClawRuntime",
     "NanoClawSession",
     "nanoclaw",

@@ -18,7 +18,7 @@ G = TypeVar("G")
 class OwnerTypeError(SocietyError, TypeError):
     """A roster agent's owner handle is not the class the program asked for; ``reason`` says so."""
 
-    reason = "gateway-type"
+    reason = "owner-type"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +27,9 @@ class AgentHandle(Generic[G]):
 
     ``agent`` is its router identity (``Participant``: ``.id``, ``.name``); ``owner`` its owner
     handle, of the runtime's own class: ``ScriptedOwner`` (``scripted``), ``LLMOwner`` (``llm``),
-    ``OpenClawRPC`` (``openclaw``: OpenClaw's own RPC), ``PeerObservations`` (``peer``:
-    read-only). ``termination`` is an awaitable observation resolving to
-    ``Completed | Failed | Exited | Signaled``.
+    ``OpenClawRPC`` (``openclaw``: OpenClaw's own RPC), ``NanoClawOwner`` (``nanoclaw``:
+    NanoClaw's contract), ``PeerObservations`` (``peer``: read-only). ``termination`` is an
+    awaitable observation resolving to ``Completed | Failed | Exited | Signaled``.
     """
 
     name: str

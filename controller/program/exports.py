@@ -86,8 +86,8 @@ EXPORTED: Mapping[str, Mapping[str, str]] = {
         "agent": ASYNC,
         "agent_wait": ASYNC,
     },
-    "controller.agents.nanoclaw_gateway:NanoClawGateway": {"session": CONTEXT, "hello": ASYNC},
-    "controller.agents.nanoclaw_gateway:NanoClawSession": {
+    "controller.agents.nanoclaw_owner:NanoClawOwner": {"session": CONTEXT, "hello": ASYNC},
+    "controller.agents.nanoclaw_owner:NanoClawSession": {
         "follow_up": ASYNC,
         "close": ASYNC,
         "outputs": ITERATOR,

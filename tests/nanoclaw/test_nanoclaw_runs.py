@@ -19,8 +19,8 @@ from nanoclaw_support import processes_of
 from controller import RunSpec, nanoclaw, openclaw
 from controller.agents.nanoclaw import (
     NanoClawAgentConfigured,
-    NanoClawGateway,
-    NanoClawGatewayError,
+    NanoClawOwner,
+    NanoClawOwnerError,
 )
 from controller.events.network import RouterMessageCommitted
 from controller.events.run import AgentRuntimeReady
@@ -49,9 +49,9 @@ def _executable(pid: int) -> str:
         return ""
 
 
-async def _raw_owner(gateway: NanoClawGateway, lines: list[bytes]) -> bytes:
+async def _raw_owner(owner: NanoClawOwner, lines: list[bytes]) -> bytes:
     """Send ``lines`` on one raw bridge connection; everything it answers until it closes."""
-    stream = await gateway._connect()
+    stream = await owner._connect()
     received = b""
     async with stream:
         for line in lines:
@@ -71,7 +71,7 @@ async def _one_run(artifact_root: Path) -> dict[str, Any]:
     async def execute(ctx: RunContext) -> dict[str, Any]:
         alice, bob = ctx.agents.alice, ctx.agents.bob
         owner = alice.owner
-        assert isinstance(owner, NanoClawGateway)
+        assert isinstance(owner, NanoClawOwner)
         seen["hello"] = await owner.hello()
         async with owner.session("Say hello to the owner in one short sentence.") as session:
             seen["result"] = await session.result(timeout_s=240)
@@ -83,10 +83,10 @@ async def _one_run(artifact_root: Path) -> dict[str, Any]:
             seen["gateway_token"] = json.loads(secrets.read_bytes())["credentials"][
                 "MODEL_GATEWAY_TOKEN"
             ]
-        wrong = NanoClawGateway(
+        wrong = NanoClawOwner(
             "not-the-bridge-token", unix_path=owner._unix_path, host=owner._host, port=owner._port
         )
-        with pytest.raises(NanoClawGatewayError) as refused:
+        with pytest.raises(NanoClawOwnerError) as refused:
             await wrong.hello()
         seen["wrong"] = refused.value.reason
         token = json.dumps({"token": owner._token}).encode() + b"\n"

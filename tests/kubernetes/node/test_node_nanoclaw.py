@@ -24,7 +24,7 @@ from k8s_run_support import verified
 from kind_plane import KindPlane
 
 from controller import Run, RunSpec
-from controller.agents.nanoclaw import NanoClawAgentConfigured, NanoClawGateway, nanoclaw
+from controller.agents.nanoclaw import NanoClawAgentConfigured, NanoClawOwner, nanoclaw
 from controller.events.network import RouterMessageCommitted
 from controller.events.run import ReadinessGatePassed
 from controller.modelgateway.events import AgentModelUsage
@@ -67,7 +67,7 @@ async def test_a_nanoclaw_agent_in_a_real_pod_passes_the_gate_and_its_reply_is_c
 
     async def execute(ctx: RunContext) -> dict[str, str]:
         alice = ctx.agents.alice
-        assert isinstance(alice.owner, NanoClawGateway)
+        assert isinstance(alice.owner, NanoClawOwner)
         seen["image"] = await _image_of(str(control_plane.kubeconfig), run_id, "alice")
         seen["hello"] = await alice.owner.hello()
         async with ctx.network.endpoint("host") as host:

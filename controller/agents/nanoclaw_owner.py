@@ -1,4 +1,4 @@
-"""``NanoClawGateway``: the owner's handle on a NanoClaw agent, NanoClaw's own contract, typed.
+"""``NanoClawOwner``: the owner's handle on a NanoClaw agent, NanoClaw's own contract, typed.
 
 The owner opens a session over the agent's bridge socket (its token checked first), writes the
 session's prompt, then follow-ups, and reads each output as NanoClaw delimits it
@@ -25,10 +25,10 @@ from society_sandbox.runtimes.nanoclaw import OUTPUT_END, OUTPUT_START
 MAX_OUTPUT = 1024 * 1024
 
 
-class NanoClawGatewayError(OwnerError):
+class NanoClawOwnerError(OwnerError):
     """The agent's NanoClaw contract refused or broke; ``reason`` is machine-readable."""
 
-    reason = "nanoclaw-gateway"
+    reason = "nanoclaw-owner"
 
 
 class SentMessage(BaseModel):
@@ -89,11 +89,11 @@ class NanoClawSession:
             async for output in self.outputs():
                 if output.send_message is None:
                     return output
-        raise NanoClawGatewayError("the session ended before a result", reason="session-ended")
+        raise NanoClawOwnerError("the session ended before a result", reason="session-ended")
 
 
-class NanoClawGateway:
-    """How the owner reaches one NanoClaw agent: ``async with gateway.session(prompt) as s``."""
+class NanoClawOwner:
+    """How the owner reaches one NanoClaw agent: ``async with owner.session(prompt) as s``."""
 
     def __init__(self, token: str, *, unix_path: str | None, host: str, port: int) -> None:
         self._token = token
@@ -126,7 +126,7 @@ class NanoClawGateway:
                 return await connect_unix(self._unix_path)
             return await anyio.connect_tcp(self._host, self._port)
         except OSError as exc:
-            raise NanoClawGatewayError(
+            raise NanoClawOwnerError(
                 f"cannot reach the agent's bridge: {exc}", reason="unreachable"
             ) from None
 
@@ -136,11 +136,11 @@ class NanoClawGateway:
                 await _send_line(stream, {"token": self._token})
                 answer = json.loads(await reader.receive_until(b"\n", 4096))
         except (TimeoutError, ValueError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-            raise NanoClawGatewayError(
+            raise NanoClawOwnerError(
                 f"the agent's bridge gave no answer ({type(exc).__name__})", reason="no-answer"
             ) from None
         if not isinstance(answer, dict) or answer.get("ok") is not True:
-            raise NanoClawGatewayError(
+            raise NanoClawOwnerError(
                 "the agent's bridge refused the token; use the run's bridge token",
                 reason="unauthorized",
             )
@@ -155,7 +155,7 @@ def _decode(block: bytes) -> NanoClawOutput:
     try:
         return NanoClawOutput.model_validate_json(block)
     except ValidationError as exc:
-        raise NanoClawGatewayError(
+        raise NanoClawOwnerError(
             f"the agent wrote an output NanoClaw's contract does not allow: {exc.errors()[:1]}",
             reason="bad-output",
         ) from None
