@@ -27,8 +27,8 @@ from typing import IO, Any
 import anyio
 from anyio.abc import SocketAttribute, SocketListener
 
+from agent_images.model_relay import ANTHROPIC_MESSAGES, ModelRelay
 from agent_images.nanoclaw.bridge import OwnerChannel, serve_owner
-from agent_images.nanoclaw.relay import ModelRelay
 from agent_images.nanoclaw.session import (
     RunnerMissing,
     check_installed,
@@ -169,7 +169,9 @@ async def run(config: BootConfig, options: AgentOptions, workdir: Path, log: IO[
             f"{GATEWAY_TOKEN_CREDENTIAL} credential; the run's model service grants them"
         )
     check_installed()
-    relay = ModelRelay(base_url, token, unix_socket=os.environ.get(GATEWAY_SOCKET_VARIABLE))
+    relay = ModelRelay(
+        base_url, token, api=ANTHROPIC_MESSAGES, unix_socket=os.environ.get(GATEWAY_SOCKET_VARIABLE)
+    )
     bridge = await SocketListener.from_socket(config.bridge_socket())
     code = 0
     try:

@@ -31,8 +31,9 @@ from typing import Any
 import anyio
 from anyio.abc import Process, SocketListener
 
+from agent_images.model_relay import OPENAI_COMPLETIONS, ModelRelay
+from agent_images.openclaw.bridge import pipe
 from agent_images.openclaw.process import free_loopback_port, openclaw_gateway, wait_ready
-from agent_images.openclaw.relay import ModelRelay, pipe
 from society_sandbox.boot import BootConfig, BootError, Secrets
 from society_sandbox.network.client import connect_agent
 from society_sandbox.runtimes.llm import (
@@ -60,7 +61,9 @@ async def run(config: BootConfig, options: AgentOptions, workdir: Path) -> int:
             f"the sandbox lacks {GATEWAY_URL_VARIABLE}, {MODEL_VARIABLE} or the "
             f"{GATEWAY_TOKEN_CREDENTIAL} credential; the run's model service grants them"
         )
-    relay = ModelRelay(base_url, token, unix_socket=os.environ.get(GATEWAY_SOCKET_VARIABLE))
+    relay = ModelRelay(
+        base_url, token, api=OPENAI_COMPLETIONS, unix_socket=os.environ.get(GATEWAY_SOCKET_VARIABLE)
+    )
     port = free_loopback_port()
     bridge = await SocketListener.from_socket(config.bridge_socket())
     code = 0  # a signal ends the agent cleanly

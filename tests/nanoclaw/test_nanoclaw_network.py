@@ -14,7 +14,7 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute
 
-from agent_images.nanoclaw.relay import ModelRelay
+from agent_images.model_relay import ANTHROPIC_MESSAGES, ModelRelay
 from agent_images.nanoclaw.session import open_runner, runner_environment
 from controller.modelgateway.events import AgentModelUsage
 from controller.modelgateway.gateway import ModelGateway
@@ -49,7 +49,7 @@ async def test_a_nanoclaw_runner_connects_only_to_its_model_relay_and_looks_up_n
         await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
         anyio.create_task_group() as tasks,
     ):
-        relay = ModelRelay(gw.base_url, gw.issue_token("sam"))
+        relay = ModelRelay(gw.base_url, gw.issue_token("sam"), api=ANTHROPIC_MESSAGES)
         tasks.start_soon(listener.serve, relay.serve)
         port = listener.extra(SocketAttribute.local_port)
         environment = runner_environment(

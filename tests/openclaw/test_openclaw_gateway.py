@@ -11,8 +11,8 @@ import pytest
 from anyio.abc import SocketAttribute
 from openclaw_support import RecordingLedger
 
+from agent_images.model_relay import OPENAI_COMPLETIONS, ModelRelay
 from agent_images.openclaw.process import free_loopback_port, openclaw_gateway, wait_ready
-from agent_images.openclaw.relay import ModelRelay
 from controller.modelgateway.events import AgentModelUsage
 from controller.modelgateway.gateway import ModelGateway
 from controller.platforms.local_model import LocalModelServer
@@ -35,7 +35,7 @@ async def test_a_real_openclaw_gateway_answers_its_rpc_with_our_model_gateway_be
         await anyio.create_tcp_listener(local_host="127.0.0.1") as relay_listener,
         anyio.create_task_group() as tasks,
     ):
-        relay = ModelRelay(gw.base_url, gw.issue_token("alice"))
+        relay = ModelRelay(gw.base_url, gw.issue_token("alice"), api=OPENAI_COMPLETIONS)
         tasks.start_soon(relay_listener.serve, relay.serve)
         relay_port = relay_listener.extra(SocketAttribute.local_port)
         port, token = free_loopback_port(), secrets.token_urlsafe(24)
