@@ -20,20 +20,48 @@ from typing import TYPE_CHECKING
 from controller._lazy import lazy_exports
 
 if TYPE_CHECKING:  # static checkers see the real names; at run time they load on first use
-    from controller.agents.llm import llm, LLM_RESOURCES, LLMAgentConfigured, LLMAgentStopped, LLMOwner, LLMRuntime
-    from controller.agents.nanoclaw import nanoclaw, NanoClawAgentConfigured, NanoClawRuntime
+    from controller.agents.llm import (
+        LLM_RESOURCES,
+        LLMAgentConfigured,
+        LLMAgentStopped,
+        LLMOwner,
+        LLMRuntime,
+        llm,
+    )
+    from controller.agents.nanoclaw import NanoClawAgentConfigured, NanoClawRuntime, nanoclaw
     from controller.agents.nanoclaw_owner import NanoClawOwner
-    from controller.agents.openclaw import openclaw, OPENCLAW_TRANSCRIPT, OpenClawAgentConfigured, OpenClawRuntime
-    from controller.agents.peer import peer, PeerObservation, PeerObservations
-    from controller.agents.scripted import scripted, ScriptedOwner
+    from controller.agents.openclaw import (
+        OPENCLAW_TRANSCRIPT,
+        OpenClawAgentConfigured,
+        OpenClawRuntime,
+        openclaw,
+    )
+    from controller.agents.peer import PeerObservation, PeerObservations, peer
+    from controller.agents.scripted import ScriptedOwner, scripted
     from controller.events import core_events
-    from controller.events.network import ConversationOpened, delivered_pairs, LinkMessageDropped, RouterMessageCommitted
+    from controller.events.network import (
+        ConversationOpened,
+        LinkMessageDropped,
+        RouterMessageCommitted,
+        delivered_pairs,
+    )
     from controller.events.run import AgentWorkspaceFileHarvested, ProgramSucceeded, RunStarted
     from controller.modelgateway.config import ProviderConfig
-    from controller.modelgateway.events import AgentModelBudgetReached, AgentModelCallFailed, AgentModelUsage
-    from controller.run import load_run_spec, PlatformLost, ProgramFinished, Run, RunContext, RunSpec
+    from controller.modelgateway.events import (
+        AgentModelBudgetReached,
+        AgentModelCallFailed,
+        AgentModelUsage,
+    )
+    from controller.run import (
+        PlatformLost,
+        ProgramFinished,
+        Run,
+        RunContext,
+        RunSpec,
+        load_run_spec,
+    )
     from controller.run.fork import ForkPoint
-    from controller.suites.definition import load_suite, Suite
+    from controller.suites.definition import Suite, load_suite
     from ledger.events import Event, EventCatalog
     from society_sandbox.network.protocol import Delivery
     from society_sandbox.runtimes.llm import Budget, ContextPolicy, ReplyPolicy
@@ -99,6 +127,8 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "LLM_RESOURCES",
+    "OPENCLAW_TRANSCRIPT",
     "AgentModelBudgetReached",
     "AgentModelCallFailed",
     "AgentModelUsage",
@@ -114,12 +144,10 @@ __all__ = [
     "LLMAgentStopped",
     "LLMOwner",
     "LLMRuntime",
-    "LLM_RESOURCES",
     "LinkMessageDropped",
     "NanoClawAgentConfigured",
     "NanoClawOwner",
     "NanoClawRuntime",
-    "OPENCLAW_TRANSCRIPT",
     "OpenClawAgentConfigured",
     "OpenClawRPC",
     "OpenClawRuntime",

@@ -18,7 +18,7 @@ beside the code that raises it (the module named after it):
     │   ├── ArtifactRootUnsafe  controller.run.artifact_root
     │   ├── UnknownProfile  controller.profiles
     │   ├── ClusterUnavailable  controller.platforms.kubernetes.preflight
-    │   └── PartMissing  controller.ops.parts
+    │   └── PartMissing  controller.platforms.parts
     ├── PlatformError  the platform could not start, hold or stop a sandbox
     │   ├── AdmissionRefused  controller.run.platform
     │   ├── SandboxStartError  controller.run.platform
@@ -39,7 +39,7 @@ beside the code that raises it (the module named after it):
     │   ├── CheckoutMissing  controller.ops.repository
     │   ├── KindPatchRefused  controller.ops.cluster.kind_patches
     │   ├── PrerequisitesMissing  controller.ops.cluster.prerequisites
-    │   ├── ProfileFileError  controller.ops.cluster.profile_file
+    │   ├── ProfileFileError  controller.platforms.kubernetes.profile_file
     │   ├── StepFailed  controller.ops.cluster.steps
     │   ├── ToolMissing  controller.ops.checks.tools
     │   ├── HelmTemplateFailed  controller.ops.checks.check

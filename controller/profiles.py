@@ -8,12 +8,12 @@ never compare a profile's name; each platform module loads only when a run asks 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import controller.settings as settings
 from controller.errors import SetupError
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 CLUSTER_TASK_QUEUE = "society-runs"
 """The task queue a cluster's run worker polls (the chart's ``worker.taskQueue``)."""
-IN_CLUSTER_ENV = "SOCIETY_KUBE_IN_CLUSTER"
+IN_CLUSTER_ENV = settings.KUBE_IN_CLUSTER.name
 """Set to ``1`` in a pod of the cluster (the run worker, the controller Job)."""
 
 
@@ -52,6 +52,34 @@ class Profile:
         """A fresh platform for one run, configured from this process's environment."""
         return self._platform()
 
+    def apply_profile_file(self, artifact_root: Path, say: Callable[[str], None]) -> None:
+        """A cluster profile: install as this process's settings those that ``society cluster
+        up`` wrote for it under ``artifact_root``, where the environment has none (a variable
+        that is set always wins)."""
+        if not self.cluster:
+            return
+        from controller.platforms.kubernetes.profile_file import apply_profile, profile_path
+
+        environment = dict(settings.current().environ)
+        filled = apply_profile(artifact_root, self.name, environment)
+        if filled:
+            settings.install(settings.current().overlay(filled))
+            names = ", ".join(sorted(filled))
+            say(f"profile {self.name}: {names} from {profile_path(artifact_root, self.name)}")
+
+    async def install_parts(self, spec: RunSpec, say: Callable[[str], None]) -> None:
+        """The local profile, with its worker in this process: install the local model, OpenClaw
+        or NanoClaw where the roster needs one that is missing, before anything starts; with
+        ``SOCIETY_NO_INSTALL`` set, fail naming the install command instead."""
+        if self.cluster:
+            return
+        import anyio.to_thread
+
+        from controller.platforms.parts import ensure_parts, installs_allowed
+
+        install = installs_allowed()
+        await anyio.to_thread.run_sync(lambda: ensure_parts(spec.agents, install=install, say=say))
+
     async def prepare(self, run_id: str) -> None:
         """What the run needs before its controller starts (a cluster: its namespace)."""
         await self.platform().prepare(run_id)
@@ -70,8 +98,8 @@ class Profile:
             from controller.incluster.controller_job import run_controller_job
             from controller.platforms.kubernetes import KubernetesSettings
 
-            settings = KubernetesSettings.from_environment()
-            return await run_controller_job(request, settings, progress=progress)
+            kube = KubernetesSettings.from_environment()
+            return await run_controller_job(request, kube, progress=progress)
         return await execute_run(request, self.platform(), progress=progress, spec=spec)
 
     def runs_controller_here(self) -> bool:
@@ -94,16 +122,16 @@ class Profile:
 
         from controller.stores.gcs import EXPORT_ENV, export_if_configured
 
-        destination = os.environ.get(EXPORT_ENV)
+        destination = settings.current().get(EXPORT_ENV)
         if self.cluster and destination:
             from controller.incluster.controller_job import controller_image
             from controller.incluster.export_job import export_from_claim
             from controller.platforms.kubernetes import KubernetesSettings
 
-            settings = KubernetesSettings.from_environment()
-            if settings.runs_controller_job and settings.ledger_claim:
+            kube = KubernetesSettings.from_environment()
+            if kube.runs_controller_job and kube.ledger_claim:
                 receipt = await export_from_claim(
-                    settings, run_id, destination, image=controller_image(settings), phase=phase
+                    kube, run_id, destination, image=controller_image(kube), phase=phase
                 )
                 if receipt is not None:
                     return receipt
@@ -146,7 +174,7 @@ def reap_stale_here(artifact_root: Path) -> list[Any]:
 def check_worker_request(request: RunRequest) -> None:
     """In a cluster's pod, refuse (``WorkerRefused``, a ``PlatformError``) what a run worker
     must not run, before it creates or imports anything; elsewhere everything passes."""
-    if os.environ.get(IN_CLUSTER_ENV) != "1":
+    if settings.current().get(IN_CLUSTER_ENV) != "1":
         return
     from controller.incluster.worker_requests import check_worker_request as check
     from controller.platforms.kubernetes import KubernetesSettings

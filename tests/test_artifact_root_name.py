@@ -10,14 +10,15 @@ import pytest
 from controller.cli.run_commands import ARTIFACTS_ENV
 from controller.incluster.access import controller_job
 from controller.incluster.main import request_from_environment
-from controller.run.kernel import ARTIFACT_ROOT_VARIABLE, default_artifact_root
+from controller.run.kernel import default_artifact_root
+from controller.settings import ARTIFACTS
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD_NAME = "SOCIETY_ARTIFACT" + "_ROOT"
 
 
 def test_the_cli_the_kernel_and_the_cluster_share_one_name() -> None:
-    assert ARTIFACTS_ENV == ARTIFACT_ROOT_VARIABLE == "SOCIETY_ARTIFACTS"
+    assert ARTIFACTS_ENV == ARTIFACTS.name == "SOCIETY_ARTIFACTS"
 
 
 def test_the_kernel_reads_society_artifacts(

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SOCIETY = [sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())"]
 REASON = re.compile(r"^[a-z][a-z0-9-]*[a-z0-9]$")
 TREE_LINE = re.compile(
-    r"^ {4}((?:│   | {4})*)(├── |└── )?([A-Za-z]\w*)(?: {2}((?:controller|society_sandbox)\.[\w.]+))?"
+    r"^ {4}((?:│   | {4})*)(├── |└── )?([A-Za-z]\w*)"
+    r"(?: {2}((?:controller|society_sandbox)\.[\w.]+))?"
 )
 
 

@@ -30,7 +30,7 @@ PROGRAMS = "agent_images"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the wall", ("society_sandbox",)),
     ("the ledger", ("ledger",)),
-    ("package plumbing", ("controller._lazy", "controller.errors")),
+    ("package plumbing", ("controller._lazy", "controller.errors", "controller.settings")),
     ("core events", ("controller.events",)),
     ("the router and network", ("controller.network",)),
     ("run-service contracts", ("controller.services",)),

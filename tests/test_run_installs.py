@@ -21,7 +21,7 @@ import pytest
 from controller.agents.llm import llm
 from controller.agents.openclaw import openclaw
 from controller.modelgateway.config import ProviderConfig
-from controller.ops.parts import NO_INSTALL_ENV, PartMissing, ensure_parts, needed_parts
+from controller.platforms.parts import NO_INSTALL_ENV, PartMissing, ensure_parts, needed_parts
 from controller.run import load_run_spec
 from society_sandbox.runtimes.openclaw import INSTALL_DIR_VARIABLE
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from controller.errors import SocietyError
+from controller.settings import Settings, installed
 from ledger.errors import LedgerError
 
 EXIT_ERROR = 1
@@ -45,8 +46,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    with installed(Settings.read()):  # the command's one read of its environment
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        code = _handle(args)
+    if argv is None and "temporalio" in sys.modules:  # as the `society` program only
+        # The command's work is done and reported. The Temporal SDK's native runtime has been
+        # seen to crash (SIGSEGV) while the interpreter tears its threads down, which would turn
+        # a printed success into a failed exit; leave without running that teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _handle(args: argparse.Namespace) -> int:
+    """Run the command ``args`` names; a typed error is reported on one line, no traceback."""
     try:
         code: int = args.handler(args)
     except BrokenPipeError:
@@ -57,13 +72,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A typed error is the user's to act on: what happened and the next step, no traceback.
         print(f"society {_command(args)}: error: {error}", file=sys.stderr, flush=True)
         code = getattr(args, "error_exit", EXIT_ERROR)
-    if argv is None and "temporalio" in sys.modules:  # as the `society` program only
-        # The command's work is done and reported. The Temporal SDK's native runtime has been
-        # seen to crash (SIGSEGV) while the interpreter tears its threads down, which would turn
-        # a printed success into a failed exit; leave without running that teardown.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
     return code
 
 

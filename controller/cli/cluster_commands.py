@@ -269,8 +269,8 @@ def _down(args: argparse.Namespace) -> int:
     from controller.cli.run_commands import artifact_root
     from controller.ops.cluster.install import ClusterDown, ClusterOptions
     from controller.ops.cluster.prerequisites import PrerequisitesMissing, find_programs
-    from controller.ops.cluster.profile_file import ProfileFileError, read_profile
     from controller.ops.cluster.steps import StepFailed
+    from controller.platforms.kubernetes.profile_file import ProfileFileError, read_profile
 
     root = artifact_root(args)
     try:

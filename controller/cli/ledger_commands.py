@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import sys
@@ -15,6 +14,7 @@ from pydantic_core import from_json
 
 from controller.cli import compare_command, inspect_command
 from controller.cli.ledger_catalogs import ledger_runtimes, reader_catalog
+from controller.settings import current
 from controller.stores.gcs import DEFAULT_DEADLINE_S
 from ledger import EventCatalog, LedgerError, LedgerVerificationError
 from ledger.event_schemas import check_event_schemas, export_event_schemas
@@ -540,6 +540,8 @@ def _print_lines(lines: Any) -> None:
 
 def _style(color: str) -> TimelineStyle:
     tty = sys.stdout.isatty()
-    use_color = color == "always" or (color == "auto" and tty and "NO_COLOR" not in os.environ)
+    use_color = color == "always" or (
+        color == "auto" and tty and "NO_COLOR" not in current().environ
+    )
     width = shutil.get_terminal_size().columns if tty else None
     return TimelineStyle(color=use_color, width=width)

@@ -13,6 +13,7 @@ from controller.errors import SetupError
 
 if TYPE_CHECKING:
     from controller.lifecycle.driver import Interrupts
+    from controller.lifecycle.runner import RunOptions
     from controller.run.fork import FinishedRun
 
 EXIT_IDENTICAL = 0
@@ -59,7 +60,7 @@ def add_commands(subparsers: Any) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from controller.cli.run_commands import _run_async, run_in_process
+    from controller.lifecycle.runner import RunOptions, run_here
     from controller.run.fork import read_finished_run
 
     original = read_finished_run(args.run_dir)
@@ -71,36 +72,29 @@ def _replay(args: argparse.Namespace) -> int:
             next_step=f"fork the parent again: society run MODULE.py --fork PARENT_RUN_DIR "
             f"--at {original.fork.get('at')}",
         )
-    run_args = argparse.Namespace(
-        module=kept_module(args.run_dir.resolve(), original.run_id),
+    module = kept_module(args.run_dir.resolve(), original.run_id)
+    options = RunOptions(
         profile=args.profile or original.profile,
-        task_queue=None,
-        insecure_temporal=False,
         artifacts=args.artifacts or args.run_dir.resolve().parent,
         seed=original.seed,
-        run_id=None,
         unsandboxed=args.unsandboxed,
-        include=args.include,
-        writable=args.writable,
-        settings=sorted((original.parameters or {}).items()),
-        fork=None,
-        at=None,
+        include=tuple(args.include),
+        writable=tuple(args.writable),
+        parameters=dict(original.parameters or {}),
     )
-
-    async def replay(run: argparse.Namespace, interrupts: Interrupts) -> int:
-        return await _replay_and_compare(run, interrupts, original)
-
-    return run_in_process(run_args, lambda run: _run_async(run, replay))
+    return run_here(lambda interrupts: _replay_and_compare(module, options, interrupts, original))
 
 
 async def _replay_and_compare(
-    args: argparse.Namespace, interrupts: Interrupts, original: FinishedRun
+    module: Path, options: RunOptions, interrupts: Interrupts, original: FinishedRun
 ) -> int:
-    from controller.cli.progress import TerminalProgress
-    from controller.cli.run_commands import exit_code, keep_result, run_module
+    from controller.lifecycle.runner import exit_code, keep_result, run_file
+    from controller.run.terminal import TerminalProgress
 
     progress = TerminalProgress()
-    root, report = await run_module(args, interrupts, progress, check=original.check_spec)
+    root, report = await run_file(
+        module, options, interrupts=interrupts, progress=progress, check=original.check_spec
+    )
     keep_result(root, report, progress)
     line: dict[str, Any] = {"original": original.run_id, **report.line()}
     if report.run_id is None or report.ledger_dir is None:

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from controller.cli.run_commands import ARTIFACTS_ENV, DEFAULT_ARTIFACTS, artifact_root
+from controller.cli.run_commands import ARTIFACTS_ENV, artifact_root
 from controller.profiles import DEFAULT, PROFILES
+from controller.settings import DEFAULT_ARTIFACTS
 
 EXIT_SUCCESS, EXIT_FAILURE, EXIT_SETUP = 0, 1, 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -91,7 +92,7 @@ def _positive(text: str) -> int:
 def _run(args: argparse.Namespace) -> int:
     import anyio
 
-    from controller.cli.progress import TerminalProgress
+    from controller.run.terminal import TerminalProgress
     from controller.suites.definition import SuiteError, load_suite
     from controller.suites.runner import DEFAULT_JOBS, SuiteRunner
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from controller.cli.run_commands import ARTIFACTS_ENV, DEFAULT_ARTIFACTS, artifact_root
+from controller.cli.run_commands import ARTIFACTS_ENV, artifact_root
+from controller.settings import DEFAULT_ARTIFACTS
 
 
 def add_commands(subparsers: Any) -> None:

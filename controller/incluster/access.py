@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import controller.settings as s
 from controller.platforms.kubernetes.kube import Obj
 from controller.platforms.kubernetes.objects import (
     CONTROLLER_ACCOUNT,
@@ -30,8 +31,7 @@ SIGNING_DIR = "/var/run/society/signing"
 SIGNING_KEY_FILE = "key.pem"
 SIGNING_SECRET = "society-signing-key"
 """The per-run Secret holding the operator's key for the controller Job's signer container."""
-SIGNER_SOCKET_VARIABLE = "SOCIETY_SIGNER_SOCKET"
-"""``controller.run.request.SIGNER_SOCKET_VARIABLE`` (this module loads no kernel)."""
+SIGNER_SOCKET_VARIABLE = s.SIGNER_SOCKET.name
 SIGNER_CONTAINER = "signer"
 """The controller Job's signer: the one container that mounts the operator's key."""
 SIGNER_PROGRAM = "/opt/society/src/ledger/signer_process.py"
@@ -77,14 +77,14 @@ def controller_job(
     """
     labels = {**MANAGED_BY, "society.run/id": run_id, ROLE_LABEL: "controller"}
     env = [
-        {"name": "SOCIETY_RUN_ID", "value": run_id},
-        {"name": "SOCIETY_RUN_MODULE", "value": f"{RUNSPEC_DIR}/{module_name}"},
-        *([{"name": "SOCIETY_RUN_SEED", "value": str(seed)}] if seed is not None else []),
-        {"name": "SOCIETY_PROFILE", "value": profile},
-        {"name": "SOCIETY_KUBE_IN_CLUSTER", "value": "1"},
-        {"name": "SOCIETY_CLUSTER_QUEUE", "value": cluster_queue},
-        {"name": "SOCIETY_ARTIFACTS", "value": ARTIFACT_ROOT},
-        {"name": "SOCIETY_RESULT_PATH", "value": RESULT_PATH},
+        {"name": s.RUN_ID.name, "value": run_id},
+        {"name": s.RUN_MODULE.name, "value": f"{RUNSPEC_DIR}/{module_name}"},
+        *([{"name": s.RUN_SEED.name, "value": str(seed)}] if seed is not None else []),
+        {"name": s.PROFILE.name, "value": profile},
+        {"name": s.KUBE_IN_CLUSTER.name, "value": "1"},
+        {"name": s.CLUSTER_QUEUE.name, "value": cluster_queue},
+        {"name": s.ARTIFACTS.name, "value": ARTIFACT_ROOT},
+        {"name": s.RESULT_PATH.name, "value": RESULT_PATH},
         *({"name": k, "value": v} for k, v in sorted((environment or {}).items())),
         *([{"name": SIGNER_SOCKET_VARIABLE, "value": SIGNER_SOCKET}] if signing_key_secret else []),
     ]
@@ -224,9 +224,9 @@ def worker_deployment(
                             ],
                             "env": [
                                 {"name": "TEMPORAL_ADDRESS", "value": temporal_address},
-                                {"name": "SOCIETY_KUBE_IN_CLUSTER", "value": "1"},
+                                {"name": s.KUBE_IN_CLUSTER.name, "value": "1"},
                                 {
-                                    "name": "SOCIETY_CREDENTIALS_NAMESPACE",
+                                    "name": s.CREDENTIALS_NAMESPACE.name,
                                     "value": credentials_namespace,
                                 },
                             ],

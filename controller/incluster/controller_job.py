@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+import controller.settings as s
 from controller.incluster import access
 from controller.incluster.ledger_home import LedgerHomeError, bring_home
 from controller.incluster.worker_requests import module_source_of
@@ -35,16 +36,16 @@ from ledger.signing import SigningKey
 T = TypeVar("T")
 CONTROLLER_SELECTOR = f"{objects.ROLE_LABEL}=controller"
 CONTAINER = "controller"
-MODULE_DIGEST_ENV = "SOCIETY_RUN_MODULE_SHA256"
+MODULE_DIGEST_ENV = s.RUN_MODULE_SHA256.name
 """The controller checks the mounted module against this digest before importing it."""
 FORWARDED_SETTINGS = (
-    "SOCIETY_ADMISSION_TIMEOUT_S",
-    "SOCIETY_STARTUP_TIMEOUT_S",
-    "SOCIETY_RUN_DEADLINE_S",
-    "SOCIETY_CREDENTIALS_NAMESPACE",
-    "SOCIETY_AGENT_NODE_SELECTOR",
-    "SOCIETY_AGENT_TOLERATIONS",
-    "SOCIETY_IMAGE_MAP",
+    s.ADMISSION_TIMEOUT_S.name,
+    s.STARTUP_TIMEOUT_S.name,
+    s.RUN_DEADLINE_S.name,
+    s.CREDENTIALS_NAMESPACE.name,
+    s.AGENT_NODE_SELECTOR.name,
+    s.AGENT_TOLERATIONS.name,
+    s.IMAGE_MAP.name,
 )
 
 
@@ -141,15 +142,15 @@ def controller_image(settings: KubernetesSettings, images: ImageMap | None = Non
 
 def _forwarded(settings: KubernetesSettings, images: ImageMap) -> dict[str, str]:
     values = {
-        "SOCIETY_IMAGE_MAP": images.to_json() if images.images else "",
-        "SOCIETY_ADMISSION_TIMEOUT_S": f"{settings.admission_timeout_s:g}",
-        "SOCIETY_STARTUP_TIMEOUT_S": f"{settings.startup_timeout_s:g}",
-        "SOCIETY_RUN_DEADLINE_S": f"{settings.run_deadline_s:g}",
-        "SOCIETY_CREDENTIALS_NAMESPACE": settings.credentials_namespace,
-        "SOCIETY_AGENT_NODE_SELECTOR": ",".join(
+        s.IMAGE_MAP.name: images.to_json() if images.images else "",
+        s.ADMISSION_TIMEOUT_S.name: f"{settings.admission_timeout_s:g}",
+        s.STARTUP_TIMEOUT_S.name: f"{settings.startup_timeout_s:g}",
+        s.RUN_DEADLINE_S.name: f"{settings.run_deadline_s:g}",
+        s.CREDENTIALS_NAMESPACE.name: settings.credentials_namespace,
+        s.AGENT_NODE_SELECTOR.name: ",".join(
             f"{k}={v}" for k, v in (settings.agent_node_selector or {}).items()
         ),
-        "SOCIETY_AGENT_TOLERATIONS": json.dumps(settings.agent_tolerations or []),
+        s.AGENT_TOLERATIONS.name: json.dumps(settings.agent_tolerations or []),
     }
     return {name: values[name] for name in FORWARDED_SETTINGS if values[name]}
 

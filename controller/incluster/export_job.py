@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -53,6 +52,8 @@ from controller.platforms.kubernetes.objects import (
     run_secret,
 )
 from controller.platforms.kubernetes.settings import KubernetesSettings
+from controller.settings import RESULT_PATH as RESULT_PATH_VARIABLE
+from controller.settings import current
 from controller.stores.gcs import (
     EMULATOR_ENV,
     TOKEN_FILE_ENV,
@@ -187,7 +188,7 @@ async def export_from_claim(
     bucket, prefix = split_url(destination)
     prefix = f"{prefix}{run_id}/"
     url = f"gs://{bucket}/{prefix}"
-    emulator = os.environ.get(EMULATOR_ENV) or None
+    emulator = current().get(EMULATOR_ENV)
     async with Kube.of(settings) as kube:
         if await kube.get("PersistentVolumeClaim", settings.ledger_claim, run_id) is None:
             return None
@@ -307,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ledger import LedgerError
 
     run_dir, url = argv if argv is not None else sys.argv[1:]
-    result = Path(os.environ.get("SOCIETY_RESULT_PATH", RESULT_PATH))
+    result = Path(current().get(RESULT_PATH_VARIABLE) or RESULT_PATH)
     try:
         receipt = export_run(Path(run_dir), url, progress=lambda text: print(text, flush=True))
     except (LedgerExportError, LedgerError) as error:

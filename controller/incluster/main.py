@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
-import os
 import signal
 import sys
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import anyio
 
+import controller.settings as settings
 from controller.incluster.controller_job import MODULE_DIGEST_ENV
 from controller.network.tuning import tune_for_router
 from controller.platforms.kubernetes import KubernetesPlatform
@@ -41,17 +41,17 @@ PR_SET_DUMPABLE = 4
 
 def request_from_environment(env: Mapping[str, str]) -> RunRequest:
     return RunRequest(
-        module_path=env["SOCIETY_RUN_MODULE"],
-        run_id=env["SOCIETY_RUN_ID"],
-        profile=env.get("SOCIETY_PROFILE", "kubernetes"),
-        artifact_root=env.get("SOCIETY_ARTIFACTS", "/var/lib/society/artifacts"),
-        seed=int(env["SOCIETY_RUN_SEED"]) if env.get("SOCIETY_RUN_SEED") else None,
+        module_path=env[settings.RUN_MODULE.name],
+        run_id=env[settings.RUN_ID.name],
+        profile=env.get(settings.PROFILE.name, "kubernetes"),
+        artifact_root=env.get(settings.ARTIFACTS.name, "/var/lib/society/artifacts"),
+        seed=int(env[settings.RUN_SEED.name]) if env.get(settings.RUN_SEED.name) else None,
     )
 
 
 def check_module(env: Mapping[str, str]) -> None:
     """The mounted module is the one the submitter sent (its digest travelled separately)."""
-    path = Path(env["SOCIETY_RUN_MODULE"])
+    path = Path(env[settings.RUN_MODULE.name])
     expected = env.get(MODULE_DIGEST_ENV)
     if not expected:
         raise ModuleSourceError(
@@ -84,7 +84,7 @@ def termination_message(result: RunResult) -> str:
 
 async def run_controller(env: Mapping[str, str] | None = None) -> RunResult:
     """Run the request the environment names; SIGTERM cancels it (the kernel finalizes first)."""
-    env = os.environ if env is None else env
+    env = settings.current().environ if env is None else env
     check_module(env)
     request = request_from_environment(env)
     task = asyncio.current_task()
@@ -100,8 +100,8 @@ async def run_controller(env: Mapping[str, str] | None = None) -> RunResult:
             result = await execute_run(request, platform, spec=spec)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
-    if env.get("SOCIETY_RESULT_PATH"):
-        await anyio.Path(env["SOCIETY_RESULT_PATH"]).write_text(termination_message(result))
+    if result_path := env.get(settings.RESULT_PATH.name):
+        await anyio.Path(result_path).write_text(termination_message(result))
     return result
 
 
@@ -114,6 +114,7 @@ def not_dumpable() -> None:
 
 
 def main() -> int:
+    settings.install(settings.Settings.read())  # the controller Job's one read
     tune_for_router()  # this process hosts the run's router
     try:
         result = anyio.run(run_controller)

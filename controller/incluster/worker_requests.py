@@ -9,13 +9,12 @@ would execute the module inside the worker pod, with the worker's identity) and 
 
 from __future__ import annotations
 
-import os
-
 from controller.platforms.kubernetes.platform import KUBERNETES_PLATFORMS
 from controller.platforms.kubernetes.settings import KubernetesSettings
 from controller.run import RunRequest
 from controller.run.module_source import ModuleSource
 from controller.run.platform import PlatformError
+from controller.settings import current
 from controller.stores.gcs import EXPORT_ENV
 
 
@@ -43,7 +42,7 @@ def check_worker_request(request: RunRequest, settings: KubernetesSettings) -> N
             "SOCIETY_CONTROLLER_JOB=0 in its Deployment",
             reason="in-process-controller-in-cluster",
         )
-    if os.environ.get(EXPORT_ENV) and not settings.ledger_claim:
+    if current().get(EXPORT_ENV) and not settings.ledger_claim:
         raise WorkerRefused(
             f"the run worker exports runs ({EXPORT_ENV}) from the run's ledger claim, and none "
             "is set: set SOCIETY_LEDGER_PVC (the chart's ledger.claim) in its Deployment",

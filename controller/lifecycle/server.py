@@ -41,6 +41,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 
 from controller.errors import LifecycleError
 from controller.run.artifact_root import check_private
+from controller.settings import current
 
 ADDRESS_ENV = "TEMPORAL_ADDRESS"
 NAMESPACE_ENV = "TEMPORAL_NAMESPACE"
@@ -82,7 +83,7 @@ class TemporalEndpoint:
 
 
 def namespace() -> str:
-    return os.environ.get(NAMESPACE_ENV) or "default"
+    return current().get(NAMESPACE_ENV) or "default"
 
 
 def find_temporal_binary() -> Path | None:
@@ -113,7 +114,7 @@ def connection_credentials(environ: Mapping[str, str] | None = None) -> dict[str
     over TLS) and/or a client certificate for mTLS (``TEMPORAL_TLS_DIR``); none for a dev server."""
     from temporalio.service import TLSConfig
 
-    env = os.environ if environ is None else environ
+    env = current().environ if environ is None else environ
     options: dict[str, Any] = {}
     if env.get(API_KEY_ENV):
         options["api_key"] = env[API_KEY_ENV]
@@ -167,10 +168,10 @@ def workflow_url(endpoint: TemporalEndpoint, run_id: str) -> str | None:
 
 
 def configured_endpoint() -> TemporalEndpoint | None:
-    address = os.environ.get(ADDRESS_ENV)
+    address = current().get(ADDRESS_ENV)
     if not address:
         return None
-    return TemporalEndpoint(address=address, namespace=namespace(), ui_url=os.environ.get(UI_ENV))
+    return TemporalEndpoint(address=address, namespace=namespace(), ui_url=current().get(UI_ENV))
 
 
 class DevServer:

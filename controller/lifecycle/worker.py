@@ -36,6 +36,7 @@ from typing import NoReturn
 
 from temporalio.worker import Worker
 
+import controller.settings as settings
 from controller.lifecycle.activities import LifecycleActivities
 from controller.lifecycle.server import (
     ADDRESS_ENV,
@@ -51,20 +52,20 @@ DEFAULT_TASK_QUEUE = CLUSTER_TASK_QUEUE
 EXIT_UNAVAILABLE = 2
 
 
-def _arguments(argv: list[str] | None) -> argparse.Namespace:
+def _arguments(argv: list[str] | None, env: settings.Settings) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m controller.lifecycle.worker",
         description="Run SocietyRun workflows from one Temporal task queue.",
     )
     parser.add_argument(
         "--task-queue",
-        default=os.environ.get("SOCIETY_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
+        default=env.get(settings.TASK_QUEUE) or DEFAULT_TASK_QUEUE,
         help="the task queue to poll (default: $SOCIETY_TASK_QUEUE, else %(default)s)",
     )
     parser.add_argument(
         "--artifacts",
         type=Path,
-        default=os.environ.get("SOCIETY_ARTIFACTS") or None,
+        default=env.get(settings.ARTIFACTS),
         metavar="DIR",
         help="where every run's directory goes, whatever root a request names "
         "(default: $SOCIETY_ARTIFACTS, else the request's root)",
@@ -129,15 +130,19 @@ async def serve(
 
 
 def main(argv: list[str] | None = None) -> int:
-    arguments = _arguments(argv)
-    os.environ["SOCIETY_KUBE_WORKER_NAMESPACES"] = "1"  # prepare and cleanup own namespaces
+    env = settings.Settings.read()
+    arguments = _arguments(argv, env)
+    # the worker's prepare and cleanup activities own each run's namespace
+    settings.install(env.overlay({settings.KUBE_WORKER_NAMESPACES.name: "1"}))
     tune_for_router()  # a run's controller may host its router in this process
     return asyncio.run(
         serve(
             arguments.task_queue,
             max_concurrent_runs=arguments.max_concurrent_runs,
             grace_s=arguments.grace_s,
-            artifact_root=None if arguments.artifacts is None else arguments.artifacts.resolve(),
+            artifact_root=(
+                None if arguments.artifacts is None else env.artifact_root(arguments.artifacts)
+            ),
         )
     )
 

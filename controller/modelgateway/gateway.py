@@ -14,7 +14,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
 import time
 from collections.abc import Mapping, Sequence
@@ -60,6 +59,7 @@ from controller.modelgateway.events import (
 from controller.modelgateway.pricing import PRICES, ModelPrice, cost_usd
 from controller.modelgateway.provider import ApiKey, ProviderCallFailed, ProviderConnection
 from controller.modelgateway.usage import UsageSummary, UsageTally, summarize
+from controller.settings import current
 from ledger import Event
 
 PRODUCER = "model-gateway"
@@ -184,7 +184,7 @@ class ModelGateway:
     def _key_for(self, provider: ProviderConfig) -> ApiKey | None:
         if provider.api_key_name is None:
             return None
-        source = os.environ if self._credentials is None else self._credentials
+        source = current().environ if self._credentials is None else self._credentials
         value = source.get(provider.api_key_name)
         if not value:
             raise ModelGatewayError(

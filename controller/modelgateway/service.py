@@ -8,7 +8,6 @@ run's result gets the gateway's usage summary. Provider keys stay in the control
 
 from __future__ import annotations
 
-import os
 from collections import ChainMap
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -20,6 +19,7 @@ from controller.errors import ModelGatewayError
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import ModelGatewayStarted, ServedProvider
 from controller.services import RunService, ServiceGrant, ServiceScope
+from controller.settings import current
 from society_sandbox.runtimes.llm import (
     GATEWAY_TOKEN_CREDENTIAL,
     GATEWAY_URL_VARIABLE,
@@ -106,7 +106,7 @@ class ModelService(RunService):
                     max_completion_tokens=LOCAL_MAX_COMPLETION_TOKENS,
                     limit_field="max_tokens",
                 )
-                credentials = ChainMap(dict(server.credentials), os.environ)
+                credentials = ChainMap(dict(server.credentials), dict(current().environ))
             model_of, providers = _providers(users, local)
             gateway = await stack.enter_async_context(
                 ModelGateway(

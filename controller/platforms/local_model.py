@@ -28,11 +28,12 @@ import anyio
 import httpx
 from anyio.abc import Process
 
+import controller.settings as settings
 from controller.errors import PlatformError
 from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.pricing import SMOLLM2_MODEL_ID
 
-LOCAL_MODEL_KEY_NAME = "SOCIETY_LOCAL_MODEL_KEY"
+LOCAL_MODEL_KEY_NAME = settings.LOCAL_MODEL_KEY.name
 """The credential name under which ``LocalModelServer.credentials`` holds the server's key."""
 
 _INSTALL_HINT = "run scripts/install-llm.sh (about 8 minutes the first time: it compiles llama.cpp)"
@@ -43,7 +44,7 @@ _PORT_TAKEN_MARKERS = ("address already in use", "couldn't bind")
 MAX_SLOTS = 32
 SLOTS_PER_CORE = 8
 """Batched decoding of the 135M model gains little past about eight sequences per core."""
-THREADS_NAME = "SOCIETY_LOCAL_MODEL_THREADS"
+THREADS_NAME = settings.LOCAL_MODEL_THREADS.name
 """The variable that sets the local model's decoding threads (``local_model_threads``)."""
 KV_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 2
 """SmolLM2-135M's f16 KV cache per token: K and V, 30 layers, 3 KV heads of 64."""
@@ -52,16 +53,19 @@ _STOP_GRACE_S = 10.0
 
 # Runs in the child first: die with the controller (Linux; SIGKILL, since a graceful shutdown
 # would wait for generations nobody will read).
-_DIE_WITH_PARENT = """\
+_DIE_WITH_PARENT = (
+    f"PARENT_PID = {settings.PARENT_PID.name!r}\n"
+    + """\
 import ctypes, json, os, runpy, signal, sys
 if sys.platform == "linux":
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-    if os.getppid() != int(os.environ.pop("SOCIETY_PARENT_PID", os.getppid())):
+    if os.getppid() != int(os.environ.pop(PARENT_PID, os.getppid())):
         sys.exit("the controller exited before the model server started")
 """
+)
 _LAUNCHER = (
     _DIE_WITH_PARENT
     + """\
@@ -231,8 +235,9 @@ class LocalModelServer:
         command = self._command(model_path) if self.slots == 1 else self._parallel(model_path)
         # The server reads any setting from same-named environment variables (pydantic-settings,
         # no prefix), so it gets a clean environment: no stray N_CTX or VERBOSE, no provider keys.
-        env = {name: value for name, value in os.environ.items() if name in _PASSED_ENV}
-        env |= {"API_KEY": self._key, "SOCIETY_PARENT_PID": str(os.getpid())}
+        passed = settings.current().environ
+        env = {name: value for name, value in passed.items() if name in _PASSED_ENV}
+        env |= {"API_KEY": self._key, settings.PARENT_PID.name: str(os.getpid())}
         self._process = await anyio.open_process(
             command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env
         )
@@ -266,7 +271,7 @@ class LocalModelServer:
                 "chat template inside the GGUF",
                 reason="bad-chat-format",
             )
-        settings = {
+        options = {
             "model": str(model_path),
             "alias": self.model_id,
             "port": self._port,
@@ -274,7 +279,7 @@ class LocalModelServer:
             "n_ctx": self._n_ctx,
             "threads": self._n_threads,
         }
-        return [self._python, "-c", _PARALLEL_LAUNCHER, json.dumps(settings)]
+        return [self._python, "-c", _PARALLEL_LAUNCHER, json.dumps(options)]
 
     async def _wait_until_ready(self) -> None:
         assert self._process is not None
@@ -348,7 +353,7 @@ def local_model_threads(environ: dict[str, str] | None = None) -> int:
     the cores, as llama.cpp itself defaults (its threads spin at barriers, so more threads than
     idle cores, shared with agents and the controller, can be much slower). A town of 100 mostly
     waiting agents on 2 cores took 0.63x the time with 2 as with 1 (benchmarks/README.md)."""
-    value = (os.environ if environ is None else environ).get(THREADS_NAME)
+    value = (settings.current().environ if environ is None else environ).get(THREADS_NAME)
     if value is None or value == "":
         return max(1, (os.cpu_count() or 2) // 2)
     try:

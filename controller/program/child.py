@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.run.spec import RunSpecError
+from controller.settings import CONTROLLER_PREFIXES, current
 
-CONTROLLER_VARIABLES = ("SOCIETY_", "TEMPORAL_", "KUBECONFIG", "GOOGLE_APPLICATION_CREDENTIALS")
+CONTROLLER_VARIABLES = CONTROLLER_PREFIXES
 """Prefixes of the controller's own settings (the key file's path, Temporal's and a cluster's
 credentials), which the module's process is not given."""
 
@@ -31,11 +32,7 @@ credentials), which the module's process is not given."""
 def module_environment() -> dict[str, str]:
     """``society run``'s environment without the controller's own settings: a module that reads
     its configuration from the environment still does."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(CONTROLLER_VARIABLES)
-    }
+    return current().without_controller_settings()
 
 
 MODULE_PACKAGES = ("controller", "ledger")

@@ -9,7 +9,6 @@ stopped, their declared files and logs harvested, the sandboxes torn down; the l
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic import BaseModel
 
+import controller.settings as settings
 from controller.agents.roster import AgentHandle, Roster
 from controller.events.run import (
     PlatformFailed,
@@ -69,13 +69,10 @@ if TYPE_CHECKING:
     from controller.network.router import Router
 
 DEFAULT_LEDGER_REF = "main"
-ARTIFACT_ROOT_VARIABLE = "SOCIETY_ARTIFACTS"
-"""The artifact root's one environment variable: the CLI, the kernel and the in-cluster controller
-all read it."""
 
 
 def default_artifact_root() -> Path:
-    return Path(os.environ.get(ARTIFACT_ROOT_VARIABLE) or "artifacts")
+    return settings.current().artifact_root()
 
 
 @dataclass(frozen=True, slots=True)

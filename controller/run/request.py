@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+import controller.settings as settings
 from controller.errors import SetupError
 from controller.run.fork import ForkRequest
 from controller.run.kernel import DEFAULT_LEDGER_REF, Run
@@ -21,9 +21,9 @@ from controller.run.runid import check_run_id
 from controller.run.spec import RunSpec, load_run_spec
 from ledger.records import LedgerReceipt
 
-SIGNING_KEY_VARIABLE = "SOCIETY_SIGNING_KEY"
+SIGNING_KEY_VARIABLE = settings.SIGNING_KEY.name
 """Names the operator's key file (PEM); only the ledger's signer process reads the file."""
-SIGNER_SOCKET_VARIABLE = "SOCIETY_SIGNER_SOCKET"
+SIGNER_SOCKET_VARIABLE = settings.SIGNER_SOCKET.name
 """Where a signer listens that holds the run's key (the controller Job's signer container)."""
 
 LEDGER_REF_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -200,8 +200,8 @@ async def execute_run(
         seed=request.seed,
         ledger_ref=request.ledger_ref,
         progress=progress,
-        signing_key_file=os.environ.get(SIGNING_KEY_VARIABLE) or None,
-        signer_socket=os.environ.get(SIGNER_SOCKET_VARIABLE) or None,
+        signing_key_file=settings.current().get(settings.SIGNING_KEY),
+        signer_socket=settings.current().get(settings.SIGNER_SOCKET),
         parameters=request.parameters,
         fork=request.fork,
     )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import controller.settings as settings
 from controller.errors import SocietyError
 from ledger import LedgerError
 from ledger.format import COMPLETION, RECORDS
@@ -30,8 +31,8 @@ from ledger.run_artifacts import locate_ledger
 
 SCHEME = "gs://"
 INCOMPLETE_MARKER = "export-incomplete.json"
-EXPORT_ENV = "SOCIETY_LEDGER_EXPORT"
-TOKEN_FILE_ENV = "SOCIETY_GCS_TOKEN_FILE"
+EXPORT_ENV = settings.LEDGER_EXPORT.name
+TOKEN_FILE_ENV = settings.GCS_TOKEN_FILE.name
 """A file holding an OAuth 2.0 access token for GCS (the export Job's downscoped token)."""
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 DEFAULT_DEADLINE_S = 120.0
@@ -75,7 +76,6 @@ def storage_client(project: str | None = None) -> Any:
     """A ``google.cloud.storage.Client``: anonymous against ``STORAGE_EMULATOR_HOST`` when that
     is set; else the access token in ``SOCIETY_GCS_TOKEN_FILE`` when that is set (the export
     Job's downscoped token); else Application Default Credentials (Workload Identity on GKE)."""
-    import os
 
     try:
         from google.cloud import storage  # type: ignore[import-untyped]
@@ -86,12 +86,12 @@ def storage_client(project: str | None = None) -> Any:
             reason="gcs-client-missing",
         ) from None
 
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
+    if settings.current().get(EMULATOR_ENV):
         from google.auth.credentials import AnonymousCredentials
 
         anonymous = AnonymousCredentials()  # type: ignore[no-untyped-call]
         return storage.Client(project=project or "emulator", credentials=anonymous)
-    if token_file := os.environ.get(TOKEN_FILE_ENV):
+    if token_file := settings.current().get(TOKEN_FILE_ENV):
         from google.oauth2.credentials import Credentials
 
         try:
@@ -297,9 +297,8 @@ def export_if_configured(
 ) -> ExportReceipt | None:
     """The worker's export step: ``run_dir`` to ``$SOCIETY_LEDGER_EXPORT/<run id>/`` when that
     is set and the run left a ledger; ``None`` otherwise. Safe to repeat (it resumes)."""
-    import os
 
-    destination = os.environ.get(EXPORT_ENV)
+    destination = settings.current().get(EXPORT_ENV)
     if not destination or not (run_dir / "ledger").is_dir():
         return None
     return export_run(run_dir, destination.rstrip("/") + "/" + run_id, progress=progress)

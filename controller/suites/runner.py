@@ -1,7 +1,8 @@
 """``society suite run``: every slot of a suite as a ``society run``, a few at a time, resumable.
 
-Each run is started through the public command a user has (``society run MODULE.py --seed N
---run-id ID``), one child process per run, at most ``jobs`` at once. The journal records a
+Each run is started through the lifecycle's library entry point in a child process of its own
+(``python -m controller.lifecycle.runner MODULE.py OPTIONS_JSON``: ``run_file`` with the slot's
+seed, run id and parameters), at most ``jobs`` at once. The journal records a
 slot's run id before the run starts; on a later invocation a slot whose latest run left a
 complete ledger that verifies and records the program's outcome is kept; every other slot (never
 finished, interrupted, or lost to the platform before or while its program ran: a failed readiness
@@ -10,8 +11,6 @@ gate, a refused roster, a lost cluster) runs again with a fresh run id.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,16 +23,18 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from controller.lifecycle.runner import RunOptions
 from controller.run.progress import NO_PROGRESS, Counter, Progress
 from controller.run.runid import RUN_ID_PATTERN, new_run_id
+from controller.settings import current
 from controller.suites.definition import Slot, Suite
 from controller.suites.layout import Journal, SuiteFolder, write_atomically
 from controller.suites.report import SuiteReport, compute, render_json, render_leaderboard
 from ledger import LedgerError
 from ledger.verification import verify_ledger
 
-SOCIETY = (sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())")
-"""The ``society`` program, run by this interpreter (the one a user's ``society`` runs)."""
+RUNNER = (sys.executable, "-m", "controller.lifecycle.runner")
+"""One run in a child process of its own, by this interpreter: the library's ``run_file``."""
 DEFAULT_JOBS = 2
 INTERRUPTED = "society.program-interrupted/v1"
 PLATFORM_FAILED = "society.platform-failed/v1"
@@ -41,7 +42,7 @@ OUTCOMES = frozenset({"society.program-succeeded/v1", "society.program-failed/v1
 """What a kept run's ledger must record: the program ran and ended (well or not)."""
 
 
-def society_run_argv(
+def run_argv(
     module: Path,
     *,
     profile: str,
@@ -51,29 +52,18 @@ def society_run_argv(
     settings: Mapping[str, Any] | None = None,
     include: Sequence[Path] = (),
 ) -> list[str]:
-    """The one place the suite starts a run: the public ``society run`` command line (its
-    RunSpec parameters as ``--set KEY=JSON``; the suite's folder, which the generated module
-    imports from, as ``--include``)."""
-    sets = [
-        argument
-        for key, value in (settings or {}).items()
-        for argument in ("--set", f"{key}={json.dumps(value)}")
-    ]
-    return [
-        *SOCIETY,
-        "run",
-        str(module),
-        "--profile",
-        profile,
-        "--artifacts",
-        str(artifacts),
-        "--seed",
-        str(seed),
-        "--run-id",
-        run_id,
-        *(argument for folder in include for argument in ("--include", str(folder))),
-        *sets,
-    ]
+    """The one place the suite starts a run: ``RUNNER`` with the run's ``RunOptions`` (its
+    RunSpec parameters; the suite's folder, which the generated module imports from, as an
+    included folder)."""
+    options = RunOptions(
+        profile=profile,
+        artifacts=artifacts,
+        seed=seed,
+        run_id=run_id,
+        parameters=dict(settings or {}),
+        include=tuple(include),
+    )
+    return [*RUNNER, str(module), options.model_dump_json()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +164,7 @@ class SuiteRunner:
             run_id = new_run_id()
             journal.started(slot, run_id)
             self.folder.logs.mkdir(parents=True, exist_ok=True)
-            argv = society_run_argv(
+            argv = run_argv(
                 module,
                 profile=self.profile,
                 artifacts=self.folder.runs,
@@ -201,7 +191,7 @@ class SuiteRunner:
                 stdout=output,
                 stderr=output,
                 start_new_session=True,
-                env={**os.environ},
+                env=dict(current().environ),
             )
             self._live[run_id] = process
             if self._interrupted:  # the stop came while this run was being started

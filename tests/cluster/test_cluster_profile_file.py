@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from controller.ops.cluster.profile_file import (
+from controller.platforms.kubernetes.images import ImageMap
+from controller.platforms.kubernetes.profile_file import (
     ClusterProfile,
     ProfileFileError,
     apply_profile,
     profile_path,
     write_profile,
 )
-from controller.platforms.kubernetes.images import ImageMap
 from controller.platforms.kubernetes.settings import KubernetesSettings
 
 DIGEST = "sha256:" + "ab" * 32

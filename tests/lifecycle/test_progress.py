@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from controller.cli.progress import CLEAR_LINE, TerminalProgress
+from controller.run.terminal import CLEAR_LINE, TerminalProgress
 
 
 def test_off_a_terminal_each_phase_and_each_closed_bar_is_one_plain_line() -> None:

@@ -11,7 +11,7 @@ from controller.agents.nanoclaw import NANOCLAW_MODEL_SERVICE, NanoClawRuntime
 from controller.agents.openclaw import OPENCLAW_MODEL_SERVICE
 from controller.agents.runtime import RuntimeDescriptorError
 from controller.agents.shipped import shipped_runtimes
-from controller.ops.parts import needed_parts
+from controller.platforms.parts import needed_parts
 from society_sandbox.runtimes.nanoclaw import AGENT_CONFIG_FILE, AgentOptions
 
 

@@ -13,8 +13,9 @@ import pytest
 
 from controller import Event, EventCatalog, RunSpec
 from controller.agents import scripted
-from controller.cli.run_commands import SetupError, _loaded_module
+from controller.errors import SetupError
 from controller.events.run import RunStarted
+from controller.lifecycle.runner import loaded_module as _loaded_module
 from controller.platforms.local import LocalPlatform
 from controller.run import RunRequest, RunSpecError, execute_run, load_run_spec, new_run_id
 from controller.run.module_source import ModuleSource, ModuleSourceError

@@ -27,8 +27,9 @@ def test_nothing_below_the_cli_imports_suites_or_viewers() -> None:
         path
         for top in ("society_sandbox", "ledger", "controller", "agent_images")
         for path in (ROOT / top).rglob("*.py")
+        # the facade, controller/__init__.py, sits above the CLI
         if not str(path.relative_to(ROOT)).startswith(
-            ("controller/suites", "controller/viewer", "controller/cli")
+            ("controller/suites", "controller/viewer", "controller/cli", "controller/__init__")
         )
     ]
     offenders = {

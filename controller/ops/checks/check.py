@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
+import controller.settings as s
 from controller.errors import OpsError
 from controller.ops.checks import kube_schemas, pins, terraform_checks
 from controller.ops.checks.sample_objects import sample_run_objects
@@ -175,15 +176,15 @@ def _gke_wiring(rendered: list[dict[str, Any]]) -> list[str]:
     env = {e["name"]: e for e in container.get("env", [])}
     expected = gke_sample_values()
     problems = []
-    tolerations = json.loads(env.get("SOCIETY_AGENT_TOLERATIONS", {}).get("value", "[]"))
+    tolerations = json.loads(env.get(s.AGENT_TOLERATIONS.name, {}).get("value", "[]"))
     if tolerations != expected["agents"]["tolerations"]:
         problems.append(f"agents' tolerations {tolerations} are not Terraform's taint")
-    if env.get("SOCIETY_LEDGER_EXPORT", {}).get("value") != "gs://society-ledgers":
+    if env.get(s.LEDGER_EXPORT.name, {}).get("value") != "gs://society-ledgers":
         problems.append("the worker does not export ledgers to Terraform's bucket")
     annotations = account["metadata"].get("annotations", {})
     if "iam.gke.io/gcp-service-account" not in annotations:
         problems.append("the worker's ServiceAccount is not bound to a Google service account")
-    if not _from_secret_volume(worker, env.get("SOCIETY_SIGNING_KEY", {}).get("value")):
+    if not _from_secret_volume(worker, env.get(s.SIGNING_KEY.name, {}).get("value")):
         problems.append("the worker does not sign with the operator key from a Secret")
     if "valueFrom" not in env.get("TEMPORAL_ADDRESS", {}):
         problems.append("Temporal's address does not come from a Secret on GKE")
@@ -234,7 +235,7 @@ def _submission_wiring(container: dict[str, Any]) -> list[str]:
         )
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
     mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
-    root = env.get("SOCIETY_ARTIFACTS")
+    root = env.get(s.ARTIFACTS.name)
     if root is None or root not in mounts or mounts[root].get("readOnly"):
         problems.append("the worker's artifact root (SOCIETY_ARTIFACTS) is not a writable volume")
     return problems

@@ -9,12 +9,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import controller.settings as settings
 from controller.errors import OpsError
 from controller.ops.repository import ROOT as REPO
 
 VERSIONS_FILE = REPO / "scripts" / "tool-versions.env"
 BUILD_COMMAND = "scripts/build-tools.sh"
-TOOLS_DIR_ENV = "SOCIETY_TOOLS_DIR"
+TOOLS_DIR_ENV = settings.TOOLS_DIR.name
 SHELLCHECK_INSTALL = "scripts/install-shellcheck.sh"
 
 
@@ -45,7 +46,7 @@ def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
 def tools_dir() -> Path:
     """The directory ``scripts/build-tools.sh`` builds into (same rule as the script)."""
     digest = hashlib.sha256(VERSIONS_FILE.read_bytes()).hexdigest()[:16]
-    base = os.environ.get(TOOLS_DIR_ENV) or str(Path.home() / ".cache/society-runner/tools")
+    base = settings.current().get(TOOLS_DIR_ENV) or str(Path.home() / ".cache/society-runner/tools")
     return Path(base) / digest
 
 

@@ -25,18 +25,18 @@ import anyio
 
 from controller.ops.cluster import addon_sources, images, kind, policy_probe, temporal
 from controller.ops.cluster.prerequisites import Programs
-from controller.ops.cluster.profile_file import (
+from controller.ops.cluster.queue_size import pool_quota
+from controller.ops.cluster.steps import Step, StepFailed, StepRunner
+from controller.ops.repository import ROOT as REPO
+from controller.platforms.kubernetes.api import KubeError, Obj, is_true
+from controller.platforms.kubernetes.kube import Kube
+from controller.platforms.kubernetes.profile_file import (
     PROFILE_DIR,
     ClusterProfile,
     profile_path,
     read_profile,
     write_profile,
 )
-from controller.ops.cluster.queue_size import pool_quota
-from controller.ops.cluster.steps import Step, StepFailed, StepRunner
-from controller.ops.repository import ROOT as REPO
-from controller.platforms.kubernetes.api import KubeError, Obj, is_true
-from controller.platforms.kubernetes.kube import Kube
 from controller.platforms.kubernetes.settings import DEFAULT_CLUSTER_QUEUE
 from controller.platforms.kubernetes.warm import WARM_NAMESPACE
 

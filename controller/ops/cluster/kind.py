@@ -9,7 +9,6 @@ applied with kubectl: the upstream release manifests, or those that
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from controller.ops.checks.tools import read_versions
 from controller.ops.cluster.kind_patches import patched_config
 from controller.ops.cluster.steps import StepFailed
 from controller.ops.repository import ROOT as REPO
+from controller.settings import current
 
 CLUSTER_CONFIG = REPO / "kind" / "cluster.yaml"
 CI_HOST_DIR = REPO / "kind" / "host"
@@ -87,7 +87,7 @@ class KindHost:
 
     def env(self) -> dict[str, str]:
         """kind uses Docker unless told to use Podman."""
-        env = dict(os.environ)
+        env = dict(current().environ)
         if self.engine.name == "podman":
             env["KIND_EXPERIMENTAL_PROVIDER"] = "podman"
         if self.host_patches is not None and (self.host_patches / "containers.conf").is_file():

@@ -4,8 +4,8 @@ a Secret in the credentials namespace read by name (never listed), each Secret o
 from __future__ import annotations
 
 import base64
-import os
 
+import controller.settings as settings
 from controller.platforms.kubernetes import rbac
 from controller.platforms.kubernetes.kube import Kube, KubeError, Obj
 from controller.run.platform import AgentLaunch, SandboxStartError
@@ -29,7 +29,7 @@ class CredentialResolver:
             if ref.secret:
                 value, why = await self._secret_value(ref.secret, ref.key or name)
             else:
-                value = os.environ.get(ref.env) if ref.env else None
+                value = settings.current().get(ref.env) if ref.env else None
                 why = f"the controller's environment has no {ref.env}"
             if value is None:
                 missing.append(f"{name}: {why}")

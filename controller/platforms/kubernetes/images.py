@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import controller.settings as s
 from controller.run.platform import PlatformError
 
 PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
@@ -43,7 +44,7 @@ class ImageMap:
         """The map ``SOCIETY_IMAGE_MAP`` names: JSON text, or a path to a JSON file."""
         if not value:
             return cls()
-        text, source = value, "SOCIETY_IMAGE_MAP"
+        text, source = value, s.IMAGE_MAP.name
         if not value.lstrip().startswith("{"):
             source = value
             try:

@@ -9,6 +9,7 @@ from pathlib import Path
 from controller.errors import SetupError
 from controller.platforms.kubernetes.kube import Kube
 from controller.platforms.kubernetes.settings import KubernetesSettings
+from controller.settings import current
 
 
 class ClusterUnavailable(SetupError):
@@ -46,7 +47,7 @@ def kubeconfig_files(
 ) -> list[Path]:
     """The kubeconfig files the client would read: ``SOCIETY_KUBECONFIG``, else each file in
     ``$KUBECONFIG``, else ``~/.kube/config``."""
-    env = os.environ if environ is None else environ
+    env = current().environ if environ is None else environ
     if settings.kubeconfig:
         return [Path(settings.kubeconfig).expanduser()]
     listed = [part for part in env.get("KUBECONFIG", "").split(os.pathsep) if part]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import controller.settings as s
 
 DEFAULT_CLUSTER_QUEUE = "society-agents"
 DEFAULT_CREDENTIALS_NAMESPACE = "society-credentials"
@@ -128,36 +129,36 @@ class KubernetesSettings:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> KubernetesSettings:
-        env = os.environ if environ is None else environ
+        env = s.current().environ if environ is None else environ
         # The run worker's prepare and cleanup activities own the namespace (set by the worker).
-        by_worker = env.get("SOCIETY_KUBE_WORKER_NAMESPACES") == "1"
+        by_worker = env.get(s.KUBE_WORKER_NAMESPACES.name) == "1"
         return cls(
-            kubeconfig=env.get("SOCIETY_KUBECONFIG") or None,
-            context=env.get("SOCIETY_KUBE_CONTEXT") or None,
-            in_cluster=env.get("SOCIETY_KUBE_IN_CLUSTER") == "1",
-            impersonate=env.get("SOCIETY_KUBE_IMPERSONATE") or None,
-            cluster_queue=env.get("SOCIETY_CLUSTER_QUEUE") or DEFAULT_CLUSTER_QUEUE,
-            admission_timeout_s=float(env.get("SOCIETY_ADMISSION_TIMEOUT_S") or 3600),
-            startup_timeout_s=float(env.get("SOCIETY_STARTUP_TIMEOUT_S") or 600),
-            run_deadline_s=float(env.get("SOCIETY_RUN_DEADLINE_S") or 86400),
+            kubeconfig=env.get(s.KUBECONFIG.name) or None,
+            context=env.get(s.KUBE_CONTEXT.name) or None,
+            in_cluster=env.get(s.KUBE_IN_CLUSTER.name) == "1",
+            impersonate=env.get(s.KUBE_IMPERSONATE.name) or None,
+            cluster_queue=env.get(s.CLUSTER_QUEUE.name) or DEFAULT_CLUSTER_QUEUE,
+            admission_timeout_s=float(env.get(s.ADMISSION_TIMEOUT_S.name) or 3600),
+            startup_timeout_s=float(env.get(s.STARTUP_TIMEOUT_S.name) or 600),
+            run_deadline_s=float(env.get(s.RUN_DEADLINE_S.name) or 86400),
             prepare_namespace=False if by_worker else None,
             delete_namespace=False if by_worker else None,
-            credentials_namespace=env.get("SOCIETY_CREDENTIALS_NAMESPACE")
+            credentials_namespace=env.get(s.CREDENTIALS_NAMESPACE.name)
             or DEFAULT_CREDENTIALS_NAMESPACE,
-            controller_job={"1": True, "0": False}.get(env.get("SOCIETY_CONTROLLER_JOB", "")),
-            warm_pools=env.get("SOCIETY_WARM_POOLS") != "0",
-            router_address=env.get("SOCIETY_ROUTER_ADDRESS") or None,
-            image_map=env.get("SOCIETY_IMAGE_MAP") or None,
-            controller_image=env.get("SOCIETY_CONTROLLER_IMAGE") or None,
-            controller_node_selector=_labels(env.get("SOCIETY_CONTROLLER_NODE_SELECTOR") or ""),
-            ledger_claim=env.get("SOCIETY_LEDGER_PVC") or None,
-            ledger_storage_class=env.get("SOCIETY_LEDGER_STORAGE_CLASS") or None,
-            ledger_size=env.get("SOCIETY_LEDGER_SIZE") or "1Gi",
-            signing_key=env.get("SOCIETY_SIGNING_KEY") or None,
-            ledger_node_root=env.get("SOCIETY_LEDGER_NODE_ROOT") or None,
-            ledger_host_root=env.get("SOCIETY_LEDGER_HOST_ROOT") or None,
-            agent_node_selector=_labels(env.get("SOCIETY_AGENT_NODE_SELECTOR") or ""),
-            agent_tolerations=_tolerations(env.get("SOCIETY_AGENT_TOLERATIONS") or ""),
+            controller_job={"1": True, "0": False}.get(env.get(s.CONTROLLER_JOB.name, "")),
+            warm_pools=env.get(s.WARM_POOLS.name) != "0",
+            router_address=env.get(s.ROUTER_ADDRESS.name) or None,
+            image_map=env.get(s.IMAGE_MAP.name) or None,
+            controller_image=env.get(s.CONTROLLER_IMAGE.name) or None,
+            controller_node_selector=_labels(env.get(s.CONTROLLER_NODE_SELECTOR.name) or ""),
+            ledger_claim=env.get(s.LEDGER_PVC.name) or None,
+            ledger_storage_class=env.get(s.LEDGER_STORAGE_CLASS.name) or None,
+            ledger_size=env.get(s.LEDGER_SIZE.name) or "1Gi",
+            signing_key=env.get(s.SIGNING_KEY.name) or None,
+            ledger_node_root=env.get(s.LEDGER_NODE_ROOT.name) or None,
+            ledger_host_root=env.get(s.LEDGER_HOST_ROOT.name) or None,
+            agent_node_selector=_labels(env.get(s.AGENT_NODE_SELECTOR.name) or ""),
+            agent_tolerations=_tolerations(env.get(s.AGENT_TOLERATIONS.name) or ""),
         )
 
 

@@ -10,6 +10,7 @@ from typing import Protocol
 
 import anyio
 
+import controller.settings as settings
 from controller.agents.runtime import SandboxAccess
 from controller.agents.termination import Observation, ProcessExit
 from controller.events.run import AgentIsolation
@@ -23,7 +24,7 @@ from controller.platforms.local.namespaces import SANDBOX_NAME
 from controller.platforms.local.sandbox import Bubblewrap, SandboxUnavailable
 from controller.run.platform import Sandbox
 
-TEMPLATE_ENV = "SOCIETY_LOCAL_TEMPLATE"
+TEMPLATE_ENV = settings.LOCAL_TEMPLATE.name
 """Set to 1 (or pass ``LocalPlatform(template=True)``) to fork sandboxed agents from a template."""
 TEMPLATE_TOOL = "template fork"
 SANDBOX_PROCESSES = ("bwrap", SANDBOX_NAME.decode())

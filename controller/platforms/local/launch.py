@@ -20,12 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import controller.settings as settings
 from controller.agents.runtime import Resources, RuntimeDescriptor
 from controller.run.platform import AgentLaunch, SandboxStartError
 from society_sandbox import boot
 
 MIB = 1024 * 1024
-RUN_MARK = "SOCIETY_RUN_ID"
+RUN_MARK = settings.RUN_ID.name
 
 LAUNCHER = """\
 import ctypes, json, os, resource, runpy, signal, sys, threading
@@ -235,7 +236,7 @@ def resolve_credentials(launch: AgentLaunch) -> dict[str, str]:
     values: dict[str, str] = {}
     missing: list[str] = []
     for name, ref in launch.descriptor.credentials.items():
-        value = os.environ.get(ref.env) if ref.env else None
+        value = settings.current().get(ref.env) if ref.env else None
         if value is None:
             missing.append(f"{name} (env {ref.env})" if ref.env else f"{name} (no env reference)")
         else:

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import controller.settings as settings
 from controller.platforms.local.syscalls import FilterUnavailable, compiled_filter
 from controller.run.platform import PlatformError
 
@@ -49,7 +50,7 @@ HOME = "/home/agent"
 SOCKETS = "/run/society"
 ROUTER_SOCKET = f"{SOCKETS}/router.sock"
 MODEL_GATEWAY_SOCKET = f"{SOCKETS}/model-gateway.sock"
-UNSANDBOXED_ENV = "SOCIETY_UNSANDBOXED"
+UNSANDBOXED_ENV = settings.UNSANDBOXED.name
 """Set to 1 (or pass ``society run --unsandboxed``) to run local agents without a sandbox."""
 
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
@@ -65,7 +66,7 @@ class SandboxUnavailable(PlatformError):
 
 
 def unsandboxed_requested() -> bool:
-    return os.environ.get(UNSANDBOXED_ENV, "").strip().lower() in ("1", "true", "yes")
+    return settings.current().flag(settings.UNSANDBOXED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from typing import IO, Any
 import anyio
 from anyio.abc import TaskGroup
 
+import controller.settings as settings
 from controller.agents.runtime import RuntimeDescriptor
 from controller.agents.termination import Observation
 from controller.platforms.local import namespaces
@@ -34,23 +35,23 @@ from controller.platforms.local.isolation import TEMPLATE_ENV
 from controller.platforms.local.launch import LAUNCHER, RUN_MARK
 from controller.run.platform import SandboxStartError
 
-_FD = "SOCIETY_TEMPLATE_FD"
-_PRELOAD = "SOCIETY_TEMPLATE_PRELOAD"
-_NAMESPACES = "SOCIETY_TEMPLATE_NAMESPACES"
-_PARENT = "SOCIETY_TEMPLATE_PARENT"
+_FD = settings.TEMPLATE_FD.name
+_PRELOAD = settings.TEMPLATE_PRELOAD.name
+_NAMESPACES = settings.TEMPLATE_NAMESPACES.name
+_PARENT = settings.TEMPLATE_PARENT.name
 MESSAGE_MAX = 1 << 20
 
-PROGRAM = """\
+_PROGRAM = """\
 import ctypes, gc, importlib, importlib.util, json, os, selectors, signal, socket, sys
 ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-control = socket.socket(fileno=int(os.environ.pop("SOCIETY_TEMPLATE_FD")))
-if os.getppid() != int(os.environ.pop("SOCIETY_TEMPLATE_PARENT")):
+control = socket.socket(fileno=int(os.environ.pop(FD)))
+if os.getppid() != int(os.environ.pop(PARENT)):
     os._exit(70)  # the controller died before the death signal was armed
-path = os.environ.pop("SOCIETY_TEMPLATE_NAMESPACES")
+path = os.environ.pop(NAMESPACES)
 spec = importlib.util.spec_from_file_location("namespaces", path)
 namespaces = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(namespaces)
-for name in json.loads(os.environ.pop("SOCIETY_TEMPLATE_PRELOAD")):
+for name in json.loads(os.environ.pop(PRELOAD)):
     importlib.import_module(name)
 comm = open("/proc/self/comm").read().strip()
 gc.freeze()  # what the template imported stays out of the forks' collections: pages stay shared
@@ -107,6 +108,10 @@ plan = serve()
 del serve, fork, reap, events, control
 exec(compile(plan["launcher"], "<string>", "exec"), {"__name__": "__main__"})
 """
+PROGRAM = (
+    f"FD, PARENT, NAMESPACES, PRELOAD = {(_FD, _PARENT, _NAMESPACES, _PRELOAD)!r}\n" + _PROGRAM
+)
+"""The template's program: its handoff variables' names (``settings``), then ``_PROGRAM``."""
 """The template program (``python -c``): its argv and environment name no host path of the run."""
 
 
@@ -323,7 +328,7 @@ class LocalTemplates:
 
 
 def template_requested() -> bool:
-    return os.environ.get(TEMPLATE_ENV, "").strip().lower() in ("1", "true", "yes")
+    return settings.current().flag(settings.LOCAL_TEMPLATE)
 
 
 def launcher_plan(launcher_argv: Sequence[str]) -> dict[str, Any]:

@@ -11,11 +11,14 @@ from kind_plane import KindPlane
 from plane import wait_until
 
 PROBE = """
-import json, os, sys
+import importlib.util, json, os, sys
 print(json.dumps({
     "uid": os.getuid(),
     "python": sys.version.split()[0],
-    "society": __import__("controller").__file__,
+    "programs": __import__("agent_images").__file__,
+    "wall": __import__("society_sandbox").__file__,
+    "controller": importlib.util.find_spec("controller") is not None,
+    "ledger": importlib.util.find_spec("ledger") is not None,
 }))
 """
 
@@ -72,5 +75,8 @@ def test_a_pod_runs_from_a_locally_built_image_pinned_by_digest(
     report = json.loads(log.strip().splitlines()[-1])
     assert report["uid"] == 65532  # the image's non-root user
     assert report["python"].startswith("3.11")
-    assert report["society"].startswith("/opt/society/src/controller")
+    assert report["programs"].startswith("/opt/society/src/agent_images")
+    assert report["wall"].startswith("/opt/society/src/society_sandbox")
+    # an agent's image holds the wall and the programs, nothing of the controller or the ledger
+    assert (report["controller"], report["ledger"]) == (False, False)
     assert time.monotonic() - started < 120

@@ -9,12 +9,12 @@ which images it imported). Environment variables always win over it.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+import controller.settings as s
 from controller.errors import OpsError
 
 PROFILE_DIR = ".cluster"
@@ -23,11 +23,11 @@ LEDGER_CLAIM = "ledger"
 """The name of each run's ledger claim in its namespace."""
 GROUPS = {
     "TEMPORAL_ADDRESS": ("TEMPORAL_NAMESPACE", "TEMPORAL_UI_URL"),
-    "SOCIETY_KUBECONFIG": ("SOCIETY_KUBE_CONTEXT",),
-    "SOCIETY_LEDGER_PVC": (
-        "SOCIETY_LEDGER_STORAGE_CLASS",
-        "SOCIETY_LEDGER_NODE_ROOT",
-        "SOCIETY_LEDGER_HOST_ROOT",
+    s.KUBECONFIG.name: (s.KUBE_CONTEXT.name,),
+    s.LEDGER_PVC.name: (
+        s.LEDGER_STORAGE_CLASS.name,
+        s.LEDGER_NODE_ROOT.name,
+        s.LEDGER_HOST_ROOT.name,
     ),
 }
 """A variable the user set keeps the file's related settings out."""
@@ -84,27 +84,27 @@ class ClusterProfile(BaseModel):
     def environment(self) -> dict[str, str]:
         """The variables a run on this cluster reads (``KubernetesSettings``, Temporal)."""
         env = {
-            "SOCIETY_KUBECONFIG": self.kubeconfig,
-            "SOCIETY_CLUSTER_QUEUE": self.cluster_queue,
-            "SOCIETY_IMAGE_MAP": json.dumps({"images": self.images}, sort_keys=True),
+            s.KUBECONFIG.name: self.kubeconfig,
+            s.CLUSTER_QUEUE.name: self.cluster_queue,
+            s.IMAGE_MAP.name: json.dumps({"images": self.images}, sort_keys=True),
             "TEMPORAL_ADDRESS": self.temporal_address,
             "TEMPORAL_NAMESPACE": self.temporal_namespace,
         }
         if self.context:
-            env["SOCIETY_KUBE_CONTEXT"] = self.context
+            env[s.KUBE_CONTEXT.name] = self.context
         if self.signing_key:
-            env["SOCIETY_SIGNING_KEY"] = self.signing_key
+            env[s.SIGNING_KEY.name] = self.signing_key
         if self.ledger_storage_class:
-            env["SOCIETY_LEDGER_PVC"] = LEDGER_CLAIM
-            env["SOCIETY_LEDGER_STORAGE_CLASS"] = self.ledger_storage_class
+            env[s.LEDGER_PVC.name] = LEDGER_CLAIM
+            env[s.LEDGER_STORAGE_CLASS.name] = self.ledger_storage_class
             if self.ledger_node_root and self.ledger_host_root:
-                env["SOCIETY_LEDGER_NODE_ROOT"] = self.ledger_node_root
-                env["SOCIETY_LEDGER_HOST_ROOT"] = self.ledger_host_root
+                env[s.LEDGER_NODE_ROOT.name] = self.ledger_node_root
+                env[s.LEDGER_HOST_ROOT.name] = self.ledger_host_root
         if self.temporal_ui_url:
             env["TEMPORAL_UI_URL"] = self.temporal_ui_url
         if self.agent_node_selector:
             selector = ",".join(f"{k}={v}" for k, v in sorted(self.agent_node_selector.items()))
-            env["SOCIETY_AGENT_NODE_SELECTOR"] = selector
+            env[s.AGENT_NODE_SELECTOR.name] = selector
         return env
 
 
@@ -140,13 +140,13 @@ def read_profile(artifact_root: Path, profile: str) -> ClusterProfile | None:
 
 
 def apply_profile(
-    artifact_root: Path, profile: str, environ: MutableMapping[str, str] | None = None
+    artifact_root: Path, profile: str, environ: MutableMapping[str, str]
 ) -> Mapping[str, str]:
     """Fill in the settings of ``cluster up``'s profile file that ``environ`` lacks; returns
     the ones it filled in (none without a profile file). A variable already set always wins,
     and with it its group: a ``TEMPORAL_ADDRESS`` of the user's takes no namespace or UI from
     the file, a ``SOCIETY_KUBECONFIG`` no context."""
-    env = os.environ if environ is None else environ
+    env = environ
     found = read_profile(artifact_root, profile)
     if found is None:
         return {}

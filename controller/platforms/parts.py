@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import controller.settings as settings
 from controller.errors import SetupError
 from society_sandbox.runtimes import nanoclaw as nanoclaw_config
 from society_sandbox.runtimes.openclaw import (
@@ -34,7 +35,7 @@ from society_sandbox.runtimes.openclaw import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-NO_INSTALL_ENV = "SOCIETY_NO_INSTALL"
+NO_INSTALL_ENV = settings.NO_INSTALL.name
 """Set (``1``): ``society run`` fails naming the install command instead of running it."""
 LLAMA_BUILD_CORE_MINUTES = 16
 """Compiling llama.cpp took about 8 minutes on 2 idle cores; it scales with the cores."""
@@ -114,7 +115,7 @@ class Part:
 
 def installs_allowed() -> bool:
     """Whether ``society run`` may install a missing part (``SOCIETY_NO_INSTALL`` is unset)."""
-    return os.environ.get(NO_INSTALL_ENV, "").strip().lower() not in ("1", "true", "yes")
+    return not settings.current().flag(settings.NO_INSTALL)
 
 
 def needed_parts(agents: Mapping[str, object]) -> list[Part]:
@@ -181,7 +182,7 @@ def _install(part: Part, say: Say) -> None:
         sys.stderr.flush()
         done = subprocess.run(
             [str(script)],
-            env={**os.environ, **part.variables},
+            env={**settings.current().environ, **part.variables},
             stdin=subprocess.DEVNULL,
             stdout=sys.stderr.fileno(),  # stdout carries only the run's result line
             check=False,
@@ -286,10 +287,11 @@ def _llama_estimate() -> str:
 
 
 def _pip_cached_wheel(prefix: str) -> bool:
-    if os.environ.get("PIP_NO_CACHE_DIR"):
+    env = settings.current()
+    if env.get("PIP_NO_CACHE_DIR"):
         return False
-    cache = os.environ.get("PIP_CACHE_DIR") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "pip"
+    cache = env.get("PIP_CACHE_DIR") or Path(
+        env.get("XDG_CACHE_HOME") or Path.home() / ".cache", "pip"
     )
     return any(Path(cache, "wheels").rglob(f"{prefix}*.whl"))
 
