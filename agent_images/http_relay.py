@@ -1,6 +1,6 @@
-"""The HTTP/1.1 framing the in-sandbox model relays share: one request read from a loopback
-client (bounded head and body, no chunked bodies), one answer written, then the connection
-closes."""
+"""The HTTP/1.1 framing of the in-sandbox model relay (``model_relay``): one request read from a
+loopback client (bounded head and body, no chunked bodies), one answer written, then the
+connection closes."""
 
 from __future__ import annotations
 

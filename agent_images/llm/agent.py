@@ -1,4 +1,4 @@
-"""The llm agent program: router session + model turns + owner gateway.
+"""The llm agent program: router session + model turns + owner API.
 
 It reads who it is from ``IDENTITY.md``, what to do from ``INSTRUCTIONS.md`` and its budgets and
 policies from ``llm.json``; it reaches a model only through the run's gateway, with the per-run
@@ -394,16 +394,16 @@ async def run(
     async with ModelClient(base_url, token, model_name, unix_socket=unix_socket) as model:
         agent = LLMAgent(config, secrets, settings, persona, model, transcript)
         listener = await SocketListener.from_socket(config.bridge_socket())
-        gateway = OwnerApiServer(
+        owner_api = OwnerApiServer(
             listener,
             secrets.bridge_token,
             OwnerHandlers(state=agent.state, instruct=agent.instruct, stop=agent.stop),
         )
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(gateway.serve)
+            tasks.start_soon(owner_api.serve)
             tasks.start_soon(_stop_on_signal, agent)
             stopped = await agent.live()
-            await gateway.announce(
+            await owner_api.announce(
                 {
                     "outcome": "failed" if stopped.failed else "completed",
                     "detail": f"{stopped.reason}: {stopped.detail}",

@@ -19,8 +19,6 @@ sandbox was not set up as the boot contract says or the runtime is not installed
 from __future__ import annotations
 
 import os
-import signal
-import sys
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,8 +33,8 @@ from agent_images.nanoclaw.session import (
     open_runner,
     runner_environment,
 )
+from agent_images.router_session import connect_router, run_agent, say, stop_on_signal
 from society_sandbox.boot import BootConfig, BootError, Secrets
-from society_sandbox.network.client import connect_agent
 from society_sandbox.runtimes.llm import (
     GATEWAY_SOCKET_VARIABLE,
     GATEWAY_TOKEN_CREDENTIAL,
@@ -45,6 +43,7 @@ from society_sandbox.runtimes.llm import (
 )
 from society_sandbox.runtimes.nanoclaw import AGENT_CONFIG_FILE, RUNNER_LOG, AgentOptions
 
+PROGRAM = "nanoclaw agent"
 MAX_SENT_CHARS = 4000
 
 
@@ -118,7 +117,7 @@ class NanoClawAgent:
                         if self._sent >= self._options.max_turns:
                             self._spent.set()
                     elif output.get("status") == "error":
-                        _say(f"runner error in {conversation_id}: {output.get('error')}")
+                        say(PROGRAM, f"runner error in {conversation_id}: {output.get('error')}")
                 tasks.cancel_scope.cancel()
 
     async def owner_session(self, prompt: str, channel: OwnerChannel) -> None:
@@ -177,13 +176,7 @@ async def run(config: BootConfig, options: AgentOptions, workdir: Path, log: IO[
     try:
         async with (
             await anyio.create_tcp_listener(local_host="127.0.0.1") as relay_listener,
-            connect_agent(
-                config.router_url,
-                secrets.router_token,
-                ca_file=config.router_ca_file,
-                unix_path=config.router_socket,
-                address=config.router_address,
-            ) as session,
+            connect_router(config, secrets) as session,
             anyio.create_task_group() as tasks,
         ):
             tasks.start_soon(relay_listener.serve, relay.serve)
@@ -204,36 +197,22 @@ async def run(config: BootConfig, options: AgentOptions, workdir: Path, log: IO[
                     )
 
             tasks.start_soon(serve_bridge)
-            tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
+            tasks.start_soon(stop_on_signal, tasks.cancel_scope.cancel)
             await agent.converse()
-            _say("the router stopped delivering: the run is over")
+            say(PROGRAM, "the router stopped delivering: the run is over")
             tasks.cancel_scope.cancel()
     except* ConnectionError as failed:
-        _say(f"ConnectionError: {failed.exceptions[0]}")
+        say(PROGRAM, f"ConnectionError: {failed.exceptions[0]}")
         code = 1
     await relay.aclose()
     return code
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
-            scope.cancel()
-            return
-
-
-def _say(line: str) -> None:
-    print(f"nanoclaw agent: {line}", file=sys.stderr, flush=True)
-
-
 def main() -> None:
-    workdir = Path.cwd()
-    try:
-        config = BootConfig.from_environment()
-        options = AgentOptions.model_validate_json((workdir / AGENT_CONFIG_FILE).read_bytes())
-        with open(workdir / RUNNER_LOG, "ab") as log:
-            code = anyio.run(run, config, options, workdir, log)
-    except (BootError, RunnerMissing, OSError, ValueError) as exc:
-        _say(f"{type(exc).__name__}: {exc}")
-        code = 2
-    sys.exit(code)
+    run_agent(PROGRAM, _start, unready=(RunnerMissing,))
+
+
+def _start(config: BootConfig, workdir: Path) -> int:
+    options = AgentOptions.model_validate_json((workdir / AGENT_CONFIG_FILE).read_bytes())
+    with open(workdir / RUNNER_LOG, "ab") as log:
+        return anyio.run(run, config, options, workdir, log)

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +32,8 @@ from anyio.abc import Process, SocketListener
 from agent_images.model_relay import OPENAI_COMPLETIONS, ModelRelay
 from agent_images.openclaw.bridge import pipe
 from agent_images.openclaw.process import free_loopback_port, openclaw_gateway, wait_ready
+from agent_images.router_session import connect_router, run_agent, say, stop_on_signal
 from society_sandbox.boot import BootConfig, BootError, Secrets
-from society_sandbox.network.client import connect_agent
 from society_sandbox.runtimes.llm import (
     GATEWAY_SOCKET_VARIABLE,
     GATEWAY_TOKEN_CREDENTIAL,
@@ -45,6 +43,7 @@ from society_sandbox.runtimes.llm import (
 from society_sandbox.runtimes.openclaw import AGENT_CONFIG_FILE, AgentOptions, openclaw_config
 from society_sandbox.runtimes.openclaw_rpc import OpenClawRPC, OpenClawRPCError, open_rpc
 
+PROGRAM = "openclaw agent"
 READY_TIMEOUT_S = 240.0
 
 
@@ -82,7 +81,7 @@ async def run(config: BootConfig, options: AgentOptions, workdir: Path) -> int:
             model=model,
         )
         async with openclaw_gateway(workdir, settings) as process:
-            tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
+            tasks.start_soon(stop_on_signal, tasks.cancel_scope.cancel)
             code = await _adapt(config, secrets, options, process, port, bridge)
         tasks.cancel_scope.cancel()
     await relay.aclose()
@@ -98,19 +97,13 @@ async def _adapt(
     bridge: SocketListener,
 ) -> int:
     if not await wait_ready(process, port, secrets.bridge_token, timeout_s=READY_TIMEOUT_S):
-        _say(f"OpenClaw's gateway exited ({process.returncode}) before it answered")
+        say(PROGRAM, f"OpenClaw's gateway exited ({process.returncode}) before it answered")
         return 1
     failure: str | None = None
     try:
         async with (
             open_rpc(secrets.bridge_token, url=f"ws://127.0.0.1:{port}/") as rpc,
-            connect_agent(
-                config.router_url,
-                secrets.router_token,
-                ca_file=config.router_ca_file,
-                unix_path=config.router_socket,
-                address=config.router_address,
-            ) as session,
+            connect_router(config, secrets) as session,
             anyio.create_task_group() as tasks,
         ):
 
@@ -131,9 +124,9 @@ async def _adapt(
     except* (OpenClawRPCError, ConnectionError) as failed:
         failure = f"{type(failed.exceptions[0]).__name__}: {failed.exceptions[0]}"
     if failure is not None:
-        _say(failure)
+        say(PROGRAM, failure)
         return 1
-    _say("the router stopped delivering: the run is over")
+    say(PROGRAM, "the router stopped delivering: the run is over")
     return 0
 
 
@@ -164,7 +157,7 @@ async def _converse(session: Any, rpc: OpenClawRPC, options: AgentOptions) -> No
                 ended = await rpc.agent_wait(run_id, timeout_s=options.timeout_s)
                 reply = str((ended.get("terminalReply") or {}).get("text") or "").strip()
                 if ended.get("status") != "ok" or not reply:
-                    _say(f"OpenClaw run {run_id} gave no reply: {json.dumps(ended)[:300]}")
+                    say(PROGRAM, f"OpenClaw run {run_id} gave no reply: {json.dumps(ended)[:300]}")
                     continue
                 await session.send(conversation_id, reply[:4000])
                 replies += 1
@@ -180,24 +173,10 @@ def _drain(inbox: Any) -> list[Any]:
             return items
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
-            scope.cancel()
-            return
-
-
-def _say(line: str) -> None:
-    print(f"openclaw agent: {line}", file=sys.stderr, flush=True)
-
-
 def main() -> None:
-    workdir = Path.cwd()
-    try:
-        config = BootConfig.from_environment()
-        options = AgentOptions.model_validate_json((workdir / AGENT_CONFIG_FILE).read_bytes())
-        code = anyio.run(run, config, options, workdir)
-    except (BootError, OSError, ValueError) as exc:
-        _say(f"{type(exc).__name__}: {exc}")
-        code = 2
-    sys.exit(code)
+    run_agent(PROGRAM, _start)
+
+
+def _start(config: BootConfig, workdir: Path) -> int:
+    options = AgentOptions.model_validate_json((workdir / AGENT_CONFIG_FILE).read_bytes())
+    return anyio.run(run, config, options, workdir)

@@ -1,13 +1,12 @@
-"""The scripted agent program: router session + policy engine + gateway, one message at a time.
+"""The scripted agent program: router session + policy engine + owner API, one message at a time.
 
-Exit codes: 0 after a clean stop (gateway ``stop``, a ``stop`` rule, or SIGTERM); 1 when the
+Exit codes: 0 after a clean stop (the owner's ``stop``, a ``stop`` rule, or SIGTERM); 1 when the
 router went away or the agent failed; 2 when the sandbox was not set up as the boot contract says.
 """
 
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,7 @@ import anyio
 from anyio.abc import SocketListener
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from agent_images.router_session import leaf, live_session
+from agent_images.router_session import leaf, live_session, stop_on_signal
 from agent_images.scripted.engine import Incoming, Outgoing, PolicyEngine
 from society_sandbox.boot import BootConfig, BootError, Secrets
 from society_sandbox.owner_api import OwnerApiServer, OwnerHandlers
@@ -47,7 +46,7 @@ class ScriptedAgent:
         self._inbox_send: MemoryObjectSendStream[Incoming] = send
         self._inbox: MemoryObjectReceiveStream[Incoming] = receive
 
-    # ---- gateway handlers -------------------------------------------------------------------
+    # ---- owner API handlers -----------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
         return {
@@ -143,16 +142,16 @@ async def run(config: BootConfig) -> int:
     async def instruct(text: str, peers: tuple[str, ...]) -> None:
         await agent.instruct(text)  # a scripted agent's rules, not the owner, choose its peers
 
-    gateway = OwnerApiServer(
+    owner_api = OwnerApiServer(
         listener,
         secrets.bridge_token,
         OwnerHandlers(state=agent.state, instruct=instruct, stop=lambda reason: agent.stop()),
     )
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(gateway.serve)
-        tasks.start_soon(_stop_on_sigterm, agent)
+        tasks.start_soon(owner_api.serve)
+        tasks.start_soon(stop_on_signal, agent.stop)
         result = await agent.live()
-        await gateway.announce({"outcome": result.outcome, "detail": result.detail})
+        await owner_api.announce({"outcome": result.outcome, "detail": result.detail})
         tasks.cancel_scope.cancel()
     if result.detail:
         print(json.dumps({"outcome": result.outcome, "detail": result.detail}), file=sys.stderr)
@@ -162,12 +161,6 @@ async def run(config: BootConfig) -> int:
 def _read_policy() -> bytes:
     with open(POLICY_FILE, "rb") as handle:
         return handle.read()
-
-
-async def _stop_on_sigterm(agent: ScriptedAgent) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
-            agent.stop()
 
 
 def main() -> None:

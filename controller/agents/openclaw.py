@@ -2,7 +2,7 @@
 
 The agent program (``OPENCLAW_COMMAND``) runs OpenClaw's gateway unpatched inside the
 agent's sandbox, plus an adapter that holds the router credential and turns delivered messages
-into OpenClaw ``agent`` runs. The roster's ``gateway`` for an OpenClaw agent is an ``OpenClawRPC``:
+into OpenClaw ``agent`` runs. The roster's owner handle for an OpenClaw agent is an ``OpenClawRPC``:
 OpenClaw's own WebSocket RPC (``call(method, params)``, ``agent``, ``agent_wait``), reached
 through the sandbox's bridge socket and authenticated by OpenClaw's token check with the run's
 bridge token. The model is the run's model gateway (usage measured there); OpenClaw's session

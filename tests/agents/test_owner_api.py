@@ -1,4 +1,4 @@
-"""The scripted gateway answers its owner only, over the bridge port."""
+"""The scripted agent's owner API answers its owner only, over the bridge port."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ async def ask(port: int, *frames: dict[str, Any]) -> list[dict[str, Any]]:
         return answers
 
 
-async def test_the_gateway_refuses_a_wrong_token_and_serves_the_right_one() -> None:
+async def test_the_owner_api_refuses_a_wrong_token_and_serves_the_right_one() -> None:
     instructions: list[str] = []
     stopped: list[bool] = []
 
@@ -106,7 +106,7 @@ HOSTILE_REQUESTS = [
 
 
 def serving(handlers: OwnerHandlers) -> Any:
-    """A gateway on a free port whose ``serve`` must outlive every hostile connection."""
+    """An owner API on a free port whose ``serve`` must outlive every hostile connection."""
 
     class Serving:
         async def __aenter__(self) -> int:
