@@ -30,6 +30,62 @@ MAX_PATH_CHARS = 1024
 _DIGEST_PINNED = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
+LOADER_VARIABLES = frozenset(
+    {
+        # glibc's list of variables that steer the dynamic loader and its helpers
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TZDIR",
+        # what a shell or an interpreter runs or loads before the program
+        "BASH_ENV",
+        "ENV",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "PYTHONUSERBASE",
+        "PYTHONPLATLIBDIR",
+        "PYTHONEXECUTABLE",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+    }
+)
+"""Variables that make a program load or run code other than its own; a descriptor names none."""
+LOADER_PREFIXES = ("LD_", "MALLOC_")
+RESERVED_PREFIXES = ("SOCIETY_",)
+"""The boot contract's and the controller's own variables."""
+MAX_TERM_GRACE_S = 300.0
+"""The longest an agent may take to end after SIGTERM before it is killed."""
+
+
+def check_environment_name(name: object) -> None:
+    """Refuse a variable a descriptor may not set: not a plain name, reserved for the platform, or
+    one that steers a loader or an interpreter (``RuntimeDescriptorError`` with its reason)."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
+        raise RuntimeDescriptorError(
+            f"environment variable name {name!r} is not a plain name (letters, digits, '_')",
+            reason="bad-variable",
+        )
+    if name.startswith(RESERVED_PREFIXES):
+        raise RuntimeDescriptorError(
+            f"environment variable {name} is reserved for the platform",
+            reason="reserved-variable",
+        )
+    if name.upper() in LOADER_VARIABLES or name.upper().startswith(LOADER_PREFIXES):
+        raise RuntimeDescriptorError(
+            f"environment variable {name} makes a loader or an interpreter run other code; a "
+            "descriptor may not set it",
+            reason="loader-variable",
+            next_step="put what the program needs in its files and command instead",
+        )
+
+
 class RuntimeDescriptorError(SocietyError):
     """A runtime descriptor is malformed or its bridge failed; ``reason`` is machine-readable."""
 
@@ -152,19 +208,21 @@ class RuntimeDescriptor(ABC):
             raise RuntimeDescriptorError("a runtime needs a command", reason="no-command")
         for path in self.files:
             _check_relative(path, "file path")
-        for name in self.environment:
-            if name.startswith("SOCIETY_"):
+        for name, value in self.environment.items():
+            check_environment_name(name)
+            if not isinstance(value, str) or "\x00" in value:
                 raise RuntimeDescriptorError(
-                    f"environment variable {name} is reserved for the platform",
-                    reason="reserved-variable",
+                    f"environment variable {name}'s value is not text without NUL",
+                    reason="bad-variable",
                 )
         if not 0 < self.bridge_port < 65536:
             raise RuntimeDescriptorError(
                 f"bridge port {self.bridge_port} is out of range", reason="bad-port"
             )
-        if not self.term_grace_s > 0:
+        if not 0 < self.term_grace_s <= MAX_TERM_GRACE_S:
             raise RuntimeDescriptorError(
-                f"term_grace_s is {self.term_grace_s}; give a number of seconds above 0",
+                f"term_grace_s is {self.term_grace_s}; give a number of seconds above 0 and at "
+                f"most {MAX_TERM_GRACE_S:g}",
                 reason="bad-option",
             )
         object.__setattr__(self, "packages", check_packages(self.packages))

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from controller.errors import SocietyError
 from controller.settings import Settings, installed
 from ledger.errors import LedgerError
+from ledger.terminal import terminal_safe
 
 EXIT_ERROR = 1
 """A typed error escaped a command; a command may name its own (``society run``: 2, it could not
@@ -70,7 +71,8 @@ def _handle(args: argparse.Namespace) -> int:
         return 0
     except (SocietyError, LedgerError) as error:
         # A typed error is the user's to act on: what happened and the next step, no traceback.
-        print(f"society {_command(args)}: error: {error}", file=sys.stderr, flush=True)
+        shown = "\n".join(terminal_safe(line) for line in str(error).split("\n"))
+        print(f"society {_command(args)}: error: {shown}", file=sys.stderr, flush=True)
         code = getattr(args, "error_exit", EXIT_ERROR)
     return code
 

@@ -86,7 +86,10 @@ async def run_file(
     with settings.installed(env):  # a cluster profile's file may add to them (Profile)
         root = artifact_root(options)
         # before Temporal, a run id or a run directory; the module's process lives for the run
-        async with loaded_module(path, options.include, options.writable) as (spec, module):
+        key = settings.current().get(settings.SIGNING_KEY)
+        protected = (root, *([Path(key)] if key else []))
+        folders = (options.include, options.writable, protected)
+        async with loaded_module(path, *folders) as (spec, module):
             return await _submit_module(options, interrupts, progress, check, root, spec, module)
 
 
@@ -195,18 +198,22 @@ def keep_result(root: Path, report: RunReport, progress: Progress) -> None:
 
     if report.run_id is not None:
         write_result(root, report.run_id, {**report.line(), "cause": report.cause})
-    if report.cause:
-        progress.phase(f"{report.outcome}: {report.cause}")
+    if report.cause:  # the program's own words: one line, whatever it holds
+        cause = report.cause.replace("\n", "\\n")
+        progress.phase(f"{report.outcome}: {cause}")
 
 
 @contextlib.asynccontextmanager
 async def loaded_module(
-    path: Path, include: Sequence[Path] = (), writable: Sequence[Path] = ()
+    path: Path,
+    include: Sequence[Path] = (),
+    writable: Sequence[Path] = (),
+    protected: Sequence[Path] = (),
 ) -> AsyncIterator[tuple[RunSpec, Path]]:
     """The module's ``run_spec``, defined before anything starts by the module's own sandboxed
     process (``controller.program``), which runs its program and lives for the block (and may
-    read the folders ``include`` names, and write ``writable``); and the module's resolved
-    path."""
+    read the folders ``include`` names, and write ``writable``; never what ``protected`` names);
+    and the module's resolved path."""
     import anyio
 
     from controller.program.child import module_folders
@@ -222,7 +229,7 @@ async def loaded_module(
         )
     async with contextlib.AsyncExitStack() as stack:
         try:
-            folders = module_folders(module, include, writable)
+            folders = module_folders(module, include, writable, protected)
             loading = isolated_module(module, folders=folders)
             spec = await stack.enter_async_context(loading)
         except RunSpecError as error:
@@ -338,6 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     process, as a suite starts each of its runs; one JSON result line on stdout."""
     from controller.errors import SocietyError
     from ledger.errors import LedgerError
+    from ledger.terminal import terminal_safe
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
@@ -349,7 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with settings.installed(settings.Settings.read()):  # this entry point's one read
             return run_here(lambda interrupts: run_and_report(path, options, interrupts))
     except (SocietyError, LedgerError) as error:
-        print(f"society run: error: {error}", file=sys.stderr, flush=True)
+        shown = "\n".join(terminal_safe(line) for line in str(error).split("\n"))
+        print(f"society run: error: {shown}", file=sys.stderr, flush=True)
         return EXIT_SETUP
 
 

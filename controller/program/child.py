@@ -25,6 +25,7 @@ from controller.run.spec import RunSpecError
 from controller.settings import CONTROLLER_PREFIXES, current
 
 CONTROLLER_VARIABLES = CONTROLLER_PREFIXES
+
 """Prefixes of the controller's own settings (the key file's path, Temporal's and a cluster's
 credentials), which the module's process is not given."""
 
@@ -109,14 +110,13 @@ class Sandbox:
             if not any(path.is_relative_to(c) for c in code)
         ]
         binds += [("--bind", path, str(path)) for path in folders.writable]
-        sealed = seal(
-            bwrap,
-            _command(module_path, there.fileno(), python),
-            workdir=self.home,
-            sockets=(),
-            uid=os.geteuid(),
-            extra=binds,
-        )
+        # after the folders that hold them: an empty folder or file in their place
+        empty = self._folder / "empty"
+        empty.touch(mode=0o444)
+        binds += [
+            ("--tmpfs", path, str(path)) if path.is_dir() else ("--ro-bind", empty, str(path))
+            for path in folders.masked
+        ]
         env = {
             **module_environment(),
             "PATH": os.pathsep.join([str(Path(python).parent), "/usr/bin", "/bin"]),
@@ -124,13 +124,24 @@ class Sandbox:
             "PYTHONPATH": os.pathsep.join(dict.fromkeys([*bwrap.python_path, *package_path])),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
+        # the module's environment reaches only its process inside the sandbox; the host-side
+        # launcher and bwrap run with a fixed one
+        sealed = seal(
+            bwrap,
+            _command(module_path, there.fileno(), python),
+            workdir=self.home,
+            sockets=(),
+            uid=os.geteuid(),
+            extra=binds,
+            environment=env,
+        )
         try:
             return subprocess.Popen(
                 fresh_session_keyring(sealed.argv),
                 pass_fds=(there.fileno(), *sealed.fds),
                 stdin=subprocess.DEVNULL,
                 stdout=_output(),
-                env=env,
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
                 start_new_session=True,
             )
         finally:
@@ -148,14 +159,33 @@ class Folders:
 
     readable: tuple[Path, ...]
     writable: tuple[Path, ...]
+    masked: tuple[Path, ...] = ()
+    """The controller's own files inside a readable folder (the artifact root, the operator's
+    key): the sandbox shows them empty."""
 
 
 def module_folders(
-    module_path: Path, include: Sequence[Path] = (), writable: Sequence[Path] = ()
+    module_path: Path,
+    include: Sequence[Path] = (),
+    writable: Sequence[Path] = (),
+    protected: Sequence[Path] = (),
 ) -> Folders:
     """The module's folder, ``include``, and every folder on this interpreter's import path (an
-    editable install's source among them) to read; ``writable`` to write."""
+    editable install's source among them) to read; ``writable`` to write. ``protected`` (the
+    artifact root with every run directory and Temporal's state, the operator's key) are masked
+    in what it reads, and a writable folder holding one is refused."""
     written = _unique(_folders(writable, "--writable"))
+    guarded = [path.resolve() for path in protected]
+    for folder in written:
+        held = [path for path in guarded if path.is_relative_to(folder) or folder == path]
+        if held:
+            raise RunSpecError(
+                f"--writable {folder} holds {', '.join(map(str, held))}, which the module's "
+                "process may not write: the run's ledger, the other runs and Temporal's state "
+                "live there, or the operator's key",
+                reason="folder-holds-controller-files",
+                next_step="give the module a folder of its own to write, outside the artifact root",
+            )
     found = [module_path.parent.resolve(), *_folders(include, "--include")]
     found += [Path(e).resolve() for e in sys.path if e and os.path.isabs(e) and os.path.isdir(e)]
     readable = [
@@ -163,7 +193,14 @@ def module_folders(
         for path in _unique(found)
         if not any(path.is_relative_to(w) or w.is_relative_to(path) for w in written)
     ]
-    return Folders(tuple(readable), tuple(written))
+    masked = [
+        path
+        for path in guarded
+        if path.exists() and any(path.is_relative_to(folder) for folder in readable)
+    ]
+    if any(path in masked for path in readable):  # a readable folder that is itself protected
+        readable = [path for path in readable if path not in masked]
+    return Folders(tuple(readable), tuple(written), tuple(masked))
 
 
 def _folders(given: Sequence[Path], option: str) -> list[Path]:

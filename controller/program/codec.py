@@ -16,7 +16,9 @@ from __future__ import annotations
 import base64
 import dataclasses
 import importlib
+import importlib.util
 import math
+import pkgutil
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import PurePath
@@ -42,6 +44,26 @@ DATA_MODULES = (
     "ledger.records",
 )
 """Where a ``$model`` or ``$data`` class may come from (a module or a package of modules)."""
+
+
+def _data_module_names() -> frozenset[str]:
+    """Every module a class may be rebuilt from, by exact name: ``DATA_MODULES`` with each
+    package's public modules listed (found without importing them; no ``__main__``, no private
+    module), so decoding imports nothing a name merely starts like."""
+    names: set[str] = set()
+    for name in DATA_MODULES:
+        names.add(name)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            names.update(
+                f"{name}.{found.name}"
+                for found in pkgutil.iter_modules(spec.submodule_search_locations)
+                if not found.name.startswith("_") and not found.ispkg
+            )
+    return frozenset(names)
+
+
+DATA_MODULE_NAMES = _data_module_names()
 MAX_DEPTH = 64
 
 
@@ -249,7 +271,7 @@ def _listed(cls: type) -> bool:
 
 
 def _allowed_module(name: str) -> bool:
-    return any(name == allowed or name.startswith(allowed + ".") for allowed in DATA_MODULES)
+    return name in DATA_MODULE_NAMES
 
 
 def _name(cls: type) -> str:

@@ -9,10 +9,11 @@ stopped, their declared files and logs harvested, the sandboxes torn down; the l
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,7 +153,7 @@ class Run:
                     seed,
                     progress or NO_PROGRESS,
                     interruption,
-                    _Variant(chosen, fork),
+                    _Variant(chosen, fork, _as_json(parameters or {})),
                 )
                 try:
                     result = await kernel.run()
@@ -173,15 +174,26 @@ class Run:
         return ProgramFinished(result, receipt, kernel.services.reports)
 
 
+def _as_json(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` as JSON data (what ``--set`` parsed; anything else as its text)."""
+    return {str(key): json.loads(json.dumps(value, default=str)) for key, value in values.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class _Variant:
     """What makes this run of the spec its own: its parameters, and the parent it forks."""
 
     parameters: BaseModel | None
     fork: ForkRequest | None
+    set_values: Mapping[str, Any] = field(default_factory=dict)
+    """What the operator set (``--set``), as set."""
 
     def recorded_parameters(self) -> dict[str, Any] | None:
-        return None if self.parameters is None else self.parameters.model_dump(mode="json")
+        """The parameters as the run records them: the model's values, and over them what the
+        operator set, as set (the model lives in the module, whose answer is not evidence)."""
+        if self.parameters is None:
+            return None
+        return {**self.parameters.model_dump(mode="json"), **self.set_values}
 
 
 class _Kernel:

@@ -27,6 +27,11 @@ from controller.events import core_events
 from controller.network.limits import DEFAULT_MESSAGE_LIMITS, MessageLimits
 from ledger.errors import CatalogError
 from ledger.events import TAG_PATTERN, Event, EventCatalog
+from society_sandbox.runtimes.llm import (
+    GATEWAY_SOCKET_VARIABLE,
+    GATEWAY_URL_VARIABLE,
+    MODEL_VARIABLE,
+)
 
 if TYPE_CHECKING:
     from controller.run.context import RunContext
@@ -103,6 +108,16 @@ class RunSpec:
                 f"those itself, list only your own classes",
                 reason="core-event-in-customer-catalog",
             )
+        ours = [tag for tag in customer.tags if tag.startswith(RESERVED_TAG_NAMESPACE)]
+        if ours:
+            # a shipped runtime's tags belong to it: a module declaring one could emit forged
+            # usage or configuration records that a grader would read as the runtime's own
+            raise CatalogError(
+                f"the customer catalogs list {ours}, in Society Runner's own namespace "
+                f"{RESERVED_TAG_NAMESPACE!r}; only the kernel and the runtimes write those: give "
+                "your own events a namespace of yours, such as 'acme.'",
+                reason="reserved-event-namespace",
+            )
         _check_parameters(parameters)
         runtime_catalogs = [descriptor.events for descriptor in roster.values()]
         catalog = EventCatalog.merge(core_events, customer, *runtime_catalogs)
@@ -149,6 +164,12 @@ class RunSpec:
         return f"RunSpec(id={self.id!r}, agents={list(self.agents)})"
 
 
+RESERVED_TAG_NAMESPACE = "society."
+"""The core events' and the shipped runtimes' tags; a spec's own events never use it."""
+SERVICE_VARIABLES = frozenset({GATEWAY_URL_VARIABLE, GATEWAY_SOCKET_VARIABLE, MODEL_VARIABLE})
+"""Variables the run's services grant an agent (``controller.services``); no roster sets them."""
+
+
 def _check_roster(agents: Mapping[str, RuntimeDescriptor]) -> Mapping[str, RuntimeDescriptor]:
     if not isinstance(agents, Mapping):
         raise RunSpecError("agents must map roster names to runtimes", reason="bad-roster")
@@ -164,6 +185,14 @@ def _check_roster(agents: Mapping[str, RuntimeDescriptor]) -> Mapping[str, Runti
                 f"agent {name!r} is {descriptor!r}, not a runtime descriptor such as "
                 f"controller.agents.scripted(...)",
                 reason="bad-runtime",
+            )
+        granted = sorted(set(descriptor.environment) & SERVICE_VARIABLES)
+        if granted:
+            raise RunSpecError(
+                f"agent {name!r} sets {', '.join(granted)}, which the run's services grant (the "
+                "model gateway's address and model); a roster cannot name them",
+                reason="service-variable",
+                next_step="drop them: an llm agent gets its run's gateway by itself",
             )
     return MappingProxyType(dict(agents))
 

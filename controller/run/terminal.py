@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from ledger.terminal import terminal_safe
+
 BAR_WIDTH = 20
 CLEAR_LINE = "\r\033[K"
 
@@ -23,8 +25,10 @@ class TerminalProgress:
         self._drawn = False
 
     def phase(self, text: str) -> None:
+        # a phase may carry what a module or an agent said: no escape sequence reaches the
+        # terminal (terminal_safe), line by line
         self._clear()
-        self._write(f"{text}\n")
+        self._write("\n".join(terminal_safe(line) for line in text.split("\n")) + "\n")
         self._redraw()
 
     def counter(self, label: str, total: int) -> ProgressBar:

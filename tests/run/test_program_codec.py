@@ -48,6 +48,25 @@ def test_no_class_outside_the_data_modules_is_constructed(name: str) -> None:
         DECODER.decode({"$model": [name, {}]})
 
 
+@pytest.mark.parametrize(
+    "module",
+    [
+        "controller.agents.__main__",
+        "controller.modelgateway._http",
+        "society_sandbox.runtimes.__main__",
+        "agent_images.scripted.__main__",
+        "controller.agents.llm.sneaky",
+    ],
+)
+def test_decoding_imports_no_module_a_name_merely_starts_like(module: str) -> None:
+    import sys
+
+    before = set(sys.modules)
+    with pytest.raises(CodecError):
+        DECODER.decode({"$data": [f"{module}:main", {}]})
+    assert module not in set(sys.modules) - before
+
+
 def test_a_shipped_descriptor_round_trips_and_runs_its_own_checks() -> None:
     descriptor = scripted(ScriptedPolicy.negotiator(offers=("a", "b"), accepts=("c",)))
     rebuilt = DECODER.decode(encode(descriptor))

@@ -85,6 +85,12 @@ class Spawn:
     """Descriptors only the child needs: closed here once it started."""
     plan: dict[str, object] | None = None
     """Sandboxed, with a template: what its fork needs to enter the same sandbox."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """What the agent's program runs with."""
+    host_environment: dict[str, str] | None = None
+    """What the host-side processes that start a sandbox run with (a fixed, controller-built
+    environment; the agent's reaches only the sandbox); ``None``: ``environment`` (unsandboxed,
+    the process is the agent)."""
 
 
 def rlimits(resources: Resources) -> dict[str, int]:
@@ -188,6 +194,13 @@ def scrubbed_environment(
     if router_ca_file:
         env[boot.ROUTER_CA_FILE] = router_ca_file
     return env
+
+
+def host_environment(run_id: str) -> dict[str, str]:
+    """The environment of the processes outside a sandbox that start it (the cgroup joiner, the
+    keyring launcher, bwrap): fixed by the controller, nothing a descriptor chose; the run's mark
+    lets the reaper find them."""
+    return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", RUN_MARK: run_id}
 
 
 def write_private(path: Path, data: bytes, *, owner: int | None = None) -> None:

@@ -46,6 +46,7 @@ from controller.platforms.local.launch import (
     agent_module_path,
     agent_python_path,
     fresh_session_keyring,
+    host_environment,
     in_cgroups,
     launcher_command,
     prepare_workdir,
@@ -111,6 +112,10 @@ __all__ = [
     "reap_run",
     "reap_stale_runs",
 ]
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+"""Where the run's own services listen; the model-gateway relay connects nowhere else."""
 
 
 class LocalPlatform(Platform):
@@ -307,23 +312,13 @@ class LocalSession(PlatformSession):
         listener = spawn.listener
         log = await anyio.to_thread.run_sync(open, home / "output.log", "ab")
         try:
-            env = scrubbed_environment(
-                descriptor,
-                agent=launch.name,
-                workdir=spawn.home,
-                router_url=placement.router_url,
-                bridge_port=spawn.bridge_port,
-                bridge_fd=listener.fileno(),
-                seed=placement.seed,
-                router_ca_file=placement.router_ca_file,
-                run_id=placement.run_id,
-                python_path=spawn.python_path,
-                python=spawn.python,
-                sockets=spawn.variables,
-            )
             process: AgentProcess
             if spawn.plan is not None and self._templates is not None:
-                plan = {**spawn.plan, "environment": env, "bridge_fd": listener.fileno()}
+                plan = {
+                    **spawn.plan,
+                    "environment": spawn.environment,
+                    "bridge_fd": listener.fileno(),
+                }
                 process = await self._templates.fork(
                     descriptor,
                     plan,
@@ -336,7 +331,9 @@ class LocalSession(PlatformSession):
                 process = await anyio.open_process(
                     spawn.command,
                     cwd=spawn.cwd,
-                    env=env,
+                    env=spawn.environment
+                    if spawn.host_environment is None
+                    else spawn.host_environment,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -397,6 +394,9 @@ class LocalSession(PlatformSession):
         inner = launcher_command(
             self.placement.run_id, launch.name, descriptor, watch_fd=None, python=python
         )
+        environment = self._environment(
+            launch, Path(HOME), listener.fileno(), 0, python, bwrap.python_path, variables
+        )
         plan: dict[str, object] | None = None
         if self._templates is not None:
             plan = {
@@ -406,7 +406,9 @@ class LocalSession(PlatformSession):
                 "cgroups": list(procs),
                 "seccomp": bwrap.seccomp.hex(),
             }
-        sealed = seal(bwrap, inner, workdir=home / "work", sockets=binds, uid=uid)
+        sealed = seal(
+            bwrap, inner, workdir=home / "work", sockets=binds, uid=uid, environment=environment
+        )
         return Spawn(
             plan=plan,
             command=in_cgroups(procs, fresh_session_keyring(sealed.argv)),
@@ -419,6 +421,8 @@ class LocalSession(PlatformSession):
             python=python,
             python_path=bwrap.python_path,
             variables=variables,
+            environment=environment,
+            host_environment=host_environment(self.placement.run_id),
         )
 
     def _unsandboxed(self, launch: AgentLaunch, home: Path, procs: Sequence[str]) -> Spawn:
@@ -427,22 +431,64 @@ class LocalSession(PlatformSession):
         inner = launcher_command(
             self.placement.run_id, launch.name, launch.descriptor, watch_fd=self._watch_fd
         )
+        port = listener.getsockname()[1]
+        python_path = agent_python_path()
+        workdir = home / "work"
+        environment = self._environment(
+            launch, workdir, listener.fileno(), port, sys.executable, python_path, {}
+        )
         return Spawn(
+            environment=environment,
             command=in_cgroups(procs, inner),
             cwd=home / "work",
             listener=listener,
             pass_fds=(self._watch_fd, listener.fileno()),
             bridge_host="127.0.0.1",
-            bridge_port=listener.getsockname()[1],
-            home=home / "work",
+            bridge_port=port,
+            home=workdir,
             python=sys.executable,
-            python_path=agent_python_path(),
+            python_path=python_path,
+        )
+
+    def _environment(
+        self,
+        launch: AgentLaunch,
+        home: Path,
+        bridge_fd: int,
+        bridge_port: int,
+        python: str,
+        python_path: Sequence[str],
+        sockets: Mapping[str, str],
+    ) -> dict[str, str]:
+        """What the agent's program runs with: its descriptor's variables, the boot contract's
+        and the run's sockets."""
+        placement = self.placement
+        return scrubbed_environment(
+            launch.descriptor,
+            agent=launch.name,
+            workdir=home,
+            router_url=placement.router_url,
+            bridge_port=bridge_port,
+            bridge_fd=bridge_fd,
+            seed=placement.seed,
+            router_ca_file=placement.router_ca_file,
+            run_id=placement.run_id,
+            python_path=python_path,
+            python=python,
+            sockets=sockets,
         )
 
     def _gateway(self, url: str) -> Path:
         """The run's model-gateway socket, relayed to the gateway's loopback port."""
         if self._sockets.gateway is None:
             parts = urlsplit(url)
+            if parts.hostname not in LOOPBACK_HOSTS:
+                # the run's gateway listens on this machine's loopback; a relay elsewhere would
+                # hand a sandbox without a network any service the controller reaches
+                raise SandboxStartError(
+                    f"the model gateway's address {url!r} is not this machine's loopback",
+                    reason="gateway-not-local",
+                )
             sock = bind_unix(self._sockets.directory, "model-gateway.sock", mode=0o666)
             self._tasks.start_soon(
                 relay_to_tcp, sock, parts.hostname or "127.0.0.1", parts.port or 80

@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,10 +97,35 @@ class Bubblewrap:
         uid: int,
         seccomp_fd: int,
         extra: Iterable[tuple[str, Path, str]] = (),
+        environment: Mapping[str, str] | None = None,
     ) -> list[str]:
-        """The argv that runs ``inner`` as ``uid`` in a fresh sandbox around ``workdir``, its
+        """The argv that runs ``inner`` as ``uid`` in a fresh sandbox (``split_command``)."""
+        return self.split_command(
+            inner,
+            workdir=workdir,
+            sockets=sockets,
+            uid=uid,
+            seccomp_fd=seccomp_fd,
+            extra=extra,
+            environment=environment,
+        )[0]
+
+    def split_command(
+        self,
+        inner: Sequence[str],
+        *,
+        workdir: Path,
+        sockets: Iterable[tuple[Path, str]],
+        uid: int,
+        seccomp_fd: int,
+        extra: Iterable[tuple[str, Path, str]] = (),
+        environment: Mapping[str, str] | None = None,
+    ) -> tuple[list[str], int]:
+        """The argv that runs ``inner`` as ``uid`` in a fresh sandbox around ``workdir``, and
+        where bwrap's options end (its ``--``), its
         seccomp filter read from ``seccomp_fd``; ``extra`` binds more (``--ro-bind`` or
-        ``--bind``, source, destination)."""
+        ``--bind``, source, destination). ``environment``: what ``inner`` runs with (bwrap clears
+        its own); without it, bwrap's own passes through."""
         binds = self.binds(workdir=workdir, sockets=sockets, extra=extra)
         argv = [
             self.executable,
@@ -130,8 +155,14 @@ class Bubblewrap:
         for directory in _parents_to_create(d for _, _, d in binds):
             argv += ["--perms", "0755", "--dir", directory]
         for option, source, destination in binds:
-            argv += [option, source, destination]
-        argv += ["--chdir", HOME, "--"]
+            argv += [option, destination] if option == "--tmpfs" else [option, source, destination]
+        if environment is not None:
+            argv.append("--clearenv")
+            for name, value in environment.items():
+                argv += ["--setenv", name, value]
+        argv += ["--chdir", HOME]
+        split = len(argv)
+        argv.append("--")
         if self.setpriv is not None:
             argv += [
                 self.setpriv,
@@ -143,7 +174,7 @@ class Bubblewrap:
                 "--no-new-privs",
                 "--",
             ]
-        return argv + list(inner)
+        return argv + list(inner), split
 
     def binds(
         self,
@@ -165,7 +196,7 @@ class Bubblewrap:
         for socket_file, destination in sockets:
             binds.append(("--ro-bind", str(socket_file), destination))
         for option, source, destination in extra:
-            assert option in ("--ro-bind", "--bind"), option
+            assert option in ("--ro-bind", "--bind", "--tmpfs"), option
             binds.append((option, str(source), destination))
         return binds
 
@@ -202,19 +233,21 @@ def seal(
     sockets: Iterable[tuple[Path, str]],
     uid: int,
     extra: Iterable[tuple[str, Path, str]] = (),
+    environment: Mapping[str, str] | None = None,
 ) -> SealedCommand:
-    """``bwrap.command`` with its filter and options in memory files the child inherits."""
+    """``bwrap.command`` with its filter and options (the agent's environment among them) in
+    memory files the child inherits: nothing of them is in an argv or a host environment."""
     seccomp_fd = _memory_file("society-seccomp", bwrap.seccomp)
     try:
-        argv = bwrap.command(
+        argv, split = bwrap.split_command(
             inner,
             workdir=workdir,
             sockets=sockets,
             uid=uid,
             seccomp_fd=seccomp_fd,
             extra=extra,
+            environment=environment,
         )
-        split = argv.index("--", 1)
         options = b"".join(a.encode() + b"\0" for a in argv[1:split])
         args_fd = _memory_file("society-bwrap-args", options)
     except BaseException:

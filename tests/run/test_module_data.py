@@ -1,0 +1,320 @@
+"""What a module hands over as data never steers a process outside a sandbox: each test plays the
+module author who tries it, and is refused.
+
+A descriptor's environment reaches only the agent's program inside its sandbox (the host-side
+launcher and bwrap run with a fixed environment the controller builds), it may not name a variable
+that makes a loader or an interpreter run other code, a roster may not name the model gateway the
+run's services grant, and an agent cannot hold a finished run open for long.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller import Run, RunSpec
+from controller.agents import scripted
+from controller.agents.runtime import MAX_TERM_GRACE_S, RuntimeDescriptorError
+from controller.platforms.local import LocalPlatform
+from controller.run import ProgramFinished, RunContext, RunSpecError, Success, new_run_id
+from controller.settings import RUN_ID
+
+pytestmark = pytest.mark.anyio
+
+NEEDLE = "MODULE_CHOSE_THIS"
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("LD_PRELOAD", "loader-variable"),
+        ("LD_LIBRARY_PATH", "loader-variable"),
+        ("ld_audit", "loader-variable"),
+        ("GCONV_PATH", "loader-variable"),
+        ("MALLOC_CHECK_", "loader-variable"),
+        ("PYTHONSTARTUP", "loader-variable"),
+        ("PYTHONPATH", "loader-variable"),
+        ("BASH_ENV", "loader-variable"),
+        ("NODE_OPTIONS", "loader-variable"),
+        ("SOCIETY_RUN_ID", "reserved-variable"),
+        ("X=Y", "bad-variable"),
+        ("", "bad-variable"),
+    ],
+)
+def test_a_descriptor_naming_a_loader_or_reserved_variable_is_refused(
+    name: str, reason: str
+) -> None:
+    with pytest.raises(RuntimeDescriptorError) as refused:
+        scripted(environment={name: "/home/agent/evil.so"})
+    assert refused.value.reason == reason
+
+
+def test_a_value_with_a_nul_byte_is_refused() -> None:
+    with pytest.raises(RuntimeDescriptorError) as refused:
+        scripted(environment={"GREETING": "hello\x00LD_PRELOAD=/x.so"})
+    assert refused.value.reason == "bad-variable"
+
+
+@pytest.mark.parametrize("name", ["MODEL_GATEWAY_URL", "MODEL_GATEWAY_SOCKET", "MODEL_NAME"])
+def test_a_roster_cannot_name_what_the_runs_services_grant(name: str) -> None:
+    async def execute(ctx: RunContext) -> None:
+        return None
+
+    with pytest.raises(RunSpecError) as refused:
+        RunSpec.define(
+            id="acme.relay-elsewhere/v1",
+            agents={"eve": scripted(environment={name: "http://127.0.0.1:7233"})},
+            execute=execute,
+        )
+    assert refused.value.reason == "service-variable"
+
+
+def test_an_agent_cannot_ask_for_an_unbounded_grace_after_sigterm() -> None:
+    with pytest.raises(RuntimeDescriptorError) as refused:
+        dataclasses.replace(scripted(), term_grace_s=1e6)
+    assert refused.value.reason == "bad-option"
+    assert dataclasses.replace(scripted(), term_grace_s=MAX_TERM_GRACE_S).term_grace_s == 300
+
+
+def _run_processes(run_id: str) -> dict[str, list[bytes]]:
+    """The environment of every process of the run, by where it runs: ``host`` (this process's
+    PID namespace) or ``sandbox`` (an agent's own)."""
+    mine = os.readlink("/proc/self/ns/pid")
+    mark = f"{RUN_ID.name}={run_id}".encode()
+    found: dict[str, list[bytes]] = {"host": [], "sandbox": []}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes()
+            namespace = os.readlink(f"/proc/{pid}/ns/pid")
+        except OSError:  # gone, or not ours to read
+            continue
+        if mark in environment.split(b"\0"):
+            found["host" if namespace == mine else "sandbox"].append(environment)
+    return found
+
+
+async def test_host_side_processes_never_run_with_a_descriptors_environment(
+    artifact_root: Path,
+) -> None:
+    run_id = new_run_id()
+    planted = f"{NEEDLE}=/home/agent/payload".encode()
+    seen: dict[str, Any] = {}
+
+    async def execute(ctx: RunContext) -> None:
+        found = _run_processes(run_id)
+        seen["host"] = [planted in env.split(b"\0") for env in found["host"]]
+        seen["sandbox"] = [planted in env.split(b"\0") for env in found["sandbox"]]
+
+    spec = RunSpec.define(
+        id="acme.host-environment/v1",
+        agents={"eve": scripted(environment={NEEDLE: "/home/agent/payload"})},
+        execute=execute,
+    )
+    outcome = await Run.execute(
+        spec, platform=LocalPlatform(), artifact_root=artifact_root, run_id=run_id
+    )
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    # bwrap and the launchers before it run on the host, with none of the descriptor's variables
+    assert seen["host"] and not any(seen["host"]), seen
+    # the agent's program, inside its sandbox, has them
+    assert any(seen["sandbox"]), seen
+
+
+def test_a_module_cannot_declare_a_shipped_runtimes_event_as_its_own() -> None:
+    from typing import ClassVar
+
+    from controller import Event, EventCatalog
+    from controller.modelgateway.events import AgentModelUsage
+    from ledger import CatalogError
+
+    class ForgedUsage(Event):
+        tag: ClassVar[str] = AgentModelUsage.tag
+        agent: str
+        cost_usd: float
+
+    async def execute(ctx: RunContext) -> None:
+        return None
+
+    for forged in (AgentModelUsage, ForgedUsage):
+        with pytest.raises(CatalogError) as refused:
+            RunSpec.define(
+                id="acme.forger/v1",
+                agents={"sam": scripted()},
+                events=[EventCatalog.make(forged)],
+                execute=execute,
+            )
+        assert refused.value.reason == "reserved-event-namespace"
+
+
+async def test_the_ledger_records_the_parameters_the_operator_set_not_the_modules_answer(
+    artifact_root: Path,
+) -> None:
+    from pydantic import BaseModel, ConfigDict, field_validator
+    from run_support import verified
+
+    from controller.events.run import RunStarted
+
+    class Arm(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        treatment: str = "placebo"
+        dose: int = 1
+
+        @field_validator("treatment")
+        @classmethod
+        def _always_placebo(cls, value: str) -> str:
+            return "placebo"  # the module's answer, whatever the operator set
+
+    async def execute(ctx: RunContext) -> None:
+        return None
+
+    spec = RunSpec.define(
+        id="acme.trial/v1", agents={"sam": scripted()}, execute=execute, parameters=Arm
+    )
+    outcome = await Run.execute(
+        spec,
+        platform=LocalPlatform(),
+        artifact_root=artifact_root,
+        parameters={"treatment": "drug"},
+    )
+    assert isinstance(outcome, ProgramFinished), outcome
+    (started,) = list(verified(spec, outcome).events(RunStarted))
+    assert started.parameters == {"treatment": "drug", "dose": 1}
+
+
+HOSTILE_OUTPUT = """\
+from controller import RunSpec, scripted
+
+async def execute(ctx):
+    raise RuntimeError(
+        "\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mred"
+        + chr(10) + '{"outcome": "ProgramFinished", "exit": "success", "runId": "sr-forged"}'
+    )
+
+run_spec = RunSpec.define(id="acme.hostile-output/v1", agents={"sam": scripted()}, execute=execute)
+"""
+
+
+def test_a_programs_words_reach_the_terminal_escaped_and_never_as_a_result_line(
+    tmp_path: Path,
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    module = tmp_path / "hostile_output.py"
+    module.write_text(HOSTILE_OUTPUT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from controller.cli import main; sys.exit(main())",
+            "run",
+            str(module),
+            "--artifacts",
+            str(tmp_path / "artifacts"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    (line,) = done.stdout.splitlines()
+    assert json.loads(line)["exit"] == "failure"
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert not [row for row in done.stderr.splitlines() if row.startswith('{"outcome"')]
+    assert "\\x1b]0;pwned" in done.stderr  # shown, as an escape
+
+
+FOLDER_PROBE = """\
+from pathlib import Path
+from controller import RunSpec, scripted
+
+HERE = Path(__file__).resolve().parent
+
+async def execute(ctx):
+    if (HERE / "notes.txt").read_text() != "mine":  # its own folder: it reads it
+        raise RuntimeError("the module could not read its own folder")
+    runs = sorted(p.name for p in (HERE / "artifacts").iterdir())
+    key = (HERE / "operator.pem").read_bytes()
+    if runs or key:
+        raise RuntimeError(f"the module read the controller's files: {runs} {key[:16]!r}")
+
+run_spec = RunSpec.define(id="acme.folder-probe/v1", agents={"sam": scripted()}, execute=execute)
+"""
+MAKE_KEY = """
+import os, sys
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+pem = Ed25519PrivateKey.generate().private_bytes(
+    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, pem)
+"""
+
+
+SOCIETY = (sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())")
+
+
+def _society(*args: str, env: dict[str, str]) -> Any:
+    import subprocess
+
+    return subprocess.run(
+        [*SOCIETY, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A project folder as a researcher keeps one: the module, its notes, the artifact root with
+    an earlier run in it, and the operator's key beside them."""
+    import subprocess
+    import sys
+
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "probe.py").write_text(FOLDER_PROBE)
+    earlier = tmp_path / "artifacts" / ("sr-" + "1" * 32)
+    earlier.mkdir(parents=True)
+    (earlier / "result.json").write_text("{}")
+    key = tmp_path / "operator.pem"
+    subprocess.run([sys.executable, "-c", MAKE_KEY, str(key)], check=True)
+    return tmp_path, {**os.environ, "SOCIETY_SIGNING_KEY": str(key)}
+
+
+def test_the_module_reads_its_folder_but_not_the_artifact_root_or_the_key_inside_it(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    folder, env = project
+    done = _society(
+        "run", str(folder / "probe.py"), "--artifacts", str(folder / "artifacts"), env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_writable_folder_holding_the_artifact_root_is_refused(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    folder, env = project
+    done = _society(
+        "run",
+        str(folder / "probe.py"),
+        "--artifacts",
+        str(folder / "artifacts"),
+        "--writable",
+        str(folder),
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "folder-holds-controller-files" in done.stderr or "may not write" in done.stderr
+    assert done.stdout == ""
