@@ -20,11 +20,17 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controller.run.spec import RunSpecError
 from controller.settings import CONTROLLER_PREFIXES, current
 
+if TYPE_CHECKING:
+    from controller.platforms.local.cgroup import AgentCgroup
+
 CONTROLLER_VARIABLES = CONTROLLER_PREFIXES
+MODULE_MEMORY_LIMIT_MIB = 1024
+"""The module's process's memory limit, as an agent's by default."""
 
 """Prefixes of the controller's own settings (the key file's path, Temporal's and a cluster's
 credentials), which the module's process is not given."""
@@ -84,6 +90,7 @@ class Sandbox:
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         self.home = folder / "home"
+        self._cgroup: AgentCgroup | None = None
 
     @classmethod
     def claim(cls) -> Sandbox:
@@ -92,7 +99,7 @@ class Sandbox:
     def spawn(
         self, module_path: Path, there: socket.socket, folders: Folders
     ) -> subprocess.Popen[bytes]:
-        from controller.platforms.local.launch import fresh_session_keyring
+        from controller.platforms.local.launch import fresh_session_keyring, in_cgroups
         from controller.platforms.local.sandbox import HOME, Bubblewrap, python_executable, seal
 
         bwrap = Bubblewrap.probe()
@@ -135,9 +142,10 @@ class Sandbox:
             extra=binds,
             environment=env,
         )
+        procs = self._cgroup_procs()
         try:
             return subprocess.Popen(
-                fresh_session_keyring(sealed.argv),
+                in_cgroups(procs, fresh_session_keyring(sealed.argv)),
                 pass_fds=(there.fileno(), *sealed.fds),
                 stdin=subprocess.DEVNULL,
                 stdout=_output(),
@@ -147,7 +155,34 @@ class Sandbox:
         finally:
             sealed.close()
 
+    def _cgroup_procs(self) -> tuple[str, ...]:
+        """Its own pids and memory groups, as an agent's (where this machine lets the controller
+        make them): the ``cgroup.procs`` files its first process joins before anything runs."""
+        from controller.platforms.local.cgroup import DEFAULT_PIDS_MAX, layout_or_none
+
+        layout = layout_or_none()
+        if layout is None:
+            return ()
+        try:
+            self._cgroup = layout.create(
+                f"module.{self._folder.name}",
+                "program",
+                pids_max=DEFAULT_PIDS_MAX,
+                memory_bytes=MODULE_MEMORY_LIMIT_MIB << 20,
+            )
+        except OSError:
+            return ()
+        return self._cgroup.procs_files
+
     def release(self) -> None:
+        if self._cgroup is not None:
+            self._cgroup.kill()
+            self._cgroup.remove()
+            for directory in self._cgroup.directories:
+                try:
+                    directory.parent.rmdir()
+                except OSError:
+                    pass
         shutil.rmtree(self._folder, ignore_errors=True)
 
 

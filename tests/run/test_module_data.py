@@ -318,3 +318,34 @@ def test_a_writable_folder_holding_the_artifact_root_is_refused(
     assert done.returncode == 2, done.stderr[-3000:]
     assert "folder-holds-controller-files" in done.stderr or "may not write" in done.stderr
     assert done.stdout == ""
+
+
+FORK_BOMB = """\
+import os, time
+from controller import RunSpec, scripted
+
+async def execute(ctx):
+    held = []
+    try:
+        for _ in range(600):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(120)
+                os._exit(0)
+            held.append(pid)
+    except OSError:
+        pass
+    if len(held) >= 300:
+        raise RuntimeError(f"the module's process held {len(held)} processes")
+
+run_spec = RunSpec.define(id="acme.fork-bomb/v1", agents={"sam": scripted()}, execute=execute)
+"""
+
+
+def test_the_modules_process_holds_no_more_processes_than_an_agent(tmp_path: Path) -> None:
+    module = tmp_path / "fork_bomb.py"
+    module.write_text(FORK_BOMB)
+    done = _society(
+        "run", str(module), "--artifacts", str(tmp_path / "artifacts"), env=dict(os.environ)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
