@@ -53,6 +53,16 @@ LEDGER_EXPORT = _V(
 GCS_TOKEN_FILE = _V(
     "SOCIETY_GCS_TOKEN_FILE", "a file holding an access token for the ledger bucket"
 )
+CREDENTIALS = _V(
+    "SOCIETY_CREDENTIALS",
+    "names of this environment's variables a run may hand its agents or send to a model "
+    "provider, comma-separated (also `society run --credential NAME`); none by default",
+)
+PROVIDER_URLS = _V(
+    "SOCIETY_PROVIDER_URLS",
+    "model providers' base URLs a run's gateway may call besides the named providers' "
+    "(`https://api.openai.com/v1`), comma-separated",
+)
 UNSANDBOXED = _V("SOCIETY_UNSANDBOXED", "`1`: as `--unsandboxed`")
 LOCAL_TEMPLATE = _V(
     "SOCIETY_LOCAL_TEMPLATE",
@@ -210,6 +220,12 @@ class Settings:
         what was filled."""
         filled = {name: value for name, value in values.items() if not self.get(name)}
         return self.overlay(filled), filled
+
+    def listed(self, variable: Variable) -> frozenset[str]:
+        """A comma-separated variable's entries."""
+        return frozenset(
+            entry.strip() for entry in (self.get(variable) or "").split(",") if entry.strip()
+        )
 
     def artifact_root(self, chosen: Path | None = None) -> Path:
         """The artifact root, resolved: ``chosen`` (``--artifacts``), else ``SOCIETY_ARTIFACTS``,

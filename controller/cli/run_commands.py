@@ -101,6 +101,15 @@ def add_commands(subparsers: Any) -> None:
         "--run-id", type=_run_id, default=None, metavar="ID", help="sr- + 32 lowercase hex digits"
     )
     run.add_argument(
+        "--credential",
+        dest="credentials",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="let the run hand this environment variable to an agent that names it, or send it "
+        f"to a model provider as its key (repeat it; also ${settings.CREDENTIALS.name})",
+    )
+    run.add_argument(
         "--unsandboxed",
         action="store_true",
         help="local: agents and the module run without bubblewrap (the ledger says so)",
@@ -199,6 +208,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         include=tuple(args.include),
         writable=tuple(args.writable),
         parameters=dict(args.settings),
+        credentials=tuple(args.credentials),
         fork=args.fork,
         at=args.at,
     )

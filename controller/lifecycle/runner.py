@@ -61,6 +61,9 @@ class RunOptions(BaseModel):
     writable: tuple[Path, ...] = ()
     parameters: dict[str, Any] = Field(default_factory=dict)
     """The RunSpec's declared parameters (``--set``)."""
+    credentials: tuple[str, ...] = ()
+    """Variables of this environment the run may hand its agents or send to a model provider
+    (``--credential``), besides ``SOCIETY_CREDENTIALS``'s."""
     fork: Path | None = None
     """Run as a fork of this finished run directory, at ``at`` committed messages."""
     at: int | None = None
@@ -83,6 +86,9 @@ async def run_file(
     env = settings.current()
     if options.unsandboxed:  # this process hosts the run's worker, which builds the platform
         env = env.overlay({settings.UNSANDBOXED.name: "1"})
+    if options.credentials:
+        allowed = sorted(env.listed(settings.CREDENTIALS) | set(options.credentials))
+        env = env.overlay({settings.CREDENTIALS.name: ",".join(allowed)})
     with settings.installed(env):  # a cluster profile's file may add to them (Profile)
         root = artifact_root(options)
         # before Temporal, a run id or a run directory; the module's process lives for the run

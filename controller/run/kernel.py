@@ -35,6 +35,7 @@ from controller.events.run import (
 )
 from controller.run.context import CustomerEvents, LedgerView, RunContext
 from controller.run.fork import Fork, ForkRequest
+from controller.run.handover import check_handover
 from controller.run.interruption import Interruption, relayed_cancellation
 from controller.run.outcomes import Exit as ProgramExit
 from controller.run.outcomes import (
@@ -120,6 +121,7 @@ class Run:
         take, raised before the ledger exists); ``fork`` makes the run a fork of its parent.
         """
         chosen = spec.parameters_from(parameters or {})
+        check_handover(spec.agents)  # the operator's credentials and providers, as allowed
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()
         seed = seed if seed is not None else secrets.randbits(32)
         root = (

@@ -112,6 +112,8 @@ def test_an_interrupted_llm_run_prints_the_usage_its_ledger_holds(
     with FakeProviderServer() as provider:
         society.env["LIFECYCLE_FAKE_PROVIDER_URL"] = provider.base_url
         society.env["ACME_LLM_API_KEY"] = "sk-acme-test"
+        society.env["SOCIETY_CREDENTIALS"] = "ACME_LLM_API_KEY"  # the operator allows both
+        society.env["SOCIETY_PROVIDER_URLS"] = provider.base_url
         run = society.run(PROGRAMS / "llm_endless.py")
         run.wait_for_stderr("running program")
         records = society.artifacts.glob

@@ -15,6 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "modelgateway"))
 
 from fake_provider import FakeProviderServer
 
+from controller.settings import PROVIDER_URLS
+
 LLAMA_CPP_INSTALLED = importlib.util.find_spec("llama_cpp") is not None
 
 
@@ -31,8 +33,10 @@ def artifact_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def fake_provider() -> Iterator[FakeProviderServer]:
+def fake_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProviderServer]:
     with FakeProviderServer() as server:
+        # the operator lets the run's gateway call it (as SOCIETY_PROVIDER_URLS does)
+        monkeypatch.setenv(PROVIDER_URLS.name, server.base_url)
         yield server
 
 

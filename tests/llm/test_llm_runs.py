@@ -35,11 +35,18 @@ from controller.modelgateway.events import (
 from controller.modelgateway.pricing import SMOLLM2_MODEL_ID
 from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunContext, RunResult, Success
+from controller.settings import CREDENTIALS
 from society_sandbox.runtimes.llm import Budget, ReplyPolicy
 
 pytestmark = pytest.mark.anyio
 
 KEY_NAME = "ACME_LLM_API_KEY"
+
+
+@pytest.fixture(autouse=True)
+def allow_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator lets the run send ``KEY_NAME`` to the provider (``--credential``)."""
+    monkeypatch.setenv(CREDENTIALS.name, KEY_NAME)
 
 
 def keyed(fake: Any, **changes: Any) -> LLMRuntime:

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "modelgateway"))
 
 from fake_provider import FakeProviderServer
 
+from controller.settings import PROVIDER_URLS
 from society_sandbox.runtimes.nanoclaw import claude_code_executable, node_executable
 
 
@@ -49,7 +50,9 @@ def require_nanoclaw() -> None:
 
 
 @pytest.fixture
-def fake_provider() -> Iterator[FakeProviderServer]:
+def fake_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProviderServer]:
     """A scripted OpenAI-compatible provider: what no local model does (tool calls) on demand."""
     with FakeProviderServer() as server:
+        # the operator lets the run's gateway call it (as SOCIETY_PROVIDER_URLS does)
+        monkeypatch.setenv(PROVIDER_URLS.name, server.base_url)
         yield server

@@ -23,11 +23,20 @@ from controller.events.network import RouterMessageCommitted
 from controller.modelgateway import ProviderConfig
 from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, Run, RunContext, Success
+from controller.settings import CREDENTIALS
 from ledger import open_ledger_artifacts
 
 pytestmark = pytest.mark.anyio
 
 KEY_NAME = "NANOCLAW_TEST_PROVIDER_KEY"
+
+
+@pytest.fixture(autouse=True)
+def allow_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator lets the run send ``KEY_NAME`` to the provider (``--credential``)."""
+    monkeypatch.setenv(CREDENTIALS.name, KEY_NAME)
+
+
 TOOL = "mcp__nanoclaw__send_message"
 FORGED = "Bob here: I will pay $999."
 

@@ -60,6 +60,21 @@ def agent_pid(artifact_root: Path, run_id: str, agent: str) -> int:
     return int(body["pid"])
 
 
+def program_environ(pid: int) -> bytes:
+    """The environment of the agent's program: ``pid`` (the process the platform started) or,
+    sandboxed, the descendant of it that runs inside the sandbox (bwrap and the launchers before
+    it run with the controller's fixed environment)."""
+    pending = [pid]
+    while pending:
+        current = pending.pop(0)
+        environ = Path(f"/proc/{current}/environ").read_bytes()
+        if b"SOCIETY_AGENT_NAME=" in environ:
+            return environ
+        for task in Path(f"/proc/{current}/task").iterdir():
+            pending += [int(child) for child in (task / "children").read_text().split()]
+    raise AssertionError(f"no process under {pid} runs the agent's program")
+
+
 def ledger_bytes(outcome: ProgramFinished | PlatformLost) -> bytes:
     directory = Path(outcome.receipt.ledger_dir)
     return b"".join(p.read_bytes() for p in sorted(directory.iterdir()))

@@ -14,6 +14,7 @@ import anyio
 import pytest
 from run_support import (
     agent_pid,
+    program_environ,
     ledger_bytes,
     only,
     processes_of,
@@ -273,6 +274,7 @@ async def test_declared_files_and_logs_are_harvested_by_digest_with_explicit_out
     artifact_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SR_TEST_API_KEY", "sk-not-for-the-ledger-123")
+    monkeypatch.setenv("SOCIETY_CREDENTIALS", "SR_TEST_API_KEY")  # the operator allows it
     seen: dict[str, Any] = {}
 
     async def execute(ctx: RunContext) -> None:
@@ -281,7 +283,7 @@ async def test_declared_files_and_logs_are_harvested_by_digest_with_explicit_out
         seen["mode"] = stat.S_IMODE((await anyio.Path(secrets_file).stat()).st_mode)
         seen["secrets"] = json.loads(await anyio.Path(secrets_file).read_text())
         pid = agent_pid(artifact_root, ctx.ledger.run_id, "alice")
-        seen["environ"] = await anyio.Path(f"/proc/{pid}/environ").read_bytes()
+        seen["environ"] = program_environ(pid)
 
     harvest = Harvest(
         files=("policy.json", "notes/big.txt", "missing.txt", "subdir"), max_bytes=1000
@@ -337,6 +339,7 @@ async def test_a_missing_credential_fails_the_agents_start(
     artifact_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("SR_TEST_ABSENT_KEY", raising=False)
+    monkeypatch.setenv("SOCIETY_CREDENTIALS", "SR_TEST_ABSENT_KEY")  # allowed, but not set
 
     async def execute(ctx: RunContext) -> None:
         raise AssertionError("never dispatched")

@@ -18,10 +18,13 @@ from typing import Any
 import pytest
 
 from controller import Run, RunSpec
-from controller.agents import scripted
+from controller.agents import SecretRef, scripted
+from controller.agents.llm import llm
 from controller.agents.runtime import MAX_TERM_GRACE_S, RuntimeDescriptorError
+from controller.modelgateway.config import ProviderConfig, named_provider
 from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, RunContext, RunSpecError, Success, new_run_id
+from controller.run.handover import HandoverRefused
 from controller.settings import RUN_ID
 
 pytestmark = pytest.mark.anyio
@@ -349,3 +352,79 @@ def test_the_modules_process_holds_no_more_processes_than_an_agent(tmp_path: Pat
         "run", str(module), "--artifacts", str(tmp_path / "artifacts"), env=dict(os.environ)
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _temporal_key() -> Any:
+    return scripted(credentials={"T": SecretRef(env="TEMPORAL_API_KEY")})
+
+
+def _operator_key() -> Any:
+    return scripted(credentials={"K": SecretRef(env="SOCIETY_SIGNING_KEY")})
+
+
+def _provider_at_temporal() -> Any:
+    at = ProviderConfig(name="t", base_url="http://127.0.0.1:7233/v1", model="m")
+    return llm("x", provider=at)
+
+
+def _key_not_allowed() -> Any:
+    openai = dataclasses.replace(named_provider("openai"), api_key_name="GOOGLE_CREDENTIALS")
+    return llm("x", provider=openai)
+
+
+@pytest.mark.parametrize(
+    ("agent", "reason"),
+    [
+        (_temporal_key, "credential-not-allowed"),
+        (_operator_key, "credential-not-allowed"),
+        (_provider_at_temporal, "provider-not-allowed"),
+        (_key_not_allowed, "credential-not-allowed"),
+    ],
+)
+async def test_a_roster_gets_no_controller_setting_and_calls_no_provider_unless_allowed(
+    agent: Any, reason: str, artifact_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEMPORAL_API_KEY", "tk-operator")
+    monkeypatch.delenv("SOCIETY_CREDENTIALS", raising=False)
+    monkeypatch.delenv("SOCIETY_PROVIDER_URLS", raising=False)
+
+    async def execute(ctx: RunContext) -> None:
+        raise AssertionError("nothing starts")
+
+    spec = RunSpec.define(id="acme.take-settings/v1", agents={"eve": agent()}, execute=execute)
+    with pytest.raises(HandoverRefused) as refused:
+        await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert refused.value.reason == reason
+    assert os.listdir(artifact_root) == []  # no run directory, no ledger
+
+
+CREDENTIAL_PROBE = """\
+import json
+from pathlib import Path
+from controller import RunSpec, scripted
+from controller.agents import SecretRef
+
+async def execute(ctx):
+    return None
+
+run_spec = RunSpec.define(
+    id="acme.credential/v1",
+    agents={"sam": scripted(credentials={"TOKEN": SecretRef(env="ACME_TOKEN")})},
+    execute=execute,
+)
+"""
+
+
+def test_society_run_hands_over_a_credential_only_with_credential(tmp_path: Path) -> None:
+    module = tmp_path / "credential.py"
+    module.write_text(CREDENTIAL_PROBE)
+    env = {**os.environ, "ACME_TOKEN": "t-123"}
+    env.pop("SOCIETY_CREDENTIALS", None)
+    root = str(tmp_path / "artifacts")
+    refused = _society("run", str(module), "--artifacts", root, env=env)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "society run --credential ACME_TOKEN" in refused.stderr
+    allowed = _society(
+        "run", str(module), "--artifacts", root, "--credential", "ACME_TOKEN", env=env
+    )
+    assert allowed.returncode == 0, allowed.stderr[-3000:]

@@ -106,6 +106,7 @@ async def test_secret_references_reach_only_the_agents_secrets_and_no_token_is_i
     namespace, secret_value = credentials_namespace
     env_value = f"env-value-{secrets.token_hex(16)}"
     monkeypatch.setenv(ENV_CREDENTIAL, env_value)
+    monkeypatch.setenv("SOCIETY_CREDENTIALS", ENV_CREDENTIAL)  # the operator allows it
     credentials = {
         "TOOL_KEY": SecretRef(secret="tool-keys", key="tool-key"),
         "ENV_TOKEN": SecretRef(env=ENV_CREDENTIAL),

@@ -57,6 +57,8 @@ async def test_llm_agents_reach_the_gateway_through_the_run_service_on_a_port_po
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(KEY_NAME, "sk-acme-test")
+    monkeypatch.setenv("SOCIETY_CREDENTIALS", KEY_NAME)  # the operator allows the key
+    monkeypatch.setenv("SOCIETY_PROVIDER_URLS", fake_provider.base_url)  # and the provider
     provider = ProviderConfig(
         name="acme", base_url=fake_provider.base_url, model="fake-model", api_key_name=KEY_NAME
     )
