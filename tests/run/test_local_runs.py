@@ -14,10 +14,10 @@ import anyio
 import pytest
 from run_support import (
     agent_pid,
-    program_environ,
     ledger_bytes,
     only,
     processes_of,
+    program_environ,
     tags,
     verified,
     with_command,
