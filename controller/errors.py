@@ -46,6 +46,7 @@ beside the code that raises it (the module named after it):
     │   ├── SchemaSourceIncomplete  controller.ops.checks.kube_schemas
     │   └── TerraformUnreadable  controller.ops.checks.terraform_checks
     ├── NetworkError  society_sandbox.network.errors
+    ├── FrameError  society_sandbox.framing  (a process channel's frame over its limit or cut off)
     ├── ChannelClosed  controller.program.wire  (the module's process or its channel is gone)
     ├── CodecError  controller.program.codec  (a value that cannot cross to or from it)
     ├── ProgramCallRefused  controller.program.serve  (a call on ctx the controller refuses)

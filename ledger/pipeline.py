@@ -31,6 +31,7 @@ import anyio.to_thread
 
 from ledger import sync_process
 from ledger.storage import DurableFiles
+from society_sandbox.framing import frame_at
 
 _SCRIPT = Path(sync_process.__file__)
 PIPE_BYTES = 1 << 20
@@ -153,21 +154,21 @@ class CommitPipeline:
             self._stop(self._ended())
             return
         data, offset, durable = self._heard + heard, 0, -1
-        while len(data) - offset >= 8:
+        while len(data) - offset >= sync_process.DURABLE.size:
             (value,) = sync_process.DURABLE.unpack_from(data, offset)
             if value != sync_process.FAILED:
                 durable = value
-                offset += 8
+                offset += sync_process.DURABLE.size
                 self.syncs += 1
                 continue
             if len(data) - offset < sync_process.FAILURE.size:
                 break
-            _, number, length = sync_process.FAILURE.unpack_from(data, offset)
-            start = offset + sync_process.FAILURE.size
-            if len(data) - start < length:
+            _, number = sync_process.FAILURE.unpack_from(data, offset)
+            message = frame_at(data, offset + sync_process.FAILURE.size)
+            if message is None:
                 break
             self._settle(durable)
-            self._stop(OSError(number, data[start : start + length].decode()))
+            self._stop(OSError(number, message[0].decode()))
             return
         self._heard = data[offset:]
         self._settle(durable)

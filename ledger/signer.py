@@ -21,6 +21,7 @@ import cryptography
 
 from ledger import signer_process
 from ledger.errors import LedgerError
+from society_sandbox.framing import FrameError, framed, read_exactly, read_frame
 
 _SCRIPT = Path(signer_process.__file__)
 _CRYPTOGRAPHY_DIR = str(Path(cryptography.__file__).resolve().parent.parent)
@@ -62,7 +63,7 @@ class _SignerChannel:
 
     def sign(self, data: bytes) -> str:
         """The signature (base64) over ``data``; ``LedgerError`` when the signer refuses it."""
-        request = signer_process.LENGTH.pack(len(data)) + data
+        request = framed(data)
         with self._lock:
             try:
                 self._writer.write(request)
@@ -84,16 +85,15 @@ class _SignerChannel:
 
     def _reply(self, doing: str) -> bytes:
         try:
-            head = self._reader.read(1 + signer_process.LENGTH.size)
-            if len(head) < 1 + signer_process.LENGTH.size:
-                raise self._lost(f"it ended while {doing}")
-            (size,) = signer_process.LENGTH.unpack(head[1:])
-            payload = self._reader.read(size)
+            status = read_exactly(self._reader.read, 1)
+            payload = read_frame(self._reader.read, limit=signer_process.MAX_ANSWER)
+        except FrameError as exc:
+            raise self._lost(f"its answer while {doing}: {exc.detail}") from None
         except OSError as exc:
             raise self._lost(f"reading its answer failed while {doing} ({exc})") from None
-        if len(payload) < size:
+        if status is None or payload is None:
             raise self._lost(f"it ended while {doing}")
-        if head[0] == signer_process.OK:
+        if status[0] == signer_process.OK:
             return payload
         reason, _, message = payload.decode("utf-8", "replace").partition("\0")
         if reason == "signing-key-unreadable":

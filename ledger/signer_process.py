@@ -13,14 +13,14 @@ controller's (``--listen``): the key's Secret is mounted there only, and the con
 it through a Unix socket on a volume the two containers share, one connection at a time or
 several, each with the same protocol and the same one run's statements.
 
-The protocol, over stdin and stdout (or each connection): first this process answers with a
-status byte and a length-prefixed payload (``OK`` and the public key ``ed25519:<base64>``, or
-``REFUSED`` and ``reason<NUL>message``); then each request is 4-byte little-endian length and
-the bytes to sign, each answer a status byte and a length-prefixed payload (the 64-byte
-signature, or the refusal).
+The protocol, over stdin and stdout (or each connection), in frames (``society_sandbox.framing``):
+first this process answers with a status byte and a frame (``OK`` and the public key
+``ed25519:<base64>``, or ``REFUSED`` and ``reason<NUL>message``); then each request is a frame of
+the bytes to sign, each answer a status byte and a frame (the 64-byte signature, or the refusal).
 
-Only the standard library and ``cryptography`` (from the directory the writer names) load here:
-the child starts with ``python -I -S`` and imports nothing of a researcher's site-packages.
+Only the standard library, the wall's framing and ``cryptography`` (from the directory the writer
+names) load here: the child starts with ``python -I -S`` and imports nothing of a researcher's
+site-packages.
 """
 
 from __future__ import annotations
@@ -29,15 +29,21 @@ import ctypes
 import json
 import os
 import re
-import struct
 import sys
 import threading
+from functools import partial
 from typing import Any
+
+if __name__ == "__main__":  # a script (python -I -S): the wall beside the ledger, for its framing
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from society_sandbox.framing import FrameError, framed, read_frame
 
 OK = 0
 REFUSED = 1
-LENGTH = struct.Struct("<I")
 MAX_REQUEST = 4096
+MAX_ANSWER = 64 * 1024
+"""The longest answer a writer reads: a public key, a signature or a refusal."""
 _PR_SET_DUMPABLE = 4
 _CHECKPOINT = frozenset({"runId", "recordCount", "headDigest"})
 _COMPLETION = frozenset(
@@ -112,21 +118,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def answer(out: int, status: int, payload: bytes) -> None:
-    data = bytes([status]) + LENGTH.pack(len(payload)) + payload
-    view = memoryview(data)
+    view = memoryview(bytes([status]) + framed(payload))
     while view:
         view = view[os.write(out, view) :]
-
-
-def read_exactly(fd: int, size: int) -> bytes | None:
-    """``size`` bytes from ``fd``, or None when it ends first."""
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = os.read(fd, size - len(chunks))
-        if not chunk:
-            return None
-        chunks += chunk
-    return bytes(chunks)
 
 
 def _no_readers() -> None:
@@ -193,12 +187,14 @@ def serve(
 ) -> None:
     """Sign what ``statements`` admits until ``requests`` ends; ``lock`` (a listening signer's
     connections share one) is held from each admission to its signature."""
-    while (head := read_exactly(requests, LENGTH.size)) is not None:
-        (size,) = LENGTH.unpack(head)
-        if size > MAX_REQUEST:
-            answer(replies, REFUSED, b"not-a-statement\0request too long")
+    read = partial(os.read, requests)
+    while True:
+        try:
+            data = read_frame(read, limit=MAX_REQUEST)
+        except FrameError as exc:
+            if exc.reason == "frame-too-large":
+                answer(replies, REFUSED, b"not-a-statement\0request too long")
             return
-        data = read_exactly(requests, size)
         if data is None:
             return
         with lock:

@@ -7,12 +7,14 @@ they share the next fsync (group commit). Nothing here needs the writer's GIL: t
 never waits for a thread of its own to win it back after an fsync.
 
 The protocol, both ways over pipes: in, the records' bytes, in chain order, nothing else; out,
-8-byte little-endian counts of bytes durable so far, or ``FAILED`` followed by the errno (4
-bytes, signed) and the length-prefixed UTF-8 message of the error that stopped it. The writer
-closing its end means no more commits: this process exits once everything read is durable.
+8-byte counts of bytes durable so far, or ``FAILED`` followed by the errno (4 bytes, signed) and
+a frame holding the UTF-8 message of the error that stopped it; numbers and frames as
+``society_sandbox.framing`` writes them (big-endian). The writer closing its end means no more
+commits: this process exits once everything read is durable.
 
-This module imports only the standard library: the child starts with ``python -I -S`` and must
-not load the package (or a researcher's site-packages) to append bytes to a file.
+This module imports only the standard library and the wall's framing: the child starts with
+``python -I -S`` and must not load the package (or a researcher's site-packages) to append bytes
+to a file.
 """
 
 from __future__ import annotations
@@ -23,10 +25,15 @@ import struct
 import sys
 from typing import Protocol
 
+if __name__ == "__main__":  # a script (python -I -S): the wall beside the ledger, for its framing
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from society_sandbox.framing import ORDER, framed
+
 FAILED = 2**64 - 1
-"""Sent in place of a durable count when a write or an fsync failed; nothing follows it."""
-DURABLE = struct.Struct("<Q")
-FAILURE = struct.Struct("<QiI")  # FAILED, errno, message length
+"""Sent in place of a durable count when a write or an fsync failed; the failure follows it."""
+DURABLE = struct.Struct(ORDER + "Q")
+FAILURE = struct.Struct(ORDER + "Qi")  # FAILED, errno; then the message, framed
 READ_BYTES = 1 << 20
 
 
@@ -72,7 +79,7 @@ def _report_failure(replies: int, exc: Exception) -> None:
         number, text = 0, f"{type(exc).__name__}: {exc}"
     message = text.encode("utf-8", "backslashreplace")
     try:
-        write_all(replies, FAILURE.pack(FAILED, number, len(message)) + message)
+        write_all(replies, FAILURE.pack(FAILED, number) + framed(message))
     except BrokenPipeError:
         pass
 

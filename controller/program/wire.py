@@ -2,7 +2,7 @@
 
 Each side reads in a thread of its own, so a call can wait on the event loop (``request``) or
 block the calling thread (``request_sync``: a property, ``ctx.fork.reached()``), and a peer that
-stops reading never stalls the loop's reads. A frame is a 4-byte big-endian length and a UTF-8
+stops reading never stalls the loop's reads. A frame (``society_sandbox.framing``) holds a UTF-8
 JSON object; ``op`` names what it is: ``result`` and ``error`` answer the call whose ``id`` they
 carry, anything else is a request for the side's ``on_request``.
 
@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 import anyio
 
 from controller.errors import SocietyError
+from society_sandbox.framing import FrameError, framed, read_frame
 
 T = TypeVar("T")
-FRAME = struct.Struct(">I")
 MAX_FRAME = 16 * 1024 * 1024
 Frame = dict[str, Any]
 
@@ -93,17 +93,18 @@ class Channel:
 
     def send(self, frame: Frame) -> None:
         """Write one frame (any thread); ``ChannelClosed`` once the channel ended."""
-        data = json.dumps(frame, separators=(",", ":"), allow_nan=False).encode("utf-8")
-        if len(data) > MAX_FRAME:
-            raise ChannelClosed(
-                f"a frame of {len(data)} bytes is over the channel's {MAX_FRAME}-byte limit",
-                reason="frame-too-large",
+        try:
+            data = framed(
+                json.dumps(frame, separators=(",", ":"), allow_nan=False).encode("utf-8"),
+                limit=MAX_FRAME,
             )
+        except FrameError as exc:
+            raise ChannelClosed(exc.detail, reason=exc.reason) from None
         with self._send_lock:
             if self._failure is not None:
                 raise self._closed_error()
             try:
-                self._sock.sendall(FRAME.pack(len(data)) + data)
+                self._sock.sendall(data)
             except OSError as exc:
                 self._end(ChannelClosed(f"the {self._peer} is gone ({exc})"))
                 raise self._closed_error() from None
@@ -221,19 +222,13 @@ class Channel:
             self._end(reason)
 
     def _receive(self) -> Frame | None:
-        head = self._exactly(FRAME.size)
-        if head is None:
-            return None
-        (size,) = FRAME.unpack(head)
-        if size > MAX_FRAME:
-            raise ChannelClosed(
-                f"the {self._peer} announced a frame of {size} bytes, over the {MAX_FRAME}-byte "
-                "limit",
-                reason="frame-too-large",
-            )
-        body = self._exactly(size)
+        try:
+            body = read_frame(self._sock.recv, limit=MAX_FRAME)
+        except FrameError as exc:
+            reason = exc.reason if exc.reason == "frame-too-large" else None
+            raise ChannelClosed(f"from the {self._peer}: {exc.detail}", reason=reason) from None
         if body is None:
-            raise ChannelClosed(f"the {self._peer} ended inside a frame")
+            return None
         try:
             frame = json.loads(body)
         except (ValueError, RecursionError):
@@ -245,19 +240,6 @@ class Channel:
                 f"the {self._peer} sent a frame that is not a JSON object", reason="frame-malformed"
             )
         return frame
-
-    def _exactly(self, size: int) -> bytes | None:
-        chunks: list[bytes] = []
-        remaining = size
-        while remaining:
-            chunk = self._sock.recv(min(remaining, 1 << 20))
-            if not chunk:
-                if remaining == size:
-                    return None
-                raise ChannelClosed(f"the {self._peer} ended inside a frame")
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
 
     def _end(self, reason: BaseException) -> None:
         with self._state:

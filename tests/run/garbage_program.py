@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import anyio
 
 from controller import RunContext, RunSpec, ScriptedPolicy, scripted
+from society_sandbox.framing import LENGTH
 
 GARBAGE = "@GARBAGE@"
 
@@ -20,9 +20,9 @@ async def scribble(ctx: RunContext) -> None:
     link: Any = object.__getattribute__(ctx.events, "_society_link")
     sock = link.channel._sock
     if GARBAGE == "huge":
-        sock.sendall(struct.pack(">I", 1 << 30))
+        sock.sendall(LENGTH.pack(1 << 30))
     else:
-        sock.sendall(struct.pack(">I", 5) + b"{nope")
+        sock.sendall(LENGTH.pack(5) + b"{nope")
     await anyio.sleep(60)
 
 

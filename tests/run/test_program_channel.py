@@ -8,13 +8,13 @@ with a reason instead of being read.
 from __future__ import annotations
 
 import socket
-import struct
 import threading
 import time
 
 import pytest
 
 from controller.program.wire import MAX_FRAME, Channel, ChannelClosed
+from society_sandbox.framing import LENGTH
 
 
 def test_a_peer_that_reads_nothing_ends_the_channel_instead_of_stalling_the_sender() -> None:
@@ -36,9 +36,9 @@ def test_a_peer_that_reads_nothing_ends_the_channel_instead_of_stalling_the_send
 @pytest.mark.parametrize(
     ("garbage", "reason"),
     [
-        (struct.pack(">I", MAX_FRAME + 1), "frame-too-large"),
-        (struct.pack(">I", 4) + b"oops", "frame-malformed"),
-        (struct.pack(">I", 2) + b"[]", "frame-malformed"),
+        (LENGTH.pack(MAX_FRAME + 1), "frame-too-large"),
+        (LENGTH.pack(4) + b"oops", "frame-malformed"),
+        (LENGTH.pack(2) + b"[]", "frame-malformed"),
     ],
 )
 def test_a_frame_over_the_limit_or_not_a_json_object_ends_the_channel(
