@@ -29,9 +29,12 @@ from controller.agents.termination import (
 )
 from controller.errors import SocietyError
 from controller.network.unix import connect_unix
+from society_sandbox.owner_api import MAX_LINE as PROGRAM_MAX_LINE
 from society_sandbox.owner_api import MalformedLine, decode_line, receive_line
 
 MAX_LINE = 1024 * 1024
+REQUEST_MAX_BYTES = PROGRAM_MAX_LINE
+"""The longest request line the programs' owner API reads (``society_sandbox.owner_api``)."""
 REPORT_GRACE_S = 1.0
 """How long to wait for the program's own report once its process ended."""
 PROGRAM_REASON = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
@@ -84,11 +87,19 @@ class BridgeOwner:
         if self.closed.is_set():
             raise OwnerError(f"the bridge of {self.agent} is closed", reason="owner-closed")
         request_id = next(self._ids)
+        line = _line({"id": request_id, "op": op, **fields})
+        if len(line) > REQUEST_MAX_BYTES:  # the program would close its bridge on it
+            raise OwnerError(
+                f"{op!r} to {self.agent} is {len(line):,} bytes; an owner request holds at most "
+                f"{REQUEST_MAX_BYTES:,}",
+                reason="owner-request-too-large",
+                next_step="send a shorter text, or put the rest in the agent's files",
+            )
         answer: Observation[dict[str, Any]] = Observation()
         self._waiting[request_id] = answer
         try:
             async with self._lock:
-                await self._stream.send(_line({"id": request_id, "op": op, **fields}))
+                await self._stream.send(line)
             with anyio.fail_after(30):
                 reply = await _first(answer, self.closed)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError):

@@ -428,3 +428,25 @@ def test_society_run_hands_over_a_credential_only_with_credential(tmp_path: Path
         "run", str(module), "--artifacts", root, "--credential", "ACME_TOKEN", env=env
     )
     assert allowed.returncode == 0, allowed.stderr[-3000:]
+
+
+async def test_an_oversize_owner_request_is_a_typed_refusal_and_the_bridge_stays_up(
+    artifact_root: Path,
+) -> None:
+    from controller.agents import ScriptedOwner
+    from controller.agents.bridge import OwnerError
+
+    seen: dict[str, Any] = {}
+
+    async def execute(ctx: RunContext) -> None:
+        owner = ctx.agents.owner("sam", ScriptedOwner)
+        with pytest.raises(OwnerError) as refused:
+            await owner.instruct("x" * (10 << 20))
+        seen["reason"] = refused.value.reason
+        seen["state"] = await owner.state()  # the same bridge still answers
+
+    spec = RunSpec.define(id="acme.big-instruct/v1", agents={"sam": scripted()}, execute=execute)
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    assert seen["reason"] == "owner-request-too-large"
+    assert isinstance(seen["state"], dict)
