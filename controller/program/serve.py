@@ -25,6 +25,7 @@ from controller.network.links import Delay, Deliver, Drop, Hold, LinkDelivery, V
 from controller.program import exports
 from controller.program.codec import CodecError, Decoder, encode
 from controller.program.wire import Channel, Frame, Inbox
+from ledger.errors import LedgerError
 from ledger.events import Event, EventCatalog
 
 MAX_HANDLES = 100_000
@@ -171,7 +172,7 @@ class ProgramServer:
                 except anyio.get_cancelled_exc_class():
                     raise
                 except Exception as exc:
-                    self._channel.reply(call_id, error=error_frame(exc))
+                    self._channel.reply(call_id, error=error_frame(_typed(exc)))
                     return
                 self._channel.reply(call_id, value=answer)
             if scope.cancelled_caught:
@@ -331,6 +332,18 @@ async def _aclose(iterator: AsyncIterator[Any]) -> None:
 
 def _int(value: object) -> int:
     return value if type(value) is int else -1
+
+
+def _typed(exc: Exception) -> Exception:
+    """What the module learns of a call that failed: a typed error as it is; any other only as
+    a refusal naming its class (its message may hold the repr of the controller's objects)."""
+    if isinstance(exc, SocietyError | LedgerError):
+        return exc
+    return ProgramCallRefused(
+        f"the controller could not perform the call ({type(exc).__name__}): its arguments are "
+        "not what the member takes",
+        reason="call-failed",
+    )
 
 
 def _text(value: object) -> str | None:

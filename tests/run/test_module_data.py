@@ -450,3 +450,49 @@ async def test_an_oversize_owner_request_is_a_typed_refusal_and_the_bridge_stays
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     assert seen["reason"] == "owner-request-too-large"
     assert isinstance(seen["state"], dict)
+
+
+MISUSED_CALL = """\
+from controller import RunSpec, scripted
+
+NAME = {"not": "a name"}
+
+async def endpoint(ctx):
+    async with ctx.network.endpoint(NAME):
+        pass
+
+async def disable(ctx):
+    async with ctx.network.links.disable(NAME, "sam"):
+        pass
+
+async def opened(ctx):
+    async with ctx.network.endpoint("host") as host:
+        await host.open(NAME)
+
+async def emit(ctx):
+    await ctx.events.emit(NAME)
+
+async def execute(ctx):
+    untyped = []
+    for attempt in (endpoint, disable, opened, emit):
+        try:
+            await attempt(ctx)
+        except Exception as exc:
+            if not isinstance(getattr(exc, "reason", None), str) or " at 0x" in str(exc):
+                untyped.append(f"{attempt.__name__}: {type(exc).__name__}: {exc}")
+        else:
+            untyped.append(f"{attempt.__name__}: a map was taken as a name")
+    if untyped:
+        raise RuntimeError("; ".join(untyped))
+
+run_spec = RunSpec.define(id="acme.misused-call/v1", agents={"sam": scripted()}, execute=execute)
+"""
+
+
+def test_a_misused_call_is_a_typed_refusal_that_shows_no_controller_object(tmp_path: Path) -> None:
+    module = tmp_path / "misused_call.py"
+    module.write_text(MISUSED_CALL)
+    done = _society(
+        "run", str(module), "--artifacts", str(tmp_path / "artifacts"), env=dict(os.environ)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
