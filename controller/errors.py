@@ -13,6 +13,7 @@ beside the code that raises it (the module named after it):
     │   ├── RunSpecError  controller.run.spec
     │   ├── RunRequestError  controller.run.request  (also a ValueError)
     │   ├── RunIdError  controller.run.runid  (also a ValueError)
+    │   ├── HandoverRefused  controller.run.handover
     │   ├── ForkError  controller.run.fork
     │   ├── InspectUnavailable  controller.viewer.inspect_log
     │   ├── ArtifactRootUnsafe  controller.run.artifact_root

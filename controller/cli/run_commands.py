@@ -45,8 +45,7 @@ __all__ = [
 RUN_HELP = """\
 Run one experiment once; progress on stderr, one JSON result line on stdout.
   1. write MODULE.py with run_spec = RunSpec.define(id=, agents=, events=, execute=)  (examples/)
-  2. society run MODULE.py         start the agents, run execute(ctx) once, sign the ledger
-  3. society ledger verify DIR     check the ledger offline; society grade GRADER.py DIR grades it
+  2. society run MODULE.py; then society ledger verify DIR and society grade GRADER.py DIR
 Exit: 0 success, 1 failed, 2 could not start, 130/143/129 stopped (ledger finalized; 2nd: now)."""
 
 
@@ -106,8 +105,7 @@ def add_commands(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="let the run hand this environment variable to an agent that names it, or send it "
-        f"to a model provider as its key (repeat it; also ${settings.CREDENTIALS.name})",
+        help="an environment variable agents and model providers may be given (repeat it)",
     )
     run.add_argument(
         "--unsandboxed",

@@ -53,7 +53,18 @@ def agent_pid(run_id: str, agent: str) -> int:
 
 
 def environment_of(pid: int) -> bytes:
-    return (Path("/proc") / str(pid) / "environ").read_bytes()
+    """The agent program's environment: ``pid`` (the process the platform started) or,
+    sandboxed, its descendant inside the sandbox (bwrap and the launchers before it run with the
+    controller's fixed environment)."""
+    pending = [pid]
+    while pending:
+        current = pending.pop(0)
+        environ = (Path("/proc") / str(current) / "environ").read_bytes()
+        if b"SOCIETY_AGENT_NAME=" in environ:
+            return environ
+        for task in (Path("/proc") / str(current) / "task").iterdir():
+            pending += [int(child) for child in (task / "children").read_text().split()]
+    raise AssertionError(f"no process under {pid} runs the agent's program")
 
 
 def every_file(directory: Path) -> dict[Path, bytes]:
