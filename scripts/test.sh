@@ -23,7 +23,7 @@ fi
 scripts/install-shellcheck.sh
 scripts/build-tools.sh >/dev/null  # helm, tofu, tflint, kubeconform, fake-gcs-server; one line each on stderr
 echo "test: ruff and mypy" >&2
-.venv/bin/ruff check ledger controller tests benchmarks examples agent_images
+.venv/bin/ruff check society_sandbox ledger controller tests benchmarks examples agent_images
 .venv/bin/mypy
 echo "test: pytest" >&2
 # Two workers (SOCIETY_TEST_WORKERS; 0 runs in this process): tests/work_units.py makes each
