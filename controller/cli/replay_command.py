@@ -21,7 +21,7 @@ EXIT_DIVERGED = 1
 
 
 def add_commands(subparsers: Any) -> None:
-    from controller.cli.run_commands import EXIT_SETUP, add_module_folders
+    from controller.cli.run_commands import EXIT_SETUP, add_credentials, add_module_folders
     from controller.profiles import PROFILES
 
     replay = subparsers.add_parser(
@@ -56,6 +56,7 @@ def add_commands(subparsers: Any) -> None:
         help="local: agents and the module run without bubblewrap",
     )
     add_module_folders(replay)
+    add_credentials(replay)
     replay.set_defaults(handler=_replay, error_exit=EXIT_SETUP)
 
 
@@ -81,6 +82,7 @@ def _replay(args: argparse.Namespace) -> int:
         include=tuple(args.include),
         writable=tuple(args.writable),
         parameters=dict(original.parameters or {}),
+        credentials=tuple(args.credentials),
     )
     return run_here(lambda interrupts: _replay_and_compare(module, options, interrupts, original))
 

@@ -34,6 +34,7 @@ __all__ = [
     "EXIT_SETUP",
     "EXIT_SUCCESS",
     "add_commands",
+    "add_credentials",
     "add_module_folders",
     "add_variant_options",
     "artifact_root",
@@ -61,6 +62,19 @@ def add_module_folders(parser: argparse.ArgumentParser) -> None:
             metavar="DIR",
             help=f"a folder the module's sandboxed process {verb} too (repeat for more)",
         )
+
+
+def add_credentials(parser: argparse.ArgumentParser) -> None:
+    """``--credential NAME``: a variable of this environment the run may hand over
+    (docs/security.md)."""
+    parser.add_argument(
+        "--credential",
+        dest="credentials",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an environment variable agents and model providers may be given (repeat it)",
+    )
 
 
 def add_commands(subparsers: Any) -> None:
@@ -99,14 +113,7 @@ def add_commands(subparsers: Any) -> None:
     run.add_argument(
         "--run-id", type=_run_id, default=None, metavar="ID", help="sr- + 32 lowercase hex digits"
     )
-    run.add_argument(
-        "--credential",
-        dest="credentials",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="an environment variable agents and model providers may be given (repeat it)",
-    )
+    add_credentials(run)
     run.add_argument(
         "--unsandboxed",
         action="store_true",
