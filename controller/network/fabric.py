@@ -12,12 +12,14 @@ one to a full inbox a recorded drop with reason ``receiver-overflow``.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
+import anyio.to_thread
 from anyio.abc import TaskGroup
 
 from controller.events.network import (
@@ -72,10 +74,13 @@ class Message:
 @dataclass(eq=False, slots=True)
 class _Entry:
     message: Message
-    verdict: Verdict
+    verdict: Verdict | None
+    """``None``: its chain's verdict is being awaited off the loop."""
     due: float
     cleared: anyio.Event | None
     recorded: anyio.Event | None
+    again: bool = False
+    """Evaluated again after a hold cleared: its holding is already recorded."""
 
 
 @dataclass(eq=False, slots=True)
@@ -163,22 +168,26 @@ class Inbox:
         if self._held[sender.id] >= fabric.share():
             fabric.record(self._dropped(message, SENDER_SHARE))
             return
-        verdict: Verdict = Deliver()
+        verdict: Verdict | None = Deliver()
         cleared = None
         pair = fabric.links.pair(sender.id, self.receiver.id)
         if pair is not None and pair.policies:
             cleared = pair.cleared
-            verdict = pair.evaluate(LinkDelivery(sender, self.receiver, message.delivery))
-            if isinstance(verdict, Drop):
-                fabric.record(self._dropped(message, verdict.reason))
-                return
+            if pair.blocking:  # awaited off the loop, in this sender's lane: only it waits
+                verdict = None
+            else:
+                verdict = pair.evaluate(LinkDelivery(sender, self.receiver, message.delivery))
+                if isinstance(verdict, Drop):
+                    fabric.record(self._dropped(message, verdict.reason))
+                    return
         self._size += 1
         self._held[sender.id] += 1
         lane = self._lanes.get(sender.id)
         if lane is None and isinstance(verdict, Deliver):  # nothing ahead of it: straight through
             self._make_ready(message)
             return
-        now = anyio.current_time()
+        # a ledger commit's callback may offer this, outside any task: the loop's own clock
+        now = asyncio.get_running_loop().time()
         recorded = None
         if isinstance(verdict, Hold):
             recorded = fabric.record_before(LinkMessageHeld(**self._ids(message)))
@@ -192,7 +201,7 @@ class Inbox:
         lane.entries.append(_Entry(message, verdict, due, cleared, recorded))
         if not lane.driven:
             lane.driven = True
-            fabric.tasks.start_soon(self._drive, sender, lane)
+            fabric.start(self._drive, sender, lane)
 
     def _make_ready(self, message: Message) -> None:
         self._ready.append(message)
@@ -203,6 +212,9 @@ class Inbox:
         try:
             while lane.entries:
                 entry = lane.entries[0]
+                if entry.verdict is None:
+                    await self._evaluate_off_loop(sender, entry)
+                    continue
                 if entry.recorded is not None:
                     await entry.recorded.wait()  # its record is durable before it takes effect
                     entry.recorded = None
@@ -224,11 +236,36 @@ class Inbox:
             if not lane.entries:
                 del self._lanes[sender.id]
 
+    async def _evaluate_off_loop(self, sender: Participant, entry: _Entry) -> None:
+        """The verdict of a chain that waits for an answer from elsewhere, in a worker thread, so
+        that the router and every other link go on meanwhile; then as ``offer`` would take it."""
+        fabric = self._fabric
+        pair = fabric.links.pair(sender.id, self.receiver.id)
+        verdict: Verdict = Deliver()
+        if pair is not None and pair.policies:
+            entry.cleared = pair.cleared
+            policies = list(pair.policies)
+            delivery = LinkDelivery(sender, self.receiver, entry.message.delivery)
+            verdict = await anyio.to_thread.run_sync(pair.evaluate, delivery, policies)
+        if isinstance(verdict, Drop):
+            entry.recorded = fabric.record_before(self._dropped(entry.message, verdict.reason))
+        elif isinstance(verdict, Hold) and not entry.again:
+            entry.recorded = fabric.record_before(LinkMessageHeld(**self._ids(entry.message)))
+        elif isinstance(verdict, Delay):
+            entry.due = anyio.current_time() + verdict.seconds
+            entry.recorded = fabric.record_before(
+                LinkMessageDelayed(**self._ids(entry.message), total_seconds=verdict.seconds)
+            )
+        entry.verdict = verdict
+
     def _reevaluate(self, sender: Participant, entry: _Entry) -> None:
         """A hold cleared: evaluate the pair's chain as it stands now."""
         fabric = self._fabric
         pair = fabric.links.pair(sender.id, self.receiver.id)
         assert pair is not None  # a held entry's pair has existed since it was held
+        if pair.blocking:  # the drive loop awaits it off the loop
+            entry.verdict, entry.again = None, True
+            return
         entry.cleared = pair.cleared
         verdict = pair.evaluate(LinkDelivery(sender, self.receiver, entry.message.delivery))
         if isinstance(verdict, Drop):
@@ -275,6 +312,23 @@ class Fabric:
         self._delivered: dict[str, tuple[float, list[str]]] = {}
         self._delivered_waiting = Signal()
         self._lingering = False
+        self._handing: set[asyncio.Task[None]] = set()
+
+    def start(self, drive: Callable[..., Coroutine[Any, Any, None]], *args: object) -> None:
+        """Start ``drive(*args)`` in the fabric's task group, also from a ledger commit's callback,
+        which runs outside any task (where the group cannot start one): a task of the loop's then
+        hands it over and ends."""
+        if asyncio.current_task() is not None:
+            self.tasks.start_soon(drive, *args)
+            return
+        handing = asyncio.get_running_loop().create_task(self._hand_over(drive, args))
+        self._handing.add(handing)
+        handing.add_done_callback(self._handing.discard)
+
+    async def _hand_over(
+        self, drive: Callable[..., Coroutine[Any, Any, None]], args: tuple[object, ...]
+    ) -> None:
+        self.tasks.start_soon(drive, *args)
 
     def share(self) -> int:
         """The most deliveries one sender may hold in one receiver's inbox: the capacity over the

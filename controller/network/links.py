@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -131,11 +131,20 @@ class LinkPair:
         self.cleared.set()
         self.cleared = anyio.Event()
 
-    def evaluate(self, delivery: LinkDelivery) -> Verdict:
-        """The verdict of the whole chain, as it stands now."""
+    @property
+    def blocking(self) -> bool:
+        """A policy of the chain waits for an answer from elsewhere (the module's process):
+        its verdicts are awaited off the event loop (``LinkPolicy.blocking``)."""
+        return any(getattr(installed.policy, "blocking", False) for installed in self.policies)
+
+    def evaluate(
+        self, delivery: LinkDelivery, policies: Sequence[_Installed] | None = None
+    ) -> Verdict:
+        """The verdict of the whole chain, as it stands now (or of ``policies``, a snapshot of it
+        taken on the loop for a worker thread)."""
         held = False
         total = 0.0
-        for installed in self.policies:
+        for installed in self.policies if policies is None else policies:
             try:
                 verdict = installed.policy(delivery)
             except Exception:

@@ -16,6 +16,7 @@ import contextlib
 import os
 import socket
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
 import anyio
@@ -62,15 +63,17 @@ def describe(spec: RunSpec) -> dict[str, Any]:
 class Host:
     """The module's spec and program, answering the controller over ``channel``.
 
-    ``parameters`` and ``policy`` are answered in the channel's reader thread (module code that
-    returns at once); ``execute`` and ``cancel`` go to the loop, where ``serve`` runs the
-    program in a task of its own scope."""
+    ``parameters`` are answered in the channel's reader thread (module code that returns at
+    once), link policies' verdicts in a thread of their own, in order (a slow policy holds up
+    neither the reader nor the program's calls); ``execute`` and ``cancel`` go to the loop,
+    where ``serve`` runs the program in a task of its own scope."""
 
     def __init__(self, channel: Channel, spec: RunSpec) -> None:
         self.channel = channel
         self.spec = spec
         self.link = Link(channel, spec.catalog)
         self._program: tuple[object, anyio.CancelScope] | None = None
+        self._verdicts = ThreadPoolExecutor(1, thread_name_prefix="society-module-policies")
 
     async def serve(self) -> None:
         """Answer the controller until the channel closes, then end this process: nothing the
@@ -92,7 +95,9 @@ class Host:
         if op == "parameters":
             self._parameters(call_id, frame.get("values"))
         elif op == "policy":
-            self.link.evaluate(call_id, frame.get("policy"), frame.get("delivery"))
+            self._verdicts.submit(
+                self.link.evaluate, call_id, frame.get("policy"), frame.get("delivery")
+            )
         else:
             unknown = ControllerRefused(
                 f"the controller asked for {op!r}, which is no request here"

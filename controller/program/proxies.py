@@ -68,7 +68,8 @@ class Link:
         return None
 
     def evaluate(self, call_id: object, number: object, delivery: object) -> None:
-        """The verdict of the module's link policy ``number`` on ``delivery`` (reader thread)."""
+        """The verdict of the module's link policy ``number`` on ``delivery`` (the host's policy
+        thread)."""
         try:
             policy = self.policies[number] if type(number) is int else None
             if policy is None:

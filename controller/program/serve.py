@@ -302,6 +302,9 @@ class RemotePolicy:
     router waits for the verdict; one that does not come within ``POLICY_TIMEOUT_S``, or is no
     verdict, drops the delivery as ``policy-error``)."""
 
+    blocking = True
+    """Each verdict is a round trip: the router awaits it off its event loop."""
+
     def __init__(self, channel: Channel, policy: int) -> None:
         self._channel = channel
         self._policy = policy

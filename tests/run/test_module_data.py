@@ -25,6 +25,7 @@ from controller.modelgateway.config import ProviderConfig, named_provider
 from controller.platforms.local import LocalPlatform
 from controller.run import ProgramFinished, RunContext, RunSpecError, Success, new_run_id
 from controller.run.handover import HandoverRefused
+from controller.run.spec import load_run_spec
 from controller.settings import RUN_ID
 
 pytestmark = pytest.mark.anyio
@@ -496,3 +497,97 @@ def test_a_misused_call_is_a_typed_refusal_that_shows_no_controller_object(tmp_p
         "run", str(module), "--artifacts", str(tmp_path / "artifacts"), env=dict(os.environ)
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+SLOW_POLICY = """\
+import time
+
+import anyio
+
+from controller import RunSpec, scripted
+from controller.network.links import Deliver
+
+
+def slow(delivery):
+    time.sleep(0.5)  # the module's policy takes its time over every verdict
+    return Deliver()
+
+
+async def execute(ctx):
+    ann, ben = ctx.agents.ann.agent, ctx.agents.ben.agent
+    async with ctx.network.endpoint("host") as host:
+        async with ctx.network.links.shape(host.participant, ann, slow, "slow"):
+            to_ann, to_ben = await host.open(ann), await host.open(ben)
+            await to_ann.send("through the slow link")
+            await to_ben.send("beside it")
+            await anyio.sleep(2)  # both delivered and acknowledged by now
+
+
+run_spec = RunSpec.define(
+    id="acme.slow-policy/v1", agents={"ann": scripted(), "ben": scripted()}, execute=execute
+)
+"""
+
+
+def test_a_slow_link_policy_of_the_module_delays_only_its_own_link(tmp_path: Path) -> None:
+    import json
+
+    from controller import RouterMessageCommitted, delivered_pairs
+    from ledger import open_ledger_artifacts
+
+    module = tmp_path / "slow_policy.py"
+    module.write_text(SLOW_POLICY)
+    done = _society(
+        "run", str(module), "--artifacts", str(tmp_path / "artifacts"), env=dict(os.environ)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    ledger = open_ledger_artifacts(load_run_spec(module).catalog, Path(result["ledger"]))
+    sent = {e.parts[0]: e.message_id for e in ledger.events(RouterMessageCommitted)}
+    order = list(delivered_pairs(record.event for record in ledger))
+    slow_one = (sent["through the slow link"], "agent:ann")
+    beside = (sent["beside it"], "agent:ben")
+    # the verdict was awaited off the router's loop: the other link's message, sent after the
+    # slow one, reached its agent before the slow one's verdict came
+    assert slow_one in order and beside in order
+    assert order.index(beside) < order.index(slow_one)
+
+
+DELAYED_LINK = """\
+import anyio
+
+from controller import RunSpec, scripted
+
+
+async def execute(ctx):
+    ann = ctx.agents.ann.agent
+    async with ctx.network.endpoint("host") as host:
+        async with ctx.network.links.delay(host.participant, ann, 0.2):
+            to_ann = await host.open(ann)
+            await to_ann.send("delayed")
+            await anyio.sleep(1.5)
+
+
+run_spec = RunSpec.define(id="acme.delayed-link/v1", agents={"ann": scripted()}, execute=execute)
+"""
+
+
+def test_a_link_the_modules_program_delays_delivers_after_its_delay(tmp_path: Path) -> None:
+    import json
+
+    from controller import RouterMessageCommitted, delivered_pairs
+    from controller.events.network import LinkMessageDelayed
+    from ledger import open_ledger_artifacts
+
+    module = tmp_path / "delayed_link.py"
+    module.write_text(DELAYED_LINK)
+    done = _society(
+        "run", str(module), "--artifacts", str(tmp_path / "artifacts"), env=dict(os.environ)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "callback failed" not in done.stderr
+    catalog = load_run_spec(module).catalog
+    ledger = open_ledger_artifacts(catalog, Path(json.loads(done.stdout)["ledger"]))
+    (sent,) = [e.message_id for e in ledger.events(RouterMessageCommitted)]
+    assert [e.message_id for e in ledger.events(LinkMessageDelayed)] == [sent]
+    assert (sent, "agent:ann") in list(delivered_pairs(record.event for record in ledger))
