@@ -23,17 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller.run.spec import RunSpecError
-from controller.settings import CONTROLLER_PREFIXES, current
+from controller.settings import current
 
 if TYPE_CHECKING:
     from controller.platforms.local.cgroup import AgentCgroup
 
-CONTROLLER_VARIABLES = CONTROLLER_PREFIXES
 MODULE_MEMORY_LIMIT_MIB = 1024
 """The module's process's memory limit, as an agent's by default."""
-
-"""Prefixes of the controller's own settings (the key file's path, Temporal's and a cluster's
-credentials), which the module's process is not given."""
 
 
 def module_environment() -> dict[str, str]:

@@ -266,6 +266,25 @@ os.write(fd, pem)
 SOCIETY = (sys.executable, "-c", "import sys; from controller.cli import main; sys.exit(main())")
 
 
+def _run_module(tmp_path: Path, name: str, source: str) -> tuple[Path, Any]:
+    """``society run`` of ``source`` written as ``name`` under ``tmp_path``: its path and the
+    finished process."""
+    module = tmp_path / name
+    module.write_text(source)
+    root = str(tmp_path / "artifacts")
+    return module, _society("run", str(module), "--artifacts", root, env=dict(os.environ))
+
+
+def _ledger_of(module: Path, done: Any) -> Any:
+    """The ledger the run's result line names, read with the module's catalog."""
+    import json
+
+    from ledger import open_ledger_artifacts
+
+    ledger_dir = Path(json.loads(done.stdout)["ledger"])
+    return open_ledger_artifacts(load_run_spec(module).catalog, ledger_dir)
+
+
 def _society(*args: str, env: dict[str, str]) -> Any:
     import subprocess
 
@@ -347,11 +366,7 @@ run_spec = RunSpec.define(id="acme.fork-bomb/v1", agents={"sam": scripted()}, ex
 
 
 def test_the_modules_process_holds_no_more_processes_than_an_agent(tmp_path: Path) -> None:
-    module = tmp_path / "fork_bomb.py"
-    module.write_text(FORK_BOMB)
-    done = _society(
-        "run", str(module), "--artifacts", str(tmp_path / "artifacts"), env=dict(os.environ)
-    )
+    _, done = _run_module(tmp_path, "fork_bomb.py", FORK_BOMB)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -491,11 +506,7 @@ run_spec = RunSpec.define(id="acme.misused-call/v1", agents={"sam": scripted()},
 
 
 def test_a_misused_call_is_a_typed_refusal_that_shows_no_controller_object(tmp_path: Path) -> None:
-    module = tmp_path / "misused_call.py"
-    module.write_text(MISUSED_CALL)
-    done = _society(
-        "run", str(module), "--artifacts", str(tmp_path / "artifacts"), env=dict(os.environ)
-    )
+    _, done = _run_module(tmp_path, "misused_call.py", MISUSED_CALL)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -530,19 +541,12 @@ run_spec = RunSpec.define(
 
 
 def test_a_slow_link_policy_of_the_module_delays_only_its_own_link(tmp_path: Path) -> None:
-    import json
 
     from controller import RouterMessageCommitted, delivered_pairs
-    from ledger import open_ledger_artifacts
 
-    module = tmp_path / "slow_policy.py"
-    module.write_text(SLOW_POLICY)
-    done = _society(
-        "run", str(module), "--artifacts", str(tmp_path / "artifacts"), env=dict(os.environ)
-    )
+    module, done = _run_module(tmp_path, "slow_policy.py", SLOW_POLICY)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
-    ledger = open_ledger_artifacts(load_run_spec(module).catalog, Path(result["ledger"]))
+    ledger = _ledger_of(module, done)
     sent = {e.parts[0]: e.message_id for e in ledger.events(RouterMessageCommitted)}
     order = list(delivered_pairs(record.event for record in ledger))
     slow_one = (sent["through the slow link"], "agent:ann")
@@ -573,21 +577,14 @@ run_spec = RunSpec.define(id="acme.delayed-link/v1", agents={"ann": scripted()},
 
 
 def test_a_link_the_modules_program_delays_delivers_after_its_delay(tmp_path: Path) -> None:
-    import json
 
     from controller import RouterMessageCommitted, delivered_pairs
     from controller.events.network import LinkMessageDelayed
-    from ledger import open_ledger_artifacts
 
-    module = tmp_path / "delayed_link.py"
-    module.write_text(DELAYED_LINK)
-    done = _society(
-        "run", str(module), "--artifacts", str(tmp_path / "artifacts"), env=dict(os.environ)
-    )
+    module, done = _run_module(tmp_path, "delayed_link.py", DELAYED_LINK)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "callback failed" not in done.stderr
-    catalog = load_run_spec(module).catalog
-    ledger = open_ledger_artifacts(catalog, Path(json.loads(done.stdout)["ledger"]))
+    ledger = _ledger_of(module, done)
     (sent,) = [e.message_id for e in ledger.events(RouterMessageCommitted)]
     assert [e.message_id for e in ledger.events(LinkMessageDelayed)] == [sent]
     assert (sent, "agent:ann") in list(delivered_pairs(record.event for record in ledger))

@@ -99,20 +99,20 @@ class Bubblewrap:
         extra: Iterable[tuple[str, Path, str]] = (),
         environment: Mapping[str, str] | None = None,
     ) -> list[str]:
-        """The argv that runs ``inner`` as ``uid`` in a fresh sandbox (``split_command``)."""
-        return self.split_command(
-            inner,
+        """The argv that runs ``inner`` as ``uid`` in a fresh sandbox: bwrap, its ``options``,
+        ``--`` and what runs ``inside``."""
+        options = self.options(
             workdir=workdir,
             sockets=sockets,
             uid=uid,
             seccomp_fd=seccomp_fd,
             extra=extra,
             environment=environment,
-        )[0]
+        )
+        return [self.executable, *options, "--", *self.inside(inner, uid)]
 
-    def split_command(
+    def options(
         self,
-        inner: Sequence[str],
         *,
         workdir: Path,
         sockets: Iterable[tuple[Path, str]],
@@ -120,15 +120,13 @@ class Bubblewrap:
         seccomp_fd: int,
         extra: Iterable[tuple[str, Path, str]] = (),
         environment: Mapping[str, str] | None = None,
-    ) -> tuple[list[str], int]:
-        """The argv that runs ``inner`` as ``uid`` in a fresh sandbox around ``workdir``, and
-        where bwrap's options end (its ``--``), its
-        seccomp filter read from ``seccomp_fd``; ``extra`` binds more (``--ro-bind`` or
-        ``--bind``, source, destination). ``environment``: what ``inner`` runs with (bwrap clears
-        its own); without it, bwrap's own passes through."""
+    ) -> list[str]:
+        """bwrap's options for a fresh sandbox around ``workdir``, its seccomp filter read from
+        ``seccomp_fd``; ``extra`` binds more (``--ro-bind``, ``--bind`` or ``--tmpfs``, source,
+        destination). ``environment``: what the sandbox's program runs with (bwrap clears its
+        own); without it, bwrap's own passes through."""
         binds = self.binds(workdir=workdir, sockets=sockets, extra=extra)
         argv = [
-            self.executable,
             "--unshare-pid",
             "--unshare-net",
             "--unshare-ipc",
@@ -160,21 +158,23 @@ class Bubblewrap:
             argv.append("--clearenv")
             for name, value in environment.items():
                 argv += ["--setenv", name, value]
-        argv += ["--chdir", HOME]
-        split = len(argv)
-        argv.append("--")
-        if self.setpriv is not None:
-            argv += [
-                self.setpriv,
-                f"--reuid={uid}",
-                f"--regid={uid}",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--no-new-privs",
-                "--",
-            ]
-        return argv + list(inner), split
+        return [*argv, "--chdir", HOME]
+
+    def inside(self, inner: Sequence[str], uid: int) -> list[str]:
+        """``inner`` as bwrap starts it: as root, behind ``setpriv`` dropping to ``uid``."""
+        if self.setpriv is None:
+            return list(inner)
+        return [
+            self.setpriv,
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+            *inner,
+        ]
 
     def binds(
         self,
@@ -235,12 +235,11 @@ def seal(
     extra: Iterable[tuple[str, Path, str]] = (),
     environment: Mapping[str, str] | None = None,
 ) -> SealedCommand:
-    """``bwrap.command`` with its filter and options (the agent's environment among them) in
+    """``bwrap.command`` with its filter and ``options`` (the agent's environment among them) in
     memory files the child inherits: nothing of them is in an argv or a host environment."""
     seccomp_fd = _memory_file("society-seccomp", bwrap.seccomp)
     try:
-        argv, split = bwrap.split_command(
-            inner,
+        options = bwrap.options(
             workdir=workdir,
             sockets=sockets,
             uid=uid,
@@ -248,12 +247,12 @@ def seal(
             extra=extra,
             environment=environment,
         )
-        options = b"".join(a.encode() + b"\0" for a in argv[1:split])
-        args_fd = _memory_file("society-bwrap-args", options)
+        args_fd = _memory_file("society-bwrap-args", b"".join(o.encode() + b"\0" for o in options))
     except BaseException:
         os.close(seccomp_fd)
         raise
-    return SealedCommand([argv[0], "--args", str(args_fd), *argv[split:]], (seccomp_fd, args_fd))
+    argv = [bwrap.executable, "--args", str(args_fd), "--", *bwrap.inside(inner, uid)]
+    return SealedCommand(argv, (seccomp_fd, args_fd))
 
 
 def _memory_file(name: str, data: bytes) -> int:
