@@ -147,6 +147,11 @@ class LedgerWriter:
         return self._durable[0]
 
     @property
+    def unsettled(self) -> int:
+        """Batches encoded and sent to be written that are not durable yet (0: nothing waits)."""
+        return len(self._in_flight) + (1 if self._open.entries else 0)
+
+    @property
     def failed(self) -> LedgerWriteError | None:
         return self._failure
 

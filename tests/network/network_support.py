@@ -6,8 +6,10 @@ import asyncio
 import json
 import selectors
 import time
+import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,7 +46,7 @@ class _JumpingSelector:
         if timeout is None or timeout <= IDLE_REAL_SECONDS:
             return self._inner.select(timeout)
         events = self._inner.select(IDLE_REAL_SECONDS)
-        if not events and not _worker_threads_busy():
+        if not events and not _worker_threads_busy() and not self._loop.commits_waiting():
             self._loop.offset += timeout  # the next timer is due now
         return events
 
@@ -64,11 +66,17 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     def __init__(self) -> None:
         super().__init__()
         self.offset = 0.0
+        self.writers: weakref.WeakSet[LedgerWriter] = weakref.WeakSet()
+        """Ledgers whose commits (fsynced by a process of their own) hold the clock still."""
         self._selector = _JumpingSelector(self._selector, self)  # type: ignore[has-type]
         ledger.encoder.time = _VirtualTime(self)  # type: ignore[assignment]
 
     def time(self) -> float:
         return super().time() + self.offset
+
+    def commits_waiting(self) -> bool:
+        """Whether a ledger's commit is still on its way to disk: then time must not jump."""
+        return any(writer.unsettled for writer in self.writers)
 
     def close(self) -> None:
         ledger.encoder.time = time
@@ -94,14 +102,19 @@ class _VirtualTime:
 VIRTUAL_CLOCK = ("asyncio", {"loop_factory": VirtualClockLoop})
 
 
-def make_ledger(directory: Path) -> Any:
-    return open_ledger_writer(
+@asynccontextmanager
+async def make_ledger(directory: Path) -> AsyncIterator[LedgerWriter]:
+    async with open_ledger_writer(
         directory,
         catalog=network_events,
         definition_id="tests.network/v1",
         run_id="sr-" + "0" * 32,
         provenance=Provenance(package_version="0", python_version="3", profile="test"),
-    )
+    ) as writer:
+        loop = asyncio.get_running_loop()
+        if isinstance(loop, VirtualClockLoop):
+            loop.writers.add(writer)
+        yield writer
 
 
 async def events(writer: LedgerWriter, cls: type[E], **match: Any) -> list[E]:
