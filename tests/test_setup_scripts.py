@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FAKE_PYTHON = """#!/bin/sh
 echo "python $*" >> "$(dirname "$0")/../../calls.log"
-echo "Collecting llama-cpp-python (stand-in for pip's chatter on stdout)"
-echo "  Building wheel for llama-cpp-python (pyproject.toml): started"
+echo "Collecting xllamacpp (stand-in for pip's chatter on stdout)"
+echo "  Downloading xllamacpp-2026.10.11549-cp311-cp311-manylinux_2_28_x86_64.whl"
 """
 FAKE_SOCIETY = """#!/bin/sh
 echo '{"outcome": "ProgramFinished", "exit": "success"}'
@@ -55,7 +55,7 @@ def test_bootstrap_writes_nothing_to_stdout(tmp_path: Path) -> None:
         [str(repo / "scripts" / "bootstrap.sh")], capture_output=True, text=True, check=True
     )
     assert done.stdout == ""
-    assert "Collecting llama-cpp-python" in done.stderr
+    assert "Collecting xllamacpp" in done.stderr
 
 
 def test_setup_prints_exactly_one_json_line(tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ def test_setup_prints_exactly_one_json_line(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert len(lines) == 1, done.stdout
     assert json.loads(lines[0])["exit"] == "success"
-    assert "Building wheel" in done.stderr
+    assert "Downloading xllamacpp" in done.stderr
 
 
 def _calls(repo: Path, *args: str) -> list[str]:

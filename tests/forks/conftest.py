@@ -17,9 +17,9 @@ def society(tmp_path: Path) -> Society:
 
 def _require_llama_cpp() -> None:
     """Skip without the local model, except under CI (env CI set), where that is a failure."""
-    if importlib.util.find_spec("llama_cpp") is not None:
+    if importlib.util.find_spec("xllamacpp") is not None:
         return
-    message = "llama_cpp is not installed; run scripts/install-llm.sh"
+    message = "xllamacpp is not installed; run scripts/install-llm.sh"
     if os.environ.get("CI"):
         pytest.fail(f"{message} (CI must run the real-model tests)")
     pytest.skip(message)

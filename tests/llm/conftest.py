@@ -17,7 +17,7 @@ from fake_provider import FakeProviderServer
 
 from controller.settings import PROVIDER_URLS
 
-LLAMA_CPP_INSTALLED = importlib.util.find_spec("llama_cpp") is not None
+LLAMA_CPP_INSTALLED = importlib.util.find_spec("xllamacpp") is not None
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def require_llama_cpp() -> None:
     """Skip without the local model, except under CI (env CI set), where that is a failure."""
     if LLAMA_CPP_INSTALLED:
         return
-    message = "llama_cpp is not installed; run scripts/install-llm.sh"
+    message = "xllamacpp is not installed; run scripts/install-llm.sh"
     if os.environ.get("CI"):
         pytest.fail(f"{message} (CI must run the real-model tests)")
     pytest.skip(message)

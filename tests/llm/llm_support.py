@@ -84,7 +84,7 @@ def model_servers_of_this_process() -> list[int]:
         except OSError:
             continue
         state, parent = stat[0], int(stat[1])
-        server = b"llama_cpp.server" in cmdline or b"import xllamacpp" in cmdline
+        server = b"import xllamacpp" in cmdline
         if server and parent == os.getpid() and state not in "ZX":
             found.append(int(entry.name))
     return found

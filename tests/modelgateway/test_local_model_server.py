@@ -1,6 +1,6 @@
 """The real local model (llama.cpp serving SmolLM2-135M) answering agents through the gateway.
 
-Runs wherever llama_cpp is installed (scripts/install-llm.sh). Under CI (env CI set) a missing
+Runs wherever xllamacpp is installed (scripts/install-llm.sh). Under CI (env CI set) a missing
 install fails instead of skipping, so the real-model path cannot silently drop out of CI.
 """
 
@@ -21,14 +21,14 @@ from ledger import Provenance, open_ledger_writer
 
 pytestmark = pytest.mark.anyio
 
-LLAMA_CPP_INSTALLED = importlib.util.find_spec("llama_cpp") is not None
+LLAMA_CPP_INSTALLED = importlib.util.find_spec("xllamacpp") is not None
 
 
 @pytest.fixture
 def require_llama_cpp() -> None:
     if LLAMA_CPP_INSTALLED:
         return
-    message = "llama_cpp is not installed; run scripts/install-llm.sh"
+    message = "xllamacpp is not installed; run scripts/install-llm.sh"
     if os.environ.get("CI"):
         pytest.fail(f"{message} (CI must run the real-model test)")
     pytest.skip(message)

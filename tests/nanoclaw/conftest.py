@@ -36,8 +36,8 @@ def require_nanoclaw() -> None:
                 node_executable().is_file() and claude_code_executable().is_file(),
             ),
             (
-                "llama_cpp (scripts/install-llm.sh)",
-                importlib.util.find_spec("llama_cpp") is not None,
+                "xllamacpp (scripts/install-llm.sh)",
+                importlib.util.find_spec("xllamacpp") is not None,
             ),
         )
         if not present

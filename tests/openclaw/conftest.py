@@ -30,9 +30,9 @@ def require_openclaw() -> None:
 @pytest.fixture
 def require_llama_cpp() -> None:
     """The local model behind the gateway; a failure under CI, as in tests/llm."""
-    if importlib.util.find_spec("llama_cpp") is not None:
+    if importlib.util.find_spec("xllamacpp") is not None:
         return
-    message = "llama_cpp is not installed; run scripts/install-llm.sh"
+    message = "xllamacpp is not installed; run scripts/install-llm.sh"
     if os.environ.get("CI"):
         pytest.fail(f"{message} (CI must run the real-model tests)")
     pytest.skip(message)
@@ -46,8 +46,8 @@ def require_openclaw_module() -> None:
         for what, present in (
             ("OpenClaw (scripts/install-openclaw.sh)", openclaw_executable().is_file()),
             (
-                "llama_cpp (scripts/install-llm.sh)",
-                importlib.util.find_spec("llama_cpp") is not None,
+                "xllamacpp (scripts/install-llm.sh)",
+                importlib.util.find_spec("xllamacpp") is not None,
             ),
         )
         if not present

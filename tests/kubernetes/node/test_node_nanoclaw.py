@@ -39,9 +39,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 @pytest.fixture
 def require_local_model() -> None:
     """The pod's model is the run's local model, served from this process."""
-    if importlib.util.find_spec("llama_cpp") is not None:
+    if importlib.util.find_spec("xllamacpp") is not None:
         return
-    message = "llama_cpp is not installed; run scripts/install-llm.sh"
+    message = "xllamacpp is not installed; run scripts/install-llm.sh"
     if os.environ.get("CI"):
         pytest.fail(f"{message} (CI must run the NanoClaw pod test)")
     pytest.skip(message)

@@ -155,9 +155,9 @@ async def test_a_peer_in_a_real_pod_speaks_by_its_policy_and_its_bridge_cannot_m
 @pytest.fixture
 def require_openclaw_image_run(control_plane: KindPlane) -> None:
     """The OpenClaw pod's model is the run's local model, served from this process."""
-    if importlib.util.find_spec("llama_cpp") is not None:
+    if importlib.util.find_spec("xllamacpp") is not None:
         return
-    message = "llama_cpp is not installed; run scripts/install-llm.sh"
+    message = "xllamacpp is not installed; run scripts/install-llm.sh"
     if os.environ.get("CI"):
         pytest.fail(f"{message} (CI must run the OpenClaw pod test)")
     pytest.skip(message)
