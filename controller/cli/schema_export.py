@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from ledger.event_schemas import EventSchemaProblem, check_event_schemas, export_event_schemas
 from ledger.event_tables import CORE, RUNTIMES, between_markers, catalog_markdown, with_tables
@@ -24,7 +24,7 @@ from ledger.events import Event, EventCatalog
 from ledger.grading import load_module
 from ledger.schemas import DRAFT, breaking_changes, ledger_schemas
 
-RESULT_LINE_VERSION = 2
+RESULT_LINE_VERSION = 3
 """Version of ``society run``'s JSON result line; move it with any breaking change to it."""
 
 SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
@@ -52,6 +52,10 @@ class ResultLine(BaseModel):
     """Model tokens and cost per agent and in total; null without a model-using agent."""
     headDigest: str | None = None
     """SHA-256 of the ledger's last record line (the receipt `ledger verify --receipt` checks)."""
+    value: JsonValue = None
+    """What the program returned, as JSON, when it returned something it could keep."""
+    valueNote: str | None = None
+    """Why the program's value was not kept (not JSON data, or over 64 KiB of JSON)."""
 
 
 def code_schemas() -> dict[str, tuple[dict[str, Any], int]]:

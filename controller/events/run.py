@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.alias_generators import to_camel
 
 from ledger.events import Event, EventCatalog
@@ -216,7 +216,18 @@ class AgentProcessSignaled(Event):
 
 
 class ProgramSucceeded(Event):
-    """The experiment's ``execute`` returned."""
+    """The experiment's ``execute`` returned ``value`` (JSON; ``None`` when it returned nothing,
+    or when the value could not be kept: then ``value_note`` says why)."""
+
+    tag: ClassVar[str] = "society.program-succeeded/v2"
+
+    elapsed_ms: float = Field(ge=0)
+    value: JsonValue = None
+    value_note: str | None = Field(default=None, exclude_if=lambda note: note is None)
+
+
+class ProgramSucceededV1(Event):
+    """``execute`` returned, as ledgers written before the value was kept record it (read only)."""
 
     tag: ClassVar[str] = "society.program-succeeded/v1"
 
@@ -321,6 +332,7 @@ run_events = EventCatalog.make(
     AgentProcessExited,
     AgentProcessSignaled,
     ProgramSucceeded,
+    ProgramSucceededV1,
     ProgramFailed,
     ProgramInterrupted,
     PlatformFailed,

@@ -67,8 +67,14 @@ class RunReport:
     head_digest: str | None = None
     """SHA-256 of the ledger's last record line: with ``records`` and ``publicKey``, the receipt
     that ``society ledger verify --receipt`` binds the ledger to."""
+    value: Any = None
+    """What the program returned, as JSON (``RunResult.value``)."""
+    value_note: str | None = None
 
     def line(self) -> dict[str, Any]:
+        kept = {"value": self.value} if self.value is not None else {}
+        if self.value_note is not None:
+            kept["valueNote"] = self.value_note
         return {
             "outcome": self.outcome,
             "exit": self.exit,
@@ -79,6 +85,7 @@ class RunReport:
             "publicKey": self.public_key,
             "usage": self.usage,
             "headDigest": self.head_digest,
+            **kept,
         }
 
     @classmethod
@@ -94,6 +101,8 @@ class RunReport:
             cause=result.cause,
             usage=result.usage,
             head_digest=result.receipt.head_digest,
+            value=result.value,
+            value_note=result.value_note,
         )
 
     @classmethod

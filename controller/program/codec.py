@@ -82,6 +82,10 @@ EventDecoder = Callable[[Mapping[str, Any]], Event]
 RecordDecoder = Callable[[Mapping[str, Any]], Record]
 
 
+MAX_UNSENT_CHARS = 512
+"""How much of the description of a value that cannot cross the channel crosses instead."""
+
+
 def encode(value: object, export: Export | None = None, depth: int = 0) -> Any:
     """``value`` as JSON-ready data; ``CodecError`` for what cannot cross."""
     if depth > MAX_DEPTH:

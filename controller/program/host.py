@@ -24,7 +24,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from controller.agents.roster import AgentHandle, Roster
 from controller.errors import SocietyError
-from controller.program.codec import CodecError, encode
+from controller.program.codec import MAX_UNSENT_CHARS, CodecError, encode
 from controller.program.proxies import ControllerRefused, Link
 from controller.program.serve import error_frame
 from controller.program.wire import Channel, ChannelClosed, Frame, Inbox
@@ -135,8 +135,11 @@ class Host:
                 return
             try:
                 answer = encode(value)
-            except CodecError:
-                answer = {"$map": {"unsent": repr(value)[:4096]}}
+            except CodecError as exc:  # the controller notes why, in the result and the ledger
+                unsent = {"op": "result", "id": call_id, "unsent": _unsent(value, exc)}
+                with contextlib.suppress(ChannelClosed):
+                    self.channel.send(unsent)
+                return
             self.channel.reply(call_id, value=answer)
             return
         cancelled = ProgramCancelled("the program was cancelled")
@@ -158,6 +161,11 @@ class Host:
             parameters=chosen,
             fork=fork,
         )
+
+
+def _unsent(value: object, error: CodecError) -> str:
+    """What the program returned that cannot cross to the controller: its type and why."""
+    return f"a {type(value).__qualname__} ({error})"[:MAX_UNSENT_CHARS]
 
 
 def main(argv: list[str]) -> int:

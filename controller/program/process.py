@@ -28,10 +28,11 @@ from controller.agents.shipped import shipped_runtime_catalogs
 from controller.errors import SocietyError
 from controller.network.limits import MessageLimits
 from controller.program.child import Folders, Sandbox, module_folders, spawn_plain
-from controller.program.codec import CodecError, Decoder, encode
+from controller.program.codec import MAX_UNSENT_CHARS, CodecError, Decoder, encode
 from controller.program.serve import ProgramServer, error_frame, not_running
 from controller.program.wire import Channel, Frame, settle
 from controller.run.context import RunContext
+from controller.run.outcomes import Unsent
 from controller.run.spec import RunSpec, RunSpecError
 from ledger.events import Event, EventCatalog, validate_tag
 
@@ -193,11 +194,14 @@ class ModuleProcess:
         if outcome.get("op") == "error":
             error = outcome.get("error")
             raise _program_error(error if isinstance(error, dict) else {})
+        unsent = outcome.get("unsent")
+        if unsent is not None:
+            return Unsent(str(unsent)[:MAX_UNSENT_CHARS])
         decoder = Decoder(event=self.spec.events.decode)
         try:
             return decoder.decode(outcome.get("value"))
-        except CodecError:
-            return None
+        except CodecError as exc:
+            return Unsent(f"a value the controller could not rebuild ({exc})")
 
     def parameters(self, values: Mapping[str, Any]) -> dict[str, Any] | None:
         """The module's own check of ``values`` (blocking): its model's dump, or ``None``."""

@@ -435,8 +435,15 @@ class _Kernel:
                 )
             )
             return Failure(exc, reason, detail)
-        await self.society.record(ProgramSucceeded(elapsed_ms=(time.monotonic() - started) * 1000))
-        return Success(value)
+        success = Success.of(value)
+        await self.society.record(
+            ProgramSucceeded(
+                elapsed_ms=(time.monotonic() - started) * 1000,
+                value=success.kept,
+                value_note=success.note,
+            )
+        )
+        return success
 
     async def _gate_failed(self, gate: GateResult) -> PlatformCause:
         failed = [failure.agent for failure in gate.failures]

@@ -7,14 +7,14 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, field_validator
 
 import controller.settings as settings
 from controller.errors import SetupError
 from controller.run.fork import ForkRequest
 from controller.run.kernel import DEFAULT_LEDGER_REF, Run
 from controller.run.module_source import ModuleSource
-from controller.run.outcomes import Outcome, PlatformLost
+from controller.run.outcomes import Outcome, PlatformLost, Success
 from controller.run.platform import Platform
 from controller.run.progress import Progress
 from controller.run.runid import check_run_id
@@ -141,6 +141,10 @@ class RunResult(BaseModel):
     usage: dict[str, Any] | None = None
     """Model use per agent and in total, as the run's model gateway measured it; ``None`` when
     the roster has no model-using agent. An unknown cost stays ``None``."""
+    value: JsonValue = None
+    """What ``execute`` returned, as JSON (``Success.kept``); ``None`` on failure."""
+    value_note: str | None = None
+    """Why a returned value was not kept (not JSON data, or over the size cap)."""
 
     @classmethod
     def from_outcome(cls, outcome: Outcome) -> RunResult:
@@ -161,8 +165,14 @@ class RunResult(BaseModel):
                 reason=outcome.cause.reason,
                 **common,
             )
-        if outcome.succeeded:
-            return cls(outcome="ProgramFinished", exit="success", **common)
+        if isinstance(outcome.exit, Success):
+            return cls(
+                outcome="ProgramFinished",
+                exit="success",
+                value=outcome.exit.kept,
+                value_note=outcome.exit.note,
+                **common,
+            )
         failure = outcome.exit
         return cls(
             outcome="ProgramFinished",

@@ -35,7 +35,7 @@ from ledger.grading import grade_ledger
 from ledger.verification import verify_ledger
 
 Status = Literal["ranked", "failed", "unverified", "not-run"]
-SUCCEEDED = "society.program-succeeded/v1"
+SUCCEEDED = frozenset({"society.program-succeeded/v2", "society.program-succeeded/v1"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +165,7 @@ def _failure(events: list[Any], tags: list[str]) -> tuple[str, str] | None:
                 f"readiness-gate-failed:{event.reason}",
                 f"not ready: {', '.join(event.failed)}; ready: {', '.join(event.ready) or 'none'}",
             )
-    if SUCCEEDED not in tags:
+    if not SUCCEEDED.intersection(tags):
         return "no-outcome", "the ledger is complete but records no program outcome"
     return None
 

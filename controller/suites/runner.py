@@ -38,7 +38,9 @@ RUNNER = (sys.executable, "-m", "controller.lifecycle.runner")
 DEFAULT_JOBS = 2
 INTERRUPTED = "society.program-interrupted/v1"
 PLATFORM_FAILED = "society.platform-failed/v1"
-OUTCOMES = frozenset({"society.program-succeeded/v1", "society.program-failed/v1"})
+OUTCOMES = frozenset(
+    {"society.program-succeeded/v2", "society.program-succeeded/v1", "society.program-failed/v1"}
+)
 """What a kept run's ledger must record: the program ran and ended (well or not)."""
 
 

@@ -25,6 +25,7 @@ DELIVERED_ONE = "society.router-message-delivered/v1"  # what older routers wrot
 DROPPED = "society.link-message-dropped/v1"
 OPENED = "society.conversation-opened/v1"
 OUTCOMES = (
+    "society.program-succeeded/v2",
     "society.program-succeeded/v1",
     "society.program-failed/v1",
     "society.program-interrupted/v1",

@@ -84,6 +84,7 @@
       case "society.readiness-gate-passed/v1":
         summary.readiness = "passed at " + offset(t); summary.dispatch = "dispatched at " + offset(t); kind = "milestone"; break;
       case "society.readiness-gate-failed/v1": summary.readiness = "failed: " + (e.reason || ""); kind = "failure"; break;
+      case "society.program-succeeded/v2":
       case "society.program-succeeded/v1": summary.outcome = { ok: true, text: "program succeeded" }; kind = "milestone"; break;
       case "society.program-failed/v1": summary.outcome = { ok: false, text: "program failed: " + e.reason + ": " + e.detail }; kind = "failure"; break;
       case "society.program-interrupted/v1": summary.outcome = { ok: false, text: "interrupted: " + e.reason }; kind = "failure"; break;

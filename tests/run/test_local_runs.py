@@ -100,7 +100,7 @@ async def test_a_run_succeeds_and_its_ledger_verifies(artifact_root: Path) -> No
     assert sequence.count("society.agent-runtime-ready/v1") == 2
     assert max(i for i, t in enumerate(sequence) if t == "society.agent-runtime-ready/v1") < gate
     assert sequence.index("society.endpoint-opened/v1") > gate
-    assert sequence.count("society.program-succeeded/v1") == 1
+    assert sequence.count("society.program-succeeded/v2") == 1
     assert {e.agent for e in ledger.events(AgentRuntimeCompleted)} == {"alice", "bob"}
     assert {e.phase for e in ledger.events(AgentRuntimeCompleted)} == {"teardown"}
     agreed = only(ledger.records_of(Agreed))
@@ -200,7 +200,7 @@ async def test_an_agent_that_never_becomes_ready_fails_the_gate_and_nothing_runs
     gate = only(ledger.events(ReadinessGateFailed))
     assert "bob" in gate.failed
     assert "society.readiness-gate-passed/v1" not in tags(ledger)
-    assert "society.program-succeeded/v1" not in tags(ledger)
+    assert "society.program-succeeded/v2" not in tags(ledger)
     assert processes_of(ledger.run_id) == []
 
 

@@ -36,7 +36,7 @@ def test_an_interrupted_suite_resumes_keeping_completed_verified_runs(
         if "society.program-interrupted/v1" in tags:
             assert code != 0
         else:
-            assert "society.program-succeeded/v1" in tags
+            assert "society.program-succeeded/v2" in tags
             complete.add(run_id)
     assert {run_id for run_id, code in ends.items() if code == 0} <= complete
     assert example_suite.resumed["kept"] == len(complete)
