@@ -15,28 +15,45 @@ from controller.settings import DEFAULT_ARTIFACTS
 def add_commands(subparsers: Any) -> None:
     view = subparsers.add_parser(
         "view",
-        help="write a run's replay page: one self-contained HTML file",
+        help="write a run's replay page, or a suite's page: self-contained HTML",
         description=(
-            "Verifies RUN_DIR's ledger and writes one HTML file that opens from disk with no "
-            "network: lanes per agent and endpoint, messages with latency, link faults, "
+            "RUN_DIR: verifies the run's ledger and writes one HTML file that opens from disk "
+            "with no network: lanes per agent and endpoint, messages with latency, link faults, "
             "readiness, dispatch, outcome, usage and cost, the verification result, filters "
-            "and search."
+            "and search. SUITE_DIR (a folder `society suite run` made): writes the suite's "
+            "leaderboard, a plot per grader field across runs and seeds, and a row per run "
+            "linking to its replay page, written beside it in <page name>-runs/; every ledger "
+            "is verified again and one that fails is shown so."
         ),
     )
-    view.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="artifacts/sr-... or a ledger")
+    view.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        type=Path,
+        help="artifacts/sr-..., a ledger, or a suite's folder DIR/<suite id>",
+    )
     view.add_argument(
         "-o",
         "--output",
         type=Path,
-        default=Path("replay.html"),
+        default=None,
         metavar="FILE",
-        help="where to write the page (default replay.html)",
+        help="where to write the page (default replay.html, suite.html for a suite)",
     )
     view.add_argument(
         "--trusted-key",
         type=Path,
         metavar="FILE",
-        help="public key the ledger must be signed by (the badge then says pinned)",
+        help="public key the ledgers must be signed by (the badge then says pinned)",
+    )
+    view.add_argument(
+        "--suite",
+        type=Path,
+        metavar="SUITE.py",
+        help=(
+            "a suite's folder only: recompute its rankings from the ledgers with this module "
+            "(as `suite verify` does) instead of showing suite.json's"
+        ),
     )
     view.set_defaults(handler=_view)
 
@@ -63,9 +80,19 @@ def add_commands(subparsers: Any) -> None:
 def _view(args: argparse.Namespace) -> int:
     from controller.viewer.page import render_page
     from controller.viewer.records import read_run
+    from controller.viewer.suite_page import is_suite_folder
     from ledger import LedgerError
     from ledger.signing import load_trusted_key
 
+    if is_suite_folder(args.run_dir):
+        return _view_suite(args)
+    if args.suite is not None:
+        print(
+            f"society view: error: --suite needs a suite's folder; {args.run_dir} is none",
+            file=sys.stderr,
+        )
+        return 2
+    output = args.output or Path("replay.html")
     try:
         trusted = load_trusted_key(args.trusted_key) if args.trusted_key else None
         run = read_run(args.run_dir, trusted_key=trusted)
@@ -74,18 +101,36 @@ def _view(args: argparse.Namespace) -> int:
         return 1
     from controller.suites.layout import write_atomically
 
-    write_atomically(args.output, render_page(run))  # a page appears whole or not at all
+    write_atomically(output, render_page(run))  # a page appears whole or not at all
     print(
         json.dumps(
             {
-                "written": str(args.output),
+                "written": str(output),
                 "records": len(run.records.rows),
                 "verification": run.verification["status"],
-                "bytes": args.output.stat().st_size,
+                "bytes": output.stat().st_size,
             }
         )
     )
     return 0 if run.verification["status"] != "failed" else 1
+
+
+def _view_suite(args: argparse.Namespace) -> int:
+    from controller.suites.definition import SuiteError
+    from controller.viewer.suite_page import write_suite_page
+    from ledger import LedgerError
+    from ledger.signing import load_trusted_key
+
+    try:
+        trusted = load_trusted_key(args.trusted_key) if args.trusted_key else None
+        written = write_suite_page(
+            args.run_dir, args.output or Path("suite.html"), trusted_key=trusted, module=args.suite
+        )
+    except (SuiteError, LedgerError) as exc:
+        print(json.dumps({"written": False, "reason": exc.reason, "detail": str(exc)}))
+        return 1
+    print(json.dumps(written.as_json()))
+    return 0 if written.failed == 0 else 1
 
 
 def _serve(args: argparse.Namespace) -> int:
