@@ -302,3 +302,7 @@ class _ReportingProgress:
     def counter(self, label: str, total: int) -> Counter:
         self.last_phase = label
         return self._inner.counter(label, total)
+
+    def program_started(self, ledger_dir: Path) -> None:
+        self.last_phase = "running program"
+        self._inner.program_started(ledger_dir)

@@ -38,7 +38,9 @@ from controller.lifecycle.server import TemporalEndpoint
 from controller.lifecycle.submission import ResultUnproven, RunAuthority
 from controller.lifecycle.workflow import EXECUTE, PREPARE, SocietyRun
 from controller.profiles import reap_here
+from controller.program.process import PROGRAM_CANCEL_GRACE_S
 from controller.run import Progress, RunRequest, RunResult, RunSpec
+from controller.run.society import STOP_GRACE_S as AGENT_STOP_GRACE_S
 from ledger.format import RECORDS
 
 OutcomeName = Literal["ProgramFinished", "PlatformLost", "Interrupted"]
@@ -311,8 +313,9 @@ async def _cancel_on_interrupt(
     await interrupts.first.wait()
     name = signal.Signals(interrupts.signum or signal.SIGINT).name
     progress.phase(
-        f"{name}: cancelling the run; the ledger is finalized and every process reaped "
-        "before exit (send it again to stop at once)"
+        f"{name}: stopping the run: the program gets up to {PROGRAM_CANCEL_GRACE_S:.0f} s to "
+        f"return, then each agent up to {AGENT_STOP_GRACE_S:.0f} s to stop; the ledger is "
+        f"finalized and every process reaped before exit (send {name} again to stop at once)"
     )
     with contextlib.suppress(RPCError):  # a lost server ends the wait with its own error
         await handle.cancel()

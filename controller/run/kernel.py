@@ -387,6 +387,7 @@ class _Kernel:
         await router.dispatch()
         society.phase = "program"
         self.progress.phase("running program")
+        self.progress.program_started(self.writer.directory)
         context = RunContext(
             agents=Roster(
                 {

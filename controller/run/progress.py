@@ -6,6 +6,7 @@ everything.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 
@@ -26,6 +27,11 @@ class Progress(Protocol):
         """Start counting ``label`` towards ``total``, e.g. agents started."""
         ...
 
+    def program_started(self, ledger_dir: Path) -> None:
+        """The program runs now, its ledger at ``ledger_dir`` (a renderer may follow it until
+        the next phase)."""
+        ...
+
 
 class _NoCounter:
     def advance(self, n: int = 1) -> None:
@@ -43,6 +49,9 @@ class NoProgress:
 
     def counter(self, label: str, total: int) -> Counter:
         return _NoCounter()
+
+    def program_started(self, ledger_dir: Path) -> None:
+        return None
 
 
 NO_PROGRESS: Progress = NoProgress()

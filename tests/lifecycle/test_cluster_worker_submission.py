@@ -231,7 +231,7 @@ def test_a_queue_no_worker_polls_is_named_and_a_second_ctrl_c_stops_waiting_at_o
     run = society.run(NEGOTIATION, "--task-queue", queue, "--insecure-temporal")
     run.wait_for_stderr(f"no worker polls task queue {queue} yet")
     run.interrupt()
-    run.wait_for_stderr("SIGINT: cancelling the run")
+    run.wait_for_stderr("SIGINT: stopping the run")
     run.interrupt()
     assert run.finish() == 130, run.stderr
     line = run.result()

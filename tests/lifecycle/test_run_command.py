@@ -215,7 +215,7 @@ def test_a_second_signal_stops_at_once_reaping_from_the_controller(
 ) -> None:
     run, run_id = _start_endless(society)
     run.interrupt()
-    run.wait_for_stderr("SIGINT: cancelling the run")
+    run.wait_for_stderr("SIGINT: stopping the run")
     run.interrupt()
     assert run.finish() == 130, run.stderr
     assert run.result()["outcome"] == "Interrupted"
@@ -243,7 +243,7 @@ def test_a_program_that_blocks_its_loop_or_ignores_cancellation_cannot_hold_the_
 
     assert module_host() != []
     run.interrupt()
-    run.wait_for_stderr("SIGINT: cancelling the run")
+    run.wait_for_stderr("SIGINT: stopping the run")
     time.sleep(1)
     assert run.process.poll() is None, "a cancelled program is given time to end"
     run.interrupt()

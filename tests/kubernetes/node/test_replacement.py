@@ -63,6 +63,9 @@ class FirstReady:
     def phase(self, text: str) -> None:
         return None
 
+    def program_started(self, ledger_dir: Path) -> None:
+        return None
+
     def counter(self, label: str, total: int) -> Counter:
         event = self.ready if label == "agents ready" else anyio.Event()
 
