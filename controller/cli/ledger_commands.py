@@ -179,18 +179,40 @@ def add_commands(subparsers: Any) -> None:
 
     export = commands.add_parser(
         "export",
-        help="export a run directory to gs://BUCKET/<run id>/, completion.json last",
+        help="upload a run directory to gs://BUCKET/<run id>/, or write its tables (--format)",
         description=(
-            "Uploads DIR (a run directory: the ledger and the harvested artifacts; or a ledger "
-            "directory alone) to gs://BUCKET/<run id>/ with the ledger's completion.json last. A "
-            "ledger without completion.json exports its signed prefix (records up to the last "
-            "checkpoint) and export-incomplete.json last. Running it again resumes an export that "
-            "failed. Credentials: Application Default "
-            "Credentials (Workload Identity on GKE); STORAGE_EMULATOR_HOST for an emulator."
+            "With gs://BUCKET[/PREFIX]: uploads DIR (a run directory: the ledger and the "
+            "harvested artifacts; or a ledger directory alone) to gs://BUCKET/<run id>/ with the "
+            "ledger's completion.json last. A ledger without completion.json exports its signed "
+            "prefix (records up to the last checkpoint) and export-incomplete.json last. Running "
+            "it again resumes an export that failed. Credentials: Application Default "
+            "Credentials (Workload Identity on GKE); STORAGE_EMULATOR_HOST for an emulator. "
+            "With --format parquet|csv instead: verifies every ledger of DIR (a run, ledger or "
+            "suite directory), then writes one table per kind to OUT_DIR: messages, deliveries, "
+            "link_events, model_usage, runs, and events/<tag> per own event tag (docs/analysis.md)"
+            "; needs the analysis extra (pip install -e '.[analysis]'). Give exactly one of "
+            "gs://BUCKET and --format."
         ),
     )
-    export.add_argument("directory", type=Path, metavar="DIR", help=LEDGER_OR_RUN)
-    export.add_argument("bucket", metavar="gs://BUCKET[/PREFIX]")
+    export.add_argument(
+        "directory", type=Path, metavar="DIR", help=LEDGER_OR_RUN + "; with --format, or a suite"
+    )
+    export.add_argument(
+        "bucket", nargs="?", metavar="gs://BUCKET[/PREFIX]", help="upload DIR to this bucket"
+    )
+    export.add_argument(
+        "--format",
+        choices=("parquet", "csv"),
+        dest="table_format",
+        help="write DIR's tables in this format instead of uploading it",
+    )
+    export.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="OUT_DIR",
+        help="with --format: the folder for the tables (default tables/<run id or suite id>/)",
+    )
     export.add_argument(
         "--deadline",
         type=float,
@@ -252,8 +274,26 @@ def _local(handler: Any) -> Any:
 
 
 def export_command(args: argparse.Namespace) -> int:
+    from controller.errors import SetupError
     from controller.stores.gcs import LedgerExportError, export_run
 
+    if (args.bucket is None) == (args.table_format is None):
+        given = "both" if args.bucket is not None else "neither"
+        raise SetupError(
+            f"give gs://BUCKET[/PREFIX] (upload DIR) or --format parquet|csv (write its tables): "
+            f"exactly one of them, not {given}",
+            reason="export-target-unclear",
+            next_step="society ledger export DIR gs://BUCKET, or society ledger export DIR "
+            "--format parquet -o OUT_DIR",
+        )
+    if args.output is not None and args.table_format is None:
+        raise SetupError(
+            "-o OUT_DIR is where --format writes tables; an upload goes to gs://BUCKET",
+            reason="export-target-unclear",
+            next_step="leave out -o, or give --format parquet|csv instead of gs://BUCKET",
+        )
+    if args.table_format is not None:
+        return _export_tables(args)
     try:
         url = args.bucket.rstrip("/") + "/" + _run_id_of(args.directory)
         receipt = export_run(args.directory, url, deadline_s=args.deadline)
@@ -264,6 +304,20 @@ def export_command(args: argparse.Namespace) -> int:
         {"exported": receipt.url, "objects": receipt.objects, "alreadyThere": receipt.skipped,
          "complete": receipt.complete, "signedRecords": receipt.signed_records}
     )  # fmt: skip
+    return 0
+
+
+def _export_tables(args: argparse.Namespace) -> int:
+    """``export DIR --format``: verify every ledger of DIR, then write its tables."""
+    from controller.errors import SetupError
+    from controller.viewer.table_files import export_tables
+
+    try:
+        written = export_tables(args.directory, args.output, table_format=args.table_format)
+    except (SetupError, LedgerError) as exc:
+        print(f"society ledger export: error ({exc.reason}): {exc}", file=sys.stderr)
+        return 1
+    _print_json(written)
     return 0
 
 
