@@ -44,6 +44,7 @@ from society_sandbox.boot import BootConfig, BootError, Secrets
 from society_sandbox.owner_api import OwnerApiServer, OwnerHandlers, OwnerRefusal
 from society_sandbox.packages import Unmet, unmet
 from society_sandbox.runtimes.peer import (
+    MAX_SENDS_REACHED,
     PEER_CONFIG_FILE,
     Message,
     PeerSettings,
@@ -122,6 +123,8 @@ class PeerAgent:
         self.policy_calls = 0
         self.policy_errors = 0
         self.last_policy_error: str | None = None
+        self.limit: str | None = None
+        self.unsent = 0
         self.published: dict[str, Any] = {}
         self.stopping = anyio.Event()
 
@@ -136,6 +139,8 @@ class PeerAgent:
             "policyCalls": self.policy_calls,
             "policyErrors": self.policy_errors,
             "lastPolicyError": self.last_policy_error,
+            "limit": self.limit,
+            "unsent": self.unsent,
             "conversations": sorted(set(self.conversations.values())),
             "published": copy.deepcopy(self.published),
             "stopping": self.stopping.is_set(),
@@ -177,10 +182,24 @@ class PeerAgent:
             return
         if decision.publish is not None:
             self.published = json.loads(json.dumps(dict(decision.publish)))
-        for say in decision.say:
+        for index, say in enumerate(decision.say):
             if self.sent >= self.settings.max_sends:
+                self._limit_reached(len(decision.say) - index)
                 return
             await self._send(session, say, received)
+
+    def _limit_reached(self, unsent: int) -> None:
+        """The policy asked to say more than ``max_sends`` allows: nothing more is sent, and the
+        peer says so once (its log, its observations, its stop record)."""
+        self.unsent += unsent
+        if self.limit is None:
+            self.limit = MAX_SENDS_REACHED
+            print(
+                f"peer reached max_sends={self.settings.max_sends}: it sends nothing more "
+                "(peer(..., max_sends=N) raises the limit)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _policy_failed(self, exc: Exception) -> None:
         self.policy_errors += 1

@@ -58,6 +58,10 @@ class PeerObservation(BaseModel):
     policy_calls: int = 0
     policy_errors: int = 0
     last_policy_error: str | None = None
+    limit: str | None = None
+    """``max-sends`` once the policy asked to say more than ``max_sends`` allows."""
+    unsent: int = 0
+    """What the policy asked to say past that limit."""
     conversations: list[str] = []
     published: dict[str, Any] = {}
     stopping: bool = False
@@ -75,7 +79,26 @@ class PeerObservation(BaseModel):
 
 
 class PeerStopped(Event):
-    """An evaluation peer ended; its last observations, as it reported them."""
+    """An evaluation peer ended; its last observations, as it reported them. ``limit`` is
+    ``max-sends`` when its policy asked to say more than ``max_sends`` allowed (``unsent``: how
+    many sends it was refused)."""
+
+    tag: ClassVar[str] = "society.peer-stopped/v2"
+
+    agent: str
+    outcome: str
+    received: int
+    sent: int
+    policy_calls: int
+    policy_errors: int
+    last_policy_error: str | None
+    limit: str | None
+    unsent: int
+    published: dict[str, Any]
+
+
+class PeerStoppedV1(Event):
+    """A peer's end as ledgers written before peers named their limit record it (read only)."""
 
     tag: ClassVar[str] = "society.peer-stopped/v1"
 
@@ -89,7 +112,7 @@ class PeerStopped(Event):
     published: dict[str, Any]
 
 
-peer_events = EventCatalog.make(PeerStopped)
+peer_events = EventCatalog.make(PeerStopped, PeerStoppedV1)
 
 
 class PeerObservations(BridgeOwner):
@@ -164,6 +187,8 @@ class PeerRuntime(RuntimeDescriptor):
                         policy_calls=seen.policy_calls,
                         policy_errors=seen.policy_errors,
                         last_policy_error=seen.last_policy_error,
+                        limit=seen.limit,
+                        unsent=seen.unsent,
                         published=seen.published,
                     )
                 )

@@ -41,6 +41,10 @@ class PeerSettings(BaseModel):
     """Python distributions the policy needs (PEP 508); the peer checks them before it loads it."""
 
 
+MAX_SENDS_REACHED = "max-sends"
+"""A peer's ``limit`` once its policy asked to say more than ``max_sends`` allows."""
+
+
 class PolicyError(Exception):
     """The policy returned something a peer cannot act on; the message says what it must be."""
 

@@ -80,7 +80,8 @@ def _write(directory: Path, runtime: str, *, delay: float = 0.0) -> None:
             if runtime == "peer":
                 stopped = PeerStopped(
                     agent="a", outcome="completed", received=1, sent=0, policy_calls=2,
-                    policy_errors=0, last_policy_error=None, published={"mood": "calm"},
+                    policy_errors=0, last_policy_error=None, limit="max-sends", unsent=4,
+                    published={"mood": "calm"},
                 )  # fmt: skip
                 await writer.append(stopped, producer="runtime:a")
             await writer.append(Noted(text="hello"), producer="program")
@@ -116,7 +117,7 @@ def test_verify_decodes_the_shipped_runtimes_events_without_a_catalog(
     ("runtime", "shown"),
     [
         ("llm", ("society.agent-model-usage/v1", "promptTokens=3")),
-        ("peer", ("society.peer-stopped/v1", "policyCalls=2")),
+        ("peer", ("society.peer-stopped/v2", "policyCalls=2", 'limit="max-sends"')),
     ],
 )
 def test_show_decodes_the_shipped_runtimes_events(

@@ -110,6 +110,47 @@ async def test_a_peer_speaks_by_its_policy_and_its_messages_are_committed_like_a
     assert harvested["eavesdropper.py"] == "harvested" and harvested["peer.json"] == "harvested"
 
 
+CHATTY = """
+from society_sandbox.runtimes.peer import Decision, Say
+
+
+def respond(received):
+    return Decision(say=tuple(Say(f"word {n}", to=("bob",)) for n in range(3)))
+"""
+
+
+async def test_a_peer_that_reaches_max_sends_says_so_in_its_observations_log_and_stop_record(
+    artifact_root: Path,
+) -> None:
+    async def execute(ctx: RunContext) -> dict[str, Any]:
+        talker = ctx.agents.owner("talker", PeerObservations)
+        with anyio.fail_after(30):
+            while (seen := await talker.observe()).limit is None:  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+        return seen.model_dump()
+
+    spec = RunSpec.define(
+        id="acme.peer-limit/v1",
+        agents={
+            "talker": peer("chatty.py", "respond", files={"chatty.py": CHATTY}, max_sends=2),
+            "bob": scripted(),
+        },
+        execute=execute,
+    )
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    seen = outcome.exit.value
+    assert seen["limit"] == "max-sends" and seen["sent"] == 2 and seen["unsent"] == 1
+    ledger = ledger_of(spec, outcome)
+    [stopped] = list(ledger.events(PeerStopped))
+    assert stopped.limit == "max-sends" and stopped.sent == 2 and stopped.unsent == 1
+    sent = [e for e in ledger.events(RouterMessageCommitted) if e.sender_id == "agent:talker"]
+    assert len(sent) == 2
+    log = Path(outcome.receipt.ledger_dir).parents[1] / "artifacts" / "talker" / "logs"
+    said = "".join(path.read_text() for path in log.iterdir())
+    assert "peer reached max_sends=2: it sends nothing more" in said
+
+
 SILENT = """
 def respond(received):
     return None
