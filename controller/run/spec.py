@@ -324,10 +324,12 @@ def _check_not_shadowed(module: ModuleType, module_path: Path, run_spec: RunSpec
 def _failure(exc: BaseException, module_path: Path) -> str:
     """The exception in one line, where in the module's folder it was raised, and, for a module
     that cannot be found, which interpreter looked for it."""
+    if isinstance(exc, SyntaxError):  # one line, naming the file and the line itself
+        return f"{type(exc).__name__}: {exc}"
     summary = "".join(traceback.format_exception_only(exc)).strip()
     frames = traceback.extract_tb(exc.__traceback__)
     ours = [f for f in frames if Path(f.filename).parent == module_path.parent] or frames[-1:]
-    if ours and not isinstance(exc, SyntaxError):  # a SyntaxError names its line itself
+    if ours:
         summary += f" ({Path(ours[-1].filename).name}:{ours[-1].lineno})"
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         summary += (

@@ -322,7 +322,10 @@ def test_a_module_that_cannot_load_fails_before_temporal_a_run_id_or_a_run_direc
     run = society.run(module)
     assert run.finish(timeout_s=60) == 2, run.stderr
     assert run.stdout_text == ""
-    assert "society run: error: importing" in run.stderr and "SyntaxError" in run.stderr
+    [error, next_step] = run.stderr.strip().splitlines()  # the error is one line
+    assert error.startswith("society run: error: importing ")
+    assert error.endswith(": SyntaxError: '(' was never closed (broken.py, line 2)"), error
+    assert next_step.startswith("  next step: fix")
     assert "next step: fix" in run.stderr and "nothing was started" in run.stderr
     assert "Traceback" not in run.stderr and "temporal" not in run.stderr.lower()
     assert not society.artifacts.exists() or list(society.artifacts.iterdir()) == []
