@@ -22,6 +22,7 @@ from controller.agents.runtime import (
     RuntimeDescriptorError,
     SandboxAccess,
     SecretRef,
+    checked_options,
 )
 from controller.modelgateway.config import ProviderConfig, named_provider
 from controller.modelgateway.events import model_gateway_catalog
@@ -153,6 +154,7 @@ class LLMRuntime(RuntimeDescriptor):
             pass
 
 
+@checked_options
 def llm(
     identity: str,
     *,

@@ -30,6 +30,7 @@ from controller.agents.runtime import (
     RuntimeDescriptor,
     RuntimeDescriptorError,
     SandboxAccess,
+    checked_options,
 )
 from controller.agents.termination import Observation, Termination
 from controller.modelgateway.config import ProviderConfig
@@ -169,6 +170,7 @@ async def _wait_ready(owner: NanoClawOwner, access: SandboxAccess, timeout_s: fl
     )
 
 
+@checked_options
 def nanoclaw(
     identity: str,
     *,

@@ -26,6 +26,7 @@ from controller.agents.runtime import (
     RuntimeDescriptor,
     RuntimeDescriptorError,
     SandboxAccess,
+    checked_options,
 )
 from controller.agents.termination import Observation, Termination
 from controller.modelgateway.config import ProviderConfig
@@ -188,6 +189,7 @@ async def _connect(access: SandboxAccess, timeout_s: float) -> AsyncIterator[Ope
     )
 
 
+@checked_options
 def openclaw(
     identity: str,
     *,

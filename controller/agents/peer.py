@@ -33,6 +33,7 @@ from controller.agents.runtime import (
     RuntimeDescriptorError,
     SandboxAccess,
     check_packages,
+    checked_options,
 )
 from ledger.events import Event, EventCatalog
 from society_sandbox.runtimes.peer import PEER_CONFIG_FILE, PeerSettings
@@ -202,6 +203,7 @@ class PeerRuntime(RuntimeDescriptor):
         )
 
 
+@checked_options
 def peer(
     module: str,
     function: str,

@@ -7,14 +7,17 @@ reference, resources, bridge port, what to harvest) and its controller-side brid
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
+import inspect
 import re
 import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
 
 from controller.agents.termination import Observation, ProcessExit, Termination
 from controller.errors import SocietyError
@@ -90,6 +93,36 @@ class RuntimeDescriptorError(SocietyError):
     """A runtime descriptor is malformed or its bridge failed; ``reason`` is machine-readable."""
 
     reason = "runtime-failed"
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def checked_options(factory: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``factory`` (``llm``, ``scripted``, ...), refusing an option it does not have with a typed
+    error that names the nearest one it does (``unknown-option``), where Python would raise a
+    bare ``TypeError``."""
+    options = [
+        parameter.name
+        for parameter in inspect.signature(factory).parameters.values()
+        if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+    ]
+
+    @functools.wraps(factory)
+    def build(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for name in kwargs:
+            if name not in options:
+                near = difflib.get_close_matches(name, options, n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                raise RuntimeDescriptorError(
+                    f"{factory.__name__}() has no option {name!r}; {hint}its options: "
+                    f"{', '.join(options)}",
+                    reason="unknown-option",
+                )
+        return factory(*args, **kwargs)
+
+    return build
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from controller.agents.runtime import (
     RuntimeDescriptorError,
     SandboxAccess,
     SecretRef,
+    checked_options,
 )
 from society_sandbox.runtimes.scripted import POLICY_FILE, ScriptedPolicy
 
@@ -69,6 +70,7 @@ class ScriptedRuntime(RuntimeDescriptor):
             pass
 
 
+@checked_options
 def scripted(
     policy: ScriptedPolicy | None = None,
     *,

@@ -19,8 +19,10 @@ from controller.agents import (
     Resources,
     RuntimeDescriptorError,
     Signaled,
+    peer,
     scripted,
 )
+from controller.agents.llm import llm
 from controller.platforms.local import LocalCapacity, LocalPlatform
 from controller.platforms.local.harvest import copy_declared
 from controller.run import AdmissionRefused
@@ -147,3 +149,24 @@ def test_harvest_refuses_a_link_out_of_the_working_directory(tmp_path: Path) -> 
     assert outcomes["ok.txt"] == ("harvested", None)
     assert outcomes["output.log"] == ("absent", None)
     assert (tmp_path / "out" / "workspace" / "ok.txt").read_text() == "fine"
+
+
+@pytest.mark.parametrize(
+    ("build", "typo", "near"),
+    [
+        (lambda **kw: llm("Ann", **kw), "instruction", "instructions"),
+        (lambda **kw: scripted(**kw), "polcy", "policy"),
+        (
+            lambda **kw: peer("p.py", "f", files={"p.py": "def f(r): pass"}, **kw),
+            "max_send",
+            "max_sends",
+        ),
+    ],
+)
+def test_a_mistyped_runtime_option_is_refused_naming_the_nearest_one(
+    build: Any, typo: str, near: str
+) -> None:
+    with pytest.raises(RuntimeDescriptorError) as refused:
+        build(**{typo: 1})
+    assert refused.value.reason == "unknown-option"
+    assert f"has no option {typo!r}; did you mean {near!r}?" in str(refused.value)
