@@ -305,7 +305,10 @@ def load_suite(path: str | Path) -> Suite:
     module_path = Path(path).resolve()
     if not module_path.is_file():
         raise SuiteError(
-            f"no suite module at {module_path}; pass SUITE.py", reason="module-not-found"
+            f"no suite module at {module_path} that this process can read; pass SUITE.py, or, "
+            f"where a module loads it (a suite's generated matchup module), let the module's "
+            f"sandbox read its folder: society run MODULE.py --include {module_path.parent}",
+            reason="module-not-found",
         )
     digest = hashlib.sha256(str(module_path).encode()).hexdigest()[:12]
     name = f"_society_suite_{module_path.stem.replace('-', '_')}_{digest}"

@@ -152,3 +152,19 @@ def _recompute(folder: Path) -> SuiteReport:
     suite_folder = SuiteFolder(folder)
     suite = load_suite(EXAMPLE)
     return compute(suite, suite_folder, Journal.read(suite_folder))
+
+
+def test_a_generated_matchup_module_runs_by_hand_with_the_include_its_error_names(
+    example_suite: SuiteFixture, tmp_path: Path
+) -> None:
+    matchup = sorted((example_suite.folder / "matchups").glob("*.py"))[0]
+    told = f"society run {matchup} --include {EXAMPLE.parent}"
+    assert f"#   {told}\n" in matchup.read_text()
+    refused = society("run", str(matchup), "--artifacts", str(tmp_path / "a"))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert f"society run MODULE.py --include {EXAMPLE.parent}" in refused.stderr
+    ran = society(
+        "run", str(matchup), "--include", str(EXAMPLE.parent), "--artifacts", str(tmp_path / "b")
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert json.loads(ran.stdout)["exit"] == "success"
