@@ -154,7 +154,7 @@ def record_line(
     tag = _tag(row)
     event = row.get("event")
     body = {k: v for k, v in event.items() if k != "tag"} if isinstance(event, Mapping) else {}
-    offset = _offset(row.get("elapsedNanos"))
+    offset = elapsed_text(row.get("elapsedNanos"))
     sequence = f"#{_text(row.get('logicalSequence', '?'))}"
     producer = _text(row.get("producer", "?"))
     prefix_plain = (
@@ -186,7 +186,8 @@ def _text(value: object) -> str:
     return terminal_safe(str(value))
 
 
-def _offset(nanos: object) -> str:
+def elapsed_text(nanos: object) -> str:
+    """``elapsedNanos`` as an offset from the run's start: ``+1.234s``, ``+2m03.456s``."""
     if not isinstance(nanos, int):
         return "?"
     seconds = nanos / 1e9

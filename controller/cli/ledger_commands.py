@@ -16,6 +16,12 @@ from controller.cli import compare_command, inspect_command
 from controller.cli.ledger_catalogs import ledger_runtimes, reader_catalog
 from controller.settings import current
 from controller.stores.gcs import DEFAULT_DEADLINE_S
+from controller.viewer.message_lines import (
+    conversation_lines,
+    message_counts_line,
+    message_json_lines,
+)
+from controller.viewer.selection import LedgerFilter, Selection
 from ledger import EventCatalog, LedgerError, LedgerVerificationError
 from ledger.event_schemas import check_event_schemas, export_event_schemas
 from ledger.format import MANIFEST, RECORDS
@@ -24,7 +30,7 @@ from ledger.receipts import read_receipt
 from ledger.run_artifacts import ArtifactCheck, check_run_artifacts, locate_ledger
 from ledger.signing import load_trusted_key
 from ledger.tail import follow_ledger, wait_for_ledger
-from ledger.terminal import escape_json_text, terminal_json
+from ledger.terminal import escape_json_text, terminal_json, terminal_safe
 from ledger.timeline import (
     TimelineStyle,
     artifact_lines,
@@ -82,19 +88,58 @@ def add_commands(subparsers: Any) -> None:
 
     show = commands.add_parser(
         "show",
-        help="print a ledger as a readable timeline",
+        help="print a ledger as a readable timeline, or its messages in full",
         description=(
-            "One line per record: time offset, sequence, producer, tag and fields. DIR is a "
-            "ledger directory or a run directory: then its harvested files are re-hashed against "
-            "the ledger too. Exit 0 when it verifies (a live ledger's prefix included), 1 "
-            "otherwise."
+            "One line per record: time offset, sequence, producer, tag and fields; with "
+            "--messages, every message in full, per conversation, with what became of it on the "
+            "way to each receiver. DIR is a ledger directory or a run directory: then its "
+            "harvested files are re-hashed against the ledger too. --agent, --conversation and "
+            "--tag narrow both views (each may repeat; several kinds must all match). Exit 0 when "
+            "it verifies (a live ledger's prefix included), 1 otherwise, 2 when a filter names "
+            "nothing the ledger holds."
         ),
     )
     show.add_argument("directory", type=Path, metavar="DIR", help=LEDGER_OR_RUN)
+    show.add_argument(
+        "--messages",
+        action="store_true",
+        help="every message's full text per conversation: sender, time, who received it, and "
+        "what its links dropped (and why), delayed or held",
+    )
+    show.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only records and messages an agent (or endpoint: NAME, agent:NAME, "
+        "endpoint:NAME) sent or received, or that name it; repeatable",
+    )
+    show.add_argument(
+        "--conversation",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only records and messages of this conversation (c-1); repeatable",
+    )
+    show.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        metavar="TAG",
+        help="only records of this event tag (society.link-message-dropped/v1, "
+        "link-message-dropped, or a glob: 'link-*'); with --messages, messages with such a "
+        "record; repeatable",
+    )
+    show.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line on stdout (each record, or with --messages each message "
+        "and its fates); the verification line goes to stderr",
+    )
     _catalog_option(show)
     _trusted_key_option(show)
     _color_option(show)
-    show.set_defaults(handler=show_command)
+    show.set_defaults(handler=show_command, error_exit=EXIT_BAD_FILTER)
 
     schema = commands.add_parser(
         "schema",
@@ -224,6 +269,8 @@ def add_commands(subparsers: Any) -> None:
 
 
 LEDGER_OR_RUN = "a run directory (artifacts/sr-...) or a ledger directory"
+EXIT_BAD_FILTER = 2
+"""``ledger show``: an --agent, --conversation or --tag names nothing the ledger holds."""
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -420,25 +467,28 @@ def show_command(args: argparse.Namespace) -> int:
             allow_incomplete=True,
         )
     except LedgerVerificationError as exc:
-        return _show_unverified(ledger_dir, exc, style)
+        return _show_unverified(ledger_dir, exc, style, args)
     rows = [envelope.to_wire() for envelope in verified.envelopes]
     manifest = verified.manifest.to_wire()
-    _print_lines(header_lines(manifest, records=len(rows), style=style, verification=verified))
+    selection = _selection(args, rows, manifest)
     check = None if run_dir is None else check_run_artifacts(run_dir, verified.envelopes)
-    if check is not None:
-        _print_lines(artifact_lines(check, style))
-    print()
-    _print_lines(record_lines(rows, style))
-    print()
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row["event"]["tag"]] = counts.get(row["event"]["tag"], 0) + 1
-    print(tag_counts_line(counts))
+    if args.json:
+        summary = verification_summary(verified, decoded_all=args.catalog is not None)
+        _print_json(summary if check is None else run_summary(summary, check), stream=sys.stderr)
+    else:
+        _print_lines(header_lines(manifest, records=len(rows), style=style, verification=verified))
+        if check is not None:
+            _print_lines(artifact_lines(check, style))
+        print()
+    _show_selection(selection, rows, args, style)
     return 0 if check is None or check.valid else 1
 
 
 def _show_unverified(
-    directory: Path, failure: LedgerVerificationError, style: TimelineStyle
+    directory: Path,
+    failure: LedgerVerificationError,
+    style: TimelineStyle,
+    args: argparse.Namespace,
 ) -> int:
     """Show what is there anyway, under a banner saying it does not verify."""
     manifest: dict[str, Any] = {}
@@ -452,12 +502,48 @@ def _show_unverified(
         row = _json_object(line)
         if row is not None:
             rows.append(row)
-    failure_text = (failure.reason, failure.detail)
-    _print_lines(header_lines(manifest, records=len(rows), style=style, failure=failure_text))
+    selection = _selection(args, rows, manifest)
+    if args.json:
+        failed = {"valid": False, "reason": failure.reason, "detail": failure.detail}
+        _print_json(failed, stream=sys.stderr)
+    else:
+        failure_text = (failure.reason, failure.detail)
+        _print_lines(header_lines(manifest, records=len(rows), style=style, failure=failure_text))
+        if rows:
+            print()
     if rows:
-        print()
-        _print_lines(record_lines(rows, style))
+        _show_selection(selection, rows, args, style)
     return 1
+
+
+def _selection(
+    args: argparse.Namespace, rows: list[dict[str, Any]], manifest: dict[str, Any]
+) -> Selection:
+    """The records and messages the filters keep (``SelectionError`` when one names nothing)."""
+    declared = manifest.get("catalogTags")
+    wanted = LedgerFilter(tuple(args.agent), tuple(args.conversation), tuple(args.tag))
+    return wanted.apply(rows, declared_tags=declared if isinstance(declared, list) else ())
+
+
+def _show_selection(
+    selection: Selection, rows: list[dict[str, Any]], args: argparse.Namespace, style: TimelineStyle
+) -> None:
+    """The timeline or the messages, as text or JSON lines, with a count line below the text."""
+    if args.messages and args.json:
+        _print_lines(message_json_lines(selection.conversations))
+    elif args.messages:
+        _print_lines(conversation_lines(selection.conversations, style))
+        print(message_counts_line(selection.conversations))
+    elif args.json:
+        _print_lines(terminal_json(row) for row in selection.records)
+    else:
+        _print_lines(record_lines(selection.records, style))
+        print()
+        counts = selection.tag_counts()
+        shown = len(selection.records)
+        if shown != len(rows):
+            print(f"shown: {shown:,} of {len(rows):,} records")
+        print(terminal_safe(tag_counts_line(counts)))
 
 
 def _json_object(data: bytes) -> dict[str, Any] | None:

@@ -12,14 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.viewer.conversations import (
+    COMMITTED,
+    DELIVERED,
+    DROPPED,
+    HELD,
+    Message,
+    MessageBook,
+)
 from ledger.run_artifacts import locate_ledger, require_run_artifacts
 from ledger.verification import Verification, verify_ledger
 
 RUN_STARTED = "society.run-started/v1"
-COMMITTED = "society.router-message-committed/v1"
-DELIVERED = "society.router-messages-delivered/v1"
-DROPPED = "society.link-message-dropped/v1"
-HELD = "society.link-message-held/v1"
 MODEL_USAGE = "society.agent-model-usage/v1"
 MODEL_CALL_FAILED = "society.agent-model-call-failed/v1"
 PROGRAM_SUCCEEDED = "society.program-succeeded/v1"
@@ -29,16 +33,6 @@ OUTCOMES = (
     "society.program-interrupted/v1",
     "society.platform-failed/v1",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    sequence: int
-    message_id: str
-    conversation_id: str
-    sender: str
-    text: str
-    observed_at: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,31 +102,30 @@ def read_transcripts(path: Path, *, trusted_key: str | None = None) -> RunTransc
 def _transcripts(verified: Verification) -> RunTranscripts:
     started: dict[str, Any] = {}
     agents: dict[str, Transcript] = {}
-    by_id: dict[str, Message] = {}
+    book = MessageBook()
     outcome: str | None = None
     for envelope in verified.envelopes:
         tag, event, at = envelope.tag, envelope.event, envelope.observed_at
+        book.add(
+            tag,
+            event,
+            record=envelope.logical_sequence,
+            elapsed_nanos=envelope.elapsed_nanos,
+            observed_at=at,
+        )
         if tag == RUN_STARTED:
             started = event
             runtimes = event["runtimes"]
             agents = {name: Transcript(name, runtimes.get(name, "?")) for name in event["roster"]}
         elif tag == COMMITTED:
-            message = Message(
-                event["routerSequence"],
-                event["messageId"],
-                event["conversationId"],
-                event["senderId"],
-                "\n".join(event["parts"]),
-                at,
-            )
-            by_id[message.message_id] = message
+            message = book.messages[event["messageId"]].message
             sender = _agent(message.sender, agents)
             if sender is not None:
                 sender.messages.append(("sent", message))
         elif tag == DELIVERED:
             receiver = _agent(event["receiverId"], agents)
             if receiver is not None:
-                received = [by_id[i] for i in event["messageIds"] if i in by_id]
+                received = [book.messages[i].message for i in book.message_ids_of(event)]
                 receiver.messages.extend(("received", message) for message in received)
         elif tag in (DROPPED, HELD):
             for who in {event.get("senderId"), event.get("receiverId")}:
