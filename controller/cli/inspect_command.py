@@ -16,7 +16,8 @@ def add_export_inspect(commands: Any) -> None:
         description=(
             "Verifies every ledger (and re-hashes every harvested file), then writes one Inspect "
             "log with inspect_ai's own API: one sample per agent of a run, per run and agent of "
-            "a suite; the grader's output as each sample's score. Needs the inspect extra "
+            "a suite; each agent's numbers from the grader as its sample's scores, the run's own "
+            "and mean/stderr per field in the log's results. Needs the inspect extra "
             "(pip install 'society-runner[inspect]'). Prints one JSON line."
         ),
     )

@@ -1,12 +1,15 @@
 """A run or a suite as an Inspect AI evaluation log, written with ``inspect_ai``'s own log API.
 
 One sample per roster agent of a run (per run and agent of a suite): its transcript as chat
-messages (what it sent as the assistant's, what was delivered to it as the user's), each model
-gateway call as a ``ModelEvent`` with its usage and cost, each link drop or hold and each failed
-call as an ``InfoEvent``; a grader's output as the sample's score; in metadata the ledger's head
-digest, signature status, definition id, run id and seed. Every ledger is verified (and every
+messages (what it sent as the assistant's, what was delivered to it as the user's) and as model
+events Inspect's ``messages_df`` reads (each message it sent is a turn: what it had seen before,
+then the message), each model gateway call as a ``ModelEvent`` with its usage and cost, each link
+drop or hold and each failed call as an ``InfoEvent``; the grader's numbers for that agent as the
+sample's scores (``inspect_scores``), the run's own in the log's results; in metadata the ledger's
+head digest, signature status, definition id, run id and seed. Every ledger is verified (and every
 harvested file re-hashed) before anything is written, so a tampered one leaves no log behind.
-``inspect_ai`` is the optional ``inspect`` extra: ``pip install 'society-runner[inspect]'``.
+``inspect_ai`` is the optional ``inspect`` extra: ``pip install 'society-runner[inspect]'``
+(from a checkout, ``.venv/bin/pip install -e '.[inspect]'``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from controller.errors import SetupError
+from controller.viewer.inspect_scores import (
+    RUN_PREFIX,
+    Scalar,
+    eval_scores,
+    run_results,
+    seat_results,
+)
 from controller.viewer.transcripts import (
     PROGRAM_SUCCEEDED,
     RunTranscripts,
@@ -26,11 +36,13 @@ from controller.viewer.transcripts import (
 )
 
 if TYPE_CHECKING:
+    from inspect_ai.event import Event
     from inspect_ai.log import EvalLog, EvalSample
-    from inspect_ai.model import ModelUsage
+    from inspect_ai.model import ChatMessage, ModelUsage
 
 SUITE_FILE = "suite.json"
-GRADER_SCORE = "grader"
+TURN_MODEL = "none"
+"""The model of a transcript turn's event: the ledger says what an agent sent, not what made it."""
 
 
 class InspectUnavailable(SetupError):
@@ -62,7 +74,8 @@ def export_inspect(
     except ImportError:
         raise InspectUnavailable(
             "exporting to Inspect needs inspect_ai, which is not installed for this interpreter",
-            next_step="pip install 'society-runner[inspect]' (scripts/bootstrap.sh --all does)",
+            next_step="pip install 'society-runner[inspect]' (from a checkout: "
+            ".venv/bin/pip install -e '.[inspect]'; scripts/bootstrap.sh --all does)",
         ) from None
     if (source / SUITE_FILE).is_file():
         document = json.loads((source / SUITE_FILE).read_text(encoding="utf-8"))
@@ -120,14 +133,28 @@ def _suite_runs(
 def _log(runs: list[GradedRun], *, task: str, suite: dict[str, Any] | None) -> EvalLog:
     from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalResults, EvalSpec, EvalStats
 
-    samples = [
-        _sample(run, transcript, many=suite is not None)
-        for run in runs
-        for transcript in run.transcripts.agents.values()
-    ]
+    samples = []
+    seat_values: list[tuple[str, dict[str, Scalar]]] = []
+    run_values: list[tuple[str, dict[str, Scalar]]] = []
+    grades: dict[str, Any] = {}
+    for run in runs:
+        seats = list(run.transcripts.agents)
+        by_seat = None if run.grade is None else seat_results(run.grade, seats)
+        for transcript in run.transcripts.agents.values():
+            values = None if by_seat is None else by_seat[transcript.agent]
+            sample = _sample(run, transcript, values, many=suite is not None)
+            samples.append(sample)
+            if values:
+                seat_values.append((str(sample.id), values))
+        if run.grade is not None:
+            grades[run.transcripts.run_id] = run.grade
+            if own := run_results(run.grade, seats):
+                run_values.append((run.transcripts.run_id, own))
     first = runs[0].transcripts if runs else None
     metadata: dict[str, Any] = {run.transcripts.run_id: _run_metadata(run) for run in runs}
-    results_metadata = None if suite is None else {"rankings": suite.get("rankings")}
+    results_metadata: dict[str, Any] = {"grades": grades}
+    if suite is not None:
+        results_metadata["rankings"] = suite.get("rankings")
     usage: dict[str, ModelUsage] = {}
     for sample in samples:
         for model, used in sample.model_usage.items():
@@ -145,7 +172,13 @@ def _log(runs: list[GradedRun], *, task: str, suite: dict[str, Any] | None) -> E
             metadata=metadata,
         ),
         results=EvalResults(
-            total_samples=len(samples), completed_samples=len(samples), metadata=results_metadata
+            total_samples=len(samples),
+            completed_samples=len(samples),
+            scores=[
+                *eval_scores(seat_values),
+                *eval_scores(run_values, RUN_PREFIX),
+            ],
+            metadata=results_metadata,
         ),
         stats=EvalStats(
             started_at=min((t for r in runs if (t := r.transcripts.first_at)), default=""),
@@ -174,8 +207,11 @@ def _run_metadata(run: GradedRun) -> dict[str, Any]:
     }
 
 
-def _sample(run: GradedRun, transcript: Transcript, *, many: bool) -> EvalSample:
+def _sample(
+    run: GradedRun, transcript: Transcript, values: dict[str, Scalar] | None, *, many: bool
+) -> EvalSample:
     from inspect_ai.log import EvalSample
+    from inspect_ai.scorer import Score
 
     t = run.transcripts
     usage: dict[str, ModelUsage] = {}
@@ -184,24 +220,30 @@ def _sample(run: GradedRun, transcript: Transcript, *, many: bool) -> EvalSample
         usage[key] = _add(
             usage.get(key), _usage(call.prompt_tokens, call.completion_tokens, call.cost_usd)
         )
+    messages = _messages(t.run_id, transcript)
+    events = [*_turn_events(transcript, messages), *_model_events(transcript)]
+    events += _info_events(transcript)
     return EvalSample(
         id=f"{t.run_id}/{transcript.agent}" if many else transcript.agent,
         epoch=1,
         input=f"agent {transcript.agent} ({transcript.runtime}) in {t.definition_id}",
         target="",
-        messages=_messages(transcript),
-        events=[*_model_events(transcript), *_info_events(transcript)],
+        messages=messages,
+        events=sorted(events, key=lambda event: event.timestamp),
         model_usage=usage,
-        scores=None if run.grade is None else {GRADER_SCORE: _score(run.grade)},
+        scores={field: Score(value=value) for field, value in values.items()} if values else None,
         metadata={**_run_metadata(run), "agent": transcript.agent, "runtime": transcript.runtime},
     )
 
 
-def _messages(transcript: Transcript) -> list[Any]:
+def _messages(run_id: str, transcript: Transcript) -> list[ChatMessage]:
+    """Ids are the run's, the agent's and the ledger's message id: a message is in the sender's
+    sample and each receiver's, and Inspect's dataframes keep one row per id."""
     from inspect_ai.model import ChatMessageAssistant, ChatMessageUser
 
-    messages: list[Any] = []
+    messages: list[ChatMessage] = []
     for direction, message in transcript.messages:
+        id = f"{run_id}/{transcript.agent}/{message.message_id}"
         metadata = {
             "sender": message.sender,
             "conversationId": message.conversation_id,
@@ -209,17 +251,63 @@ def _messages(transcript: Transcript) -> list[Any]:
             "routerSequence": message.sequence,
         }
         if direction == "sent":
-            messages.append(ChatMessageAssistant(content=message.text, metadata=metadata))
+            messages.append(ChatMessageAssistant(id=id, content=message.text, metadata=metadata))
         else:
-            messages.append(ChatMessageUser(content=message.text, metadata=metadata))
+            messages.append(ChatMessageUser(id=id, content=message.text, metadata=metadata))
     return messages
 
 
-def _model_events(transcript: Transcript) -> list[Any]:
+def _turn_events(transcript: Transcript, messages: list[ChatMessage]) -> list[Event]:
+    """Each message the agent sent as a model event (model ``none``, no usage): its input what
+    the agent had sent and been delivered before, its output the message; messages delivered
+    after its last one close with an event of no output. Inspect's ``messages_df`` reads a
+    sample's messages from these."""
     from inspect_ai.event import ModelEvent
     from inspect_ai.model import GenerateConfig, ModelOutput
 
-    events = []
+    events: list[Event] = []
+    answered = 0
+    for index, ((direction, message), chat) in enumerate(
+        zip(transcript.messages, messages, strict=True)
+    ):
+        if direction != "sent":
+            continue
+        output = ModelOutput.from_message(chat)
+        output.model = TURN_MODEL
+        events.append(
+            ModelEvent(
+                timestamp=_time(message.observed_at),
+                model=TURN_MODEL,
+                input=messages[:index],
+                tools=[],
+                tool_choice="none",
+                config=GenerateConfig(),
+                output=output,
+                metadata={"turn": "sent", "messageId": message.message_id},
+            )
+        )
+        answered = index + 1
+    if answered < len(messages):
+        events.append(
+            ModelEvent(
+                timestamp=_time(transcript.messages[-1][1].observed_at),
+                model=TURN_MODEL,
+                input=messages,
+                tools=[],
+                tool_choice="none",
+                config=GenerateConfig(),
+                output=ModelOutput(model=TURN_MODEL),
+                metadata={"turn": "unanswered"},
+            )
+        )
+    return events
+
+
+def _model_events(transcript: Transcript) -> list[Event]:
+    from inspect_ai.event import ModelEvent
+    from inspect_ai.model import GenerateConfig, ModelOutput
+
+    events: list[Event] = []
     for call in transcript.calls:
         usage = _usage(call.prompt_tokens, call.completion_tokens, call.cost_usd)
         events.append(
@@ -244,7 +332,7 @@ def _model_events(transcript: Transcript) -> list[Any]:
     return events
 
 
-def _info_events(transcript: Transcript) -> list[Any]:
+def _info_events(transcript: Transcript) -> list[Event]:
     from inspect_ai.event import InfoEvent
 
     return [
@@ -280,16 +368,6 @@ def _add(total: ModelUsage | None, used: ModelUsage) -> ModelUsage:
             "total_cost": cost,
         }
     )
-
-
-def _score(grade: dict[str, Any]) -> Any:
-    """The grader's output: its scalar fields as the score's value, all of it as metadata."""
-    from inspect_ai.scorer import Score
-
-    scalars = {
-        k: v for k, v in grade.items() if v is None or isinstance(v, str | int | float | bool)
-    }
-    return Score(value=scalars or json.dumps(grade, sort_keys=True), metadata={"output": grade})
 
 
 def _time(observed_at: str) -> datetime:
