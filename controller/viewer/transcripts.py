@@ -26,9 +26,12 @@ from ledger.verification import Verification, verify_ledger
 RUN_STARTED = "society.run-started/v1"
 MODEL_USAGE = "society.agent-model-usage/v1"
 MODEL_CALL_FAILED = "society.agent-model-call-failed/v1"
-PROGRAM_SUCCEEDED = "society.program-succeeded/v1"
+PROGRAM_SUCCEEDED = "society.program-succeeded/v2"
+PROGRAM_SUCCEEDED_V1 = "society.program-succeeded/v1"
+"""Older ledgers' record of a program that returned; read as ``PROGRAM_SUCCEEDED``."""
 OUTCOMES = (
     PROGRAM_SUCCEEDED,
+    PROGRAM_SUCCEEDED_V1,
     "society.program-failed/v1",
     "society.program-interrupted/v1",
     "society.platform-failed/v1",
@@ -82,7 +85,7 @@ class RunTranscripts:
     signed_records: int
     records: int
     outcome: str | None
-    """The program's outcome tag (``society.program-succeeded/v1``, ...), if one was recorded."""
+    """The program's outcome tag (``society.program-succeeded/v2``, ...), if one was recorded."""
     agents: dict[str, Transcript]
 
 
@@ -137,7 +140,7 @@ def _transcripts(verified: Verification) -> RunTranscripts:
         elif tag == MODEL_CALL_FAILED and event["agent"] in agents:
             agents[event["agent"]].notices.append(Notice(tag, event, at))
         elif tag in OUTCOMES:
-            outcome = tag
+            outcome = PROGRAM_SUCCEEDED if tag == PROGRAM_SUCCEEDED_V1 else tag
     for transcript in agents.values():
         transcript.messages.sort(key=lambda entry: entry[1].sequence)
     completion = verified.completion
