@@ -244,10 +244,11 @@ async def loaded_module(
                 check = f" (`{sys.executable} {path}` reproduces the failure)"
             else:
                 check = ""  # the module imports; running it would show nothing
+            fix = f"{error.next_step}," if error.next_step else f"fix {path}{check}"
             raise RunSpecError(
                 error.detail,
                 reason=error.reason,
-                next_step=f"fix {path}{check} and run again; nothing was started",
+                next_step=f"{fix} and run again; nothing was started",
             ) from None
         yield spec, module
 

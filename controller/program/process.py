@@ -147,9 +147,11 @@ class ModuleProcess:
         if frame.get("op") == "spec-error":
             error = frame.get("error") if isinstance(frame.get("error"), dict) else {}
             assert isinstance(error, dict)
+            next_step = error.get("next_step")
             raise RunSpecError(
                 str(error.get("message") or "the module process failed"),
                 reason=str(error.get("reason") or "module-import-failed"),
+                next_step=next_step if isinstance(next_step, str) else None,
             )
         if frame.get("op") != "spec":
             code = self._process.poll()

@@ -25,7 +25,7 @@ from controller.network.links import Delay, Deliver, Drop, Hold, LinkDelivery, V
 from controller.program import exports
 from controller.program.codec import CodecError, Decoder, encode
 from controller.program.wire import Channel, Frame, Inbox
-from ledger.errors import LedgerError
+from ledger.errors import CatalogError, LedgerError
 from ledger.events import Event, EventCatalog
 
 MAX_HANDLES = 100_000
@@ -290,7 +290,16 @@ class ProgramServer:
         return target
 
     def _event(self, wire: Mapping[str, Any]) -> Event:
-        return self._customer.decode(wire)
+        try:
+            return self._customer.decode(wire)
+        except CatalogError as exc:
+            if exc.reason != "unknown-tag":
+                raise
+            raise CatalogError(
+                f"the program's event {str(wire.get('tag'))[:200]!r} is not one of this "
+                "RunSpec's event classes; list its class in RunSpec.define(events=[...])",
+                reason="undeclared-event",
+            ) from None
 
 
 POLICY_TIMEOUT_S = 1.0

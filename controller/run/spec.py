@@ -121,6 +121,7 @@ class RunSpec:
         _check_parameters(parameters)
         runtime_catalogs = [descriptor.events for descriptor in roster.values()]
         catalog = EventCatalog.merge(core_events, customer, *runtime_catalogs)
+        _check_named_events(execute, catalog)
         caller = sys._getframe(1).f_globals.get("__name__")
         return cls(
             id=id,
@@ -205,6 +206,41 @@ def _check_message_limits(limits: object) -> MessageLimits:
             next_step="pass controller.network.limits.MessageLimits(...)",
         )
     return limits
+
+
+def _check_named_events(execute: Callable[..., Any], catalog: EventCatalog) -> None:
+    """Refuse, when the spec is defined, an event class that ``execute`` (or a function of its
+    module that it calls by name) names and the catalog lacks: emitting it would fail mid-run,
+    and reading it finds nothing. What the code reaches only at run time is checked by ``emit``."""
+    seen: set[int] = set()
+    pending: list[Any] = [execute]
+    while pending:
+        function = inspect.unwrap(pending.pop())
+        code = getattr(function, "__code__", None)
+        if code is None or id(code) in seen:
+            continue
+        seen.add(id(code))
+        names: set[str] = set()
+        codes = [code]
+        while codes:
+            current = codes.pop()
+            names.update(current.co_names)
+            codes.extend(c for c in current.co_consts if inspect.iscode(c))
+        module_globals = getattr(function, "__globals__", {})
+        for name in sorted(names):
+            value = module_globals.get(name)
+            if isinstance(value, type) and issubclass(value, Event) and value is not Event:
+                if getattr(value, "tag", None) is not None and value not in catalog:
+                    raise RunSpecError(
+                        f"execute names {value.__qualname__} ({value.tag}), an event class this "
+                        "RunSpec does not declare: emitting it would fail mid-run",
+                        reason="undeclared-event",
+                        next_step=(
+                            f"list it in RunSpec.define(events=[..., {value.__qualname__}])"
+                        ),
+                    )
+            elif inspect.isfunction(value) and value.__module__ == function.__module__:
+                pending.append(value)
 
 
 def _check_parameters(parameters: object) -> None:

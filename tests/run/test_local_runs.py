@@ -40,7 +40,14 @@ from controller.events.run import (
     RosterRefused,
 )
 from controller.platforms.local import LocalCapacity, LocalPlatform
-from controller.run import Failure, PlatformLost, ProgramFinished, RunContext, Success
+from controller.run import (
+    Failure,
+    PlatformLost,
+    ProgramFinished,
+    RunContext,
+    RunSpecError,
+    Success,
+)
 from ledger import open_ledger_artifacts
 from society_sandbox.runtimes.scripted import OWNER, Opening, ReplyDelay, Rule, ScriptedPolicy
 
@@ -124,11 +131,26 @@ async def test_a_failing_program_finishes_with_a_failure_exit_and_a_complete_rec
     assert failed.error_type == "ValueError" and "the experiment broke" in failed.detail
 
 
+def test_a_program_naming_an_undeclared_event_is_refused_when_the_spec_is_defined() -> None:
+    async def execute(ctx: RunContext) -> None:
+        await ctx.events.emit(Undeclared())
+
+    with pytest.raises(RunSpecError) as refused:
+        spec_of(execute)
+    assert refused.value.reason == "undeclared-event"
+    assert "execute names Undeclared (acme.undeclared/v1)" in str(refused.value)
+    assert "RunSpec.define(events=[..., Undeclared])" in str(refused.value)
+
+
+EMITTED_LATER = {"undeclared": Undeclared}
+"""Reached only at run time: no check at definition can see which class the program emits."""
+
+
 async def test_emitting_an_undeclared_event_fails_the_program_with_a_clear_error(
     artifact_root: Path,
 ) -> None:
     async def execute(ctx: RunContext) -> None:
-        await ctx.events.emit(Undeclared())
+        await ctx.events.emit(EMITTED_LATER["undeclared"]())
 
     spec = spec_of(execute)
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
