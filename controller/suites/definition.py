@@ -32,7 +32,7 @@ SUITE_ID = re.compile(r"^[a-z][a-z0-9.-]{0,62}$")
 TIE = "tie"
 """What a pairs grader's result field may hold (besides ``None``) when nobody won."""
 
-Matchups = Literal["single", "pairs", "round-robin"]
+Matchups = Literal["single", "pairs", "round-robin", "replicates"]
 Ranking = Literal["bradley-terry", "score"]
 Build = Callable[[Mapping[str, Any]], RunSpec]
 Settings = Callable[[Mapping[str, Any]], Mapping[str, Any]]
@@ -77,6 +77,10 @@ class Slot:
         return f"{self.matchup}/seed-{self.seed}"
 
 
+REPLICATE = "replicate"
+"""The one competitor of a ``replicates`` suite defined without competitors."""
+
+
 @dataclass(frozen=True, eq=False)
 class Suite:
     """Competitors, a ``build`` that makes the RunSpec for those taking part, matchups, seeds, and
@@ -103,19 +107,25 @@ class Suite:
         cls,
         *,
         id: str,
-        competitors: Mapping[str, Any],
+        competitors: Mapping[str, Any] | None = None,
         build: Build,
         matchups: Matchups,
         seeds: Iterable[int],
         grader: str | Path,
-        result: str,
+        result: str = "",
         ranking: Ranking = "bradley-terry",
         self_play: bool = False,
         settings: Settings | None = None,
     ) -> Suite:
         """Check and freeze a suite; raises ``SuiteError``. ``settings``, given the competitors
         of one run as ``build`` is, returns that run's RunSpec parameters: each run is started
-        with them as ``--set`` values, so its ledger records them (``RunStarted.parameters``)."""
+        with them as ``--set`` values, so its ledger records them (``RunStarted.parameters``).
+
+        ``matchups="replicates"`` runs each competitor (one, ``replicate``, when none are given)
+        once per seed and ranks nothing: ``suite.json`` summarizes each numeric field of the
+        grader's output over the seeds (mean and bootstrap interval); ``result`` is not used."""
+        if competitors is None and matchups == "replicates":
+            competitors = {REPLICATE: None}
         if not isinstance(id, str) or not SUITE_ID.match(id):
             raise SuiteError(
                 f"suite id {id!r} must match {SUITE_ID.pattern}, e.g. 'negotiation-v1' (it names "
@@ -146,7 +156,7 @@ class Suite:
             )
         if len(set(chosen)) != len(chosen):
             raise SuiteError(f"seeds {chosen!r} repeat a seed", reason="bad-seeds")
-        if not isinstance(result, str) or not result:
+        if matchups != "replicates" and (not isinstance(result, str) or not result):
             raise SuiteError(
                 "result must name the field of the grader's output that scores or names the "
                 "winner, e.g. result='winner'",
@@ -175,7 +185,7 @@ class Suite:
     def slots(self) -> list[Slot]:
         """Every run: per matchup, per seed, in a fixed order."""
         names = list(self.competitors)
-        if self.matchups == "single":
+        if self.matchups in ("single", "replicates"):
             lineups: list[tuple[str, ...]] = [(name,) for name in names]
         elif self.matchups == "pairs":
             lineups = list(itertools.permutations(names, 2))
@@ -246,12 +256,13 @@ class Suite:
         return f"Suite(id={self.id!r}, matchups={self.matchups!r}, competitors={names})"
 
 
-def _check_competitors(competitors: Mapping[str, Any], matchups: str) -> Mapping[str, Any]:
-    if matchups not in ("single", "pairs", "round-robin"):
+def _check_competitors(competitors: Mapping[str, Any] | None, matchups: str) -> Mapping[str, Any]:
+    if matchups not in ("single", "pairs", "round-robin", "replicates"):
         raise SuiteError(
             f"matchups must be 'single' (one competitor per run, ranked by score), 'pairs' "
-            f"(every ordered pair meets once per seed) or 'round-robin' (every unordered pair "
-            f"once per seed), got {matchups!r}",
+            f"(every ordered pair meets once per seed), 'round-robin' (every unordered pair "
+            f"once per seed) or 'replicates' (each competitor once per seed, summarized, not "
+            f"ranked), got {matchups!r}",
             reason="bad-matchups",
         )
     if not isinstance(competitors, Mapping) or not competitors:
@@ -266,7 +277,7 @@ def _check_competitors(competitors: Mapping[str, Any], matchups: str) -> Mapping
                 f"{TIE!r} (a roster name, so a grader can name the winner)",
                 reason="bad-competitor-name",
             )
-    if matchups != "single" and len(competitors) < 2:
+    if matchups in ("pairs", "round-robin") and len(competitors) < 2:
         raise SuiteError(f"{matchups!r} needs at least two competitors", reason="bad-competitors")
     return MappingProxyType(dict(competitors))
 
@@ -280,9 +291,10 @@ def _check_ranking(
             f"(it maps each seat to its payoff; competitors ranked by total), got {ranking!r}",
             reason="bad-ranking",
         )
-    if matchups == "single" and ranking != "bradley-terry":
+    if matchups in ("single", "replicates") and ranking != "bradley-terry":
         raise SuiteError(
-            "'single' suites are ranked by their score field already; ranking= is for pairs",
+            f"{matchups!r} suites take no ranking= (a score field ranks 'single', 'replicates' "
+            "ranks nothing); ranking= is for pairs",
             reason="bad-ranking",
         )
     if self_play and matchups != "round-robin":

@@ -183,6 +183,8 @@ def _usage(events: list[Any]) -> dict[str, Any] | None:
 
 
 def _result_value(suite: Suite, slot: Slot, result: dict[str, Any]) -> tuple[Any, str | None]:
+    if suite.matchups == "replicates":  # summarized field by field, never ranked
+        return None, None
     if suite.result not in result:
         return None, f"the grader's result has no field {suite.result!r}"
     value = result[suite.result]

@@ -8,6 +8,7 @@ the ``timing`` section of ``suite.json`` holds wall-clock figures, and it is the
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +78,7 @@ def compute(
         "seeds": list(suite.seeds),
         "method": _method(suite),
         "rankings": _rankings(suite, runs),
+        **({"summary": _summary(suite, runs)} if suite.matchups == "replicates" else {}),
         "runs": [run.as_json() for run in runs],
         "reported": [
             {"slot": run.slot.key, "runId": run.run_id, "status": run.status, "reason": run.reason}
@@ -96,6 +98,8 @@ def _method(suite: Suite) -> dict[str, Any]:
     }
     if suite.matchups == "single":
         return {"ranking": "mean score", **common}
+    if suite.matchups == "replicates":
+        return {"ranking": "none: each numeric field summarized over seeds", **common}
     if suite.ranking == "score":
         method: dict[str, Any] = {"ranking": "total score", **common}
     else:
@@ -111,6 +115,8 @@ def _rankings(suite: Suite, runs: list[RunEvidence]) -> list[dict[str, Any]]:
     seeds = [run.slot.seed for run in ranked]
     if suite.matchups == "single":
         return _mean_rows(names, ranked)
+    if suite.matchups == "replicates":
+        return []
     if suite.ranking == "score":
         payoffs = [
             (run.slot.competitor_of(seat), run.slot.seed, points)
@@ -151,6 +157,40 @@ def _mean_rows(names: list[str], ranked: list[RunEvidence]) -> list[dict[str, An
     return _ranked(rows, "score", estimable)
 
 
+def _summary(suite: Suite, runs: list[RunEvidence]) -> list[dict[str, Any]]:
+    """Per competitor, per top-level numeric field of the grader's output (a boolean counts as
+    0 or 1): its mean over the seeds, a bootstrap interval, and how many runs reported it."""
+    results = [
+        (run.slot.competitors[0], run.slot.seed, run.result)
+        for run in runs
+        if run.status == "ranked" and run.result is not None
+    ]
+    rows: list[dict[str, Any]] = []
+    for name in suite.competitors:
+        mine = [(seed, result) for competitor, seed, result in results if competitor == name]
+        fields = sorted({key for _, result in mine for key, v in result.items() if _number(v)})
+        for field in fields:
+            scores = {
+                seed: float(result[field]) for seed, result in mine if _number(result.get(field))
+            }
+            mean, low, high = mean_interval(scores)
+            row: dict[str, Any] = {
+                "competitor": name,
+                "field": field,
+                "mean": mean,
+                "interval": [low, high],
+                "runs": len(scores),
+            }
+            if not estimable_interval(scores):
+                row = {**row, "interval": None, "intervalNote": NO_INTERVAL}
+            rows.append(row)
+    return rows
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, bool | int | float) and math.isfinite(value)
+
+
 def _ranked(rows: list[dict[str, Any]], key: str, estimable: bool) -> list[dict[str, Any]]:
     """``rows`` (best first) with shared ranks, and no interval where none can be estimated."""
     ranks = shared_ranks([float(row[key]) for row in rows])
@@ -175,11 +215,15 @@ def render_leaderboard(report: SuiteReport) -> bytes:
     lines.append(
         f"{len(doc['runs'])} runs ({doc['matchups']}, {len(doc['competitors'])} competitors, "
         f"seeds {', '.join(str(seed) for seed in doc['seeds'])}); {report.ranked} ranked, "
-        f"{len(doc['reported'])} reported, not ranked. Grader `{doc['grader']['name']}`, "
-        f"field `{doc['grader']['result']}`."
+        f"{len(doc['reported'])} reported, not ranked. Grader `{doc['grader']['name']}`"
+        + (
+            ", every numeric field."
+            if "summary" in doc
+            else f", field `{doc['grader']['result']}`."
+        )
     )
     lines.append("")
-    lines += _ranking_lines(doc)
+    lines += _summary_lines(doc) if "summary" in doc else _ranking_lines(doc)
     lines += [
         "",
         "## Runs",
@@ -189,7 +233,8 @@ def render_leaderboard(report: SuiteReport) -> bytes:
     ]
     for run in doc["runs"]:
         result = run["result"] or {}
-        shown = result.get(doc["grader"]["result"], "-") if run["status"] == "ranked" else "-"
+        field = doc["grader"]["result"]
+        shown = (result.get(field, "-") if field else result) if run["status"] == "ranked" else "-"
         lines.append(
             f"| {' vs '.join(run['competitors'])} | {run['seed']} | {run['status']} "
             f"| {_cell(shown)} | {_cost(run['usage'])} |"
@@ -245,6 +290,36 @@ def _ranking_lines(doc: dict[str, Any]) -> list[str]:
         )
     if not doc["rankings"]:
         lines.append("| - | no ranked runs | | | | | |")
+    lines += [f"\nNote: {note}." for note in sorted(notes)]
+    return lines
+
+
+def _summary_lines(doc: dict[str, Any]) -> list[str]:
+    method = doc["method"]
+    places = method["decimals"]
+    lines = [
+        f"Replicates, not ranked: each numeric field of the grader's output, its mean over the "
+        f"seeds and a {method['interval']:.0%} interval from {method['bootstrap']['samples']} "
+        f"bootstrap resamples of the seeds (seed {method['bootstrap']['seed']}), rounded to "
+        f"{places} places; a boolean counts as 0 or 1.",
+        "",
+        "| competitor | field | mean | interval | runs |",
+        "|---|---|---:|---|---:|",
+    ]
+    notes = set()
+    for row in doc["summary"]:
+        if row["interval"] is None:
+            shown = "n/a (one seed)"
+            notes.add(row["intervalNote"])
+        else:
+            low, high = row["interval"]
+            shown = f"[{low:.{places}f}, {high:.{places}f}]"
+        lines.append(
+            f"| {row['competitor']} | {_cell(row['field'])} | {row['mean']:.{places}f} "
+            f"| {shown} | {row['runs']} |"
+        )
+    if not doc["summary"]:
+        lines.append("| - | no graded runs | | | |")
     lines += [f"\nNote: {note}." for note in sorted(notes)]
     return lines
 
