@@ -49,6 +49,7 @@ beside the code that raises it (the module named after it):
     ├── NetworkError  society_sandbox.network.errors
     ├── FrameError  society_sandbox.framing  (a process channel's frame over its limit or cut off)
     ├── ChannelClosed  controller.program.wire  (the module's process or its channel is gone)
+    ├── CallsOverBudget  controller.program.wire  (its waiting calls would pass the byte budget)
     ├── CodecError  controller.program.codec  (a value that cannot cross to or from it)
     ├── ProgramCallRefused  controller.program.serve  (a call on ctx the controller refuses)
     ├── ProgramRaised  controller.program.process  (its program raised; named like its error)

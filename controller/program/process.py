@@ -30,7 +30,7 @@ from controller.network.limits import MessageLimits
 from controller.program.child import Folders, Sandbox, module_folders, spawn_plain
 from controller.program.codec import MAX_UNSENT_CHARS, CodecError, Decoder, encode
 from controller.program.serve import ProgramServer, error_frame, not_running
-from controller.program.wire import Channel, Frame, settle
+from controller.program.wire import MAX_HELD_BYTES, Channel, Frame, settle
 from controller.run.context import RunContext
 from controller.run.outcomes import Unsent
 from controller.run.spec import RunSpec, RunSpecError
@@ -109,7 +109,12 @@ class ModuleProcess:
             raise
         finally:
             there.close()
-        channel = Channel(here, peer="module process", send_timeout_s=SEND_TIMEOUT_S)
+        channel = Channel(
+            here,
+            peer="module process",
+            send_timeout_s=SEND_TIMEOUT_S,
+            held_bytes_max=MAX_HELD_BYTES,
+        )
         loaded = cls(process, channel, sandbox)
         try:
             await loaded._receive_spec(module_path)

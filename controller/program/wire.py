@@ -30,6 +30,10 @@ from society_sandbox.framing import FrameError, framed, read_frame
 
 T = TypeVar("T")
 MAX_FRAME = 16 * 1024 * 1024
+MAX_HELD_BYTES = 32 * 1024 * 1024
+"""The controller's end: the request frames it holds at once (queued or being answered), in
+bytes as they arrived. A request past it is refused at once (``calls-over-budget``) and not kept,
+so a module's waiting calls hold at most this much of the controller's memory."""
 Frame = dict[str, Any]
 
 
@@ -37,6 +41,12 @@ class ChannelClosed(SocietyError):
     """The module process or its channel is gone (or sent what no channel carries)."""
 
     reason = "module-process-lost"
+
+
+class CallsOverBudget(SocietyError):
+    """A call would hold more of the controller's memory than the channel's byte budget."""
+
+    reason = "calls-over-budget"
 
 
 class _Waiter:
@@ -54,10 +64,17 @@ class Channel:
     thread, so it must hand work off (to the loop) rather than do it."""
 
     def __init__(
-        self, sock: socket.socket, *, peer: str, send_timeout_s: float | None = None
+        self,
+        sock: socket.socket,
+        *,
+        peer: str,
+        send_timeout_s: float | None = None,
+        held_bytes_max: int | None = None,
     ) -> None:
         """``send_timeout_s``: a peer that reads nothing for that long ends the channel (the
-        controller's end, so that a module process cannot stall the controller's loop)."""
+        controller's end, so that a module process cannot stall the controller's loop).
+        ``held_bytes_max``: the peer's requests held unanswered at once, in frame bytes (the
+        controller's end: ``MAX_HELD_BYTES``); one past it is answered with a refusal at once."""
         if send_timeout_s is not None:
             seconds = int(send_timeout_s)
             micros = int((send_timeout_s - seconds) * 1_000_000)
@@ -73,6 +90,10 @@ class Channel:
         self._failure: BaseException | None = None
         self._reader: threading.Thread | None = None
         self._on_end: Callable[[], None] | None = None
+        self._held_max = held_bytes_max
+        self._held: dict[int, int] = {}
+        self.held_bytes = 0
+        """The bytes of the peer's requests held unanswered now (with ``held_bytes_max``)."""
         self.closed = threading.Event()
 
     @property
@@ -116,6 +137,9 @@ class Channel:
             frame = {"op": "result", "id": call_id, "value": value}
         with contextlib.suppress(ChannelClosed):
             self.send(frame)
+        if self._held_max is not None and type(call_id) is int:
+            with self._state:
+                self.held_bytes -= self._held.pop(call_id, 0)
 
     def request_sync(self, frame: Frame, *, timeout_s: float | None = None) -> Frame:
         """Send a request and block this thread until its answer frame."""
@@ -212,7 +236,7 @@ class Channel:
                         waiter = self._pending.pop(call_id, None) if type(call_id) is int else None
                     if waiter is not None:
                         waiter.resolve(frame)
-                else:
+                elif self._admit(frame):
                     on_request(frame)
         except ChannelClosed as error:
             reason = error
@@ -220,6 +244,29 @@ class Channel:
             reason = ChannelClosed(f"reading from the {self._peer} failed ({exc})")
         finally:
             self._end(reason)
+
+    def _admit(self, frame: Frame) -> bool:
+        """Hold a request within the byte budget, or refuse it at once (and keep nothing)."""
+        call_id = frame.get("id")
+        if self._held_max is None or type(call_id) is not int:
+            return True
+        size = self._frame_bytes
+        with self._state:
+            duplicate = call_id in self._held
+            if not duplicate and self.held_bytes + size <= self._held_max:
+                self._held[call_id] = size
+                self.held_bytes += size
+                return True
+            held = self.held_bytes
+        refused = CallsOverBudget(
+            f"call {call_id} is refused: the program's calls waiting on the controller hold "
+            f"{held:,} bytes, and this {size:,}-byte one would pass the {self._held_max:,}-byte "
+            "budget" + (" (its id is already in use)" if duplicate else ""),
+            next_step="send large data in parts, or wait for earlier calls to return",
+        )
+        with contextlib.suppress(ChannelClosed):
+            self.send({"op": "error", "id": call_id, "error": _error_data(refused)})
+        return False
 
     def _receive(self) -> Frame | None:
         try:
@@ -229,6 +276,7 @@ class Channel:
             raise ChannelClosed(f"from the {self._peer}: {exc.detail}", reason=reason) from None
         if body is None:
             return None
+        self._frame_bytes = len(body)
         try:
             frame = json.loads(body)
         except (ValueError, RecursionError):
@@ -265,6 +313,17 @@ def settle(future: asyncio.Future[T], outcome: T) -> None:
     """Complete ``future`` unless it already is (a second answer is ignored)."""
     if not future.done():
         future.set_result(outcome)
+
+
+def _error_data(exc: SocietyError) -> dict[str, Any]:
+    """``exc`` as an error frame's data (as ``serve.error_frame`` writes one)."""
+    return {
+        "module": type(exc).__module__,
+        "type": type(exc).__qualname__,
+        "message": exc.detail,
+        "reason": exc.reason,
+        "next_step": exc.next_step,
+    }
 
 
 class Inbox:

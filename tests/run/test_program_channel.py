@@ -68,3 +68,60 @@ def test_a_frame_over_the_limit_or_not_a_json_object_ends_the_channel(
     finally:
         there.close()
         here.close()
+
+
+def test_calls_past_the_byte_budget_are_refused_at_once_and_not_kept() -> None:
+    """The module fires calls with 1 MiB arguments that the controller does not answer yet:
+    those that fit the budget are handed on, the rest refused at once (typed, with the call's id)
+    and never held; an answer frees its share of the budget for the next call."""
+    here, there = socket.socketpair()
+    budget = 4 * 1024 * 1024
+    try:
+        controller = Channel(here, peer="module process", held_bytes_max=budget)
+        handed: list[dict[str, object]] = []
+        controller.start(handed.append)
+        module = Channel(there, peer="controller")
+        module.start(lambda frame: None)
+        big = "x" * (1024 * 1024)
+        outcomes: dict[int, object] = {}
+        threads = []
+
+        def call(number: int) -> None:
+            try:
+                outcomes[number] = module.request_sync({"op": "call", "arg": big}, timeout_s=30)
+            except BaseException as exc:
+                outcomes[number] = exc
+
+        for number in range(10):
+            threads.append(threading.Thread(target=call, args=(number,)))
+            threads[-1].start()
+        deadline = time.monotonic() + 20
+        while len(handed) + len(outcomes) < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(handed) == 3  # three 1 MiB frames (and their JSON) fit in 4 MiB; a fourth not
+        assert controller.held_bytes <= budget
+        refused = [o for o in outcomes.values() if isinstance(o, dict)]
+        assert len(refused) == 7
+        for answer in refused:
+            assert answer["op"] == "error"
+            error = answer["error"]
+            assert isinstance(error, dict) and error["reason"] == "calls-over-budget"
+            assert error["type"] == "CallsOverBudget" and "4,194,304-byte budget" in error["message"]
+
+        first = handed[0]
+        controller.reply(first["id"], value="done")  # an answer frees its share
+        assert controller.held_bytes < budget - 1024 * 1024
+        threads.append(threading.Thread(target=call, args=(10,)))
+        threads[-1].start()
+        while len(handed) < 4 and 10 not in outcomes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(handed) == 4, outcomes.get(10)  # handed on, not refused
+        for frame in handed[1:]:
+            controller.reply(frame["id"], value="done")
+        for thread in threads:
+            thread.join(timeout=30)
+        assert outcomes[10] == {"op": "result", "id": handed[3]["id"], "value": "done"}
+        assert controller.held_bytes == 0
+    finally:
+        there.close()
+        here.close()
