@@ -34,6 +34,9 @@ MAX_HELD_BYTES = 32 * 1024 * 1024
 """The controller's end: the request frames it holds at once (queued or being answered), in
 bytes as they arrived. A request past it is refused at once (``calls-over-budget``) and not kept,
 so a module's waiting calls hold at most this much of the controller's memory."""
+MAX_NOTICE_BYTES = 64 * 1024
+"""With a byte budget: a request without an id (``cancel``) past the peer's first frame (the
+module's spec) is dropped unread when it is larger; nothing answers it, so nothing would free it."""
 Frame = dict[str, Any]
 
 
@@ -92,6 +95,7 @@ class Channel:
         self._on_end: Callable[[], None] | None = None
         self._held_max = held_bytes_max
         self._held: dict[int, int] = {}
+        self._requests_seen = 0
         self.held_bytes = 0
         """The bytes of the peer's requests held unanswered now (with ``held_bytes_max``)."""
         self.closed = threading.Event()
@@ -248,9 +252,12 @@ class Channel:
     def _admit(self, frame: Frame) -> bool:
         """Hold a request within the byte budget, or refuse it at once (and keep nothing)."""
         call_id = frame.get("id")
-        if self._held_max is None or type(call_id) is not int:
+        if self._held_max is None:
             return True
         size = self._frame_bytes
+        self._requests_seen += 1
+        if type(call_id) is not int:  # a notice: the spec first, then only small ones
+            return self._requests_seen == 1 or size <= MAX_NOTICE_BYTES
         with self._state:
             duplicate = call_id in self._held
             if not duplicate and self.held_bytes + size <= self._held_max:

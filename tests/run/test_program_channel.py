@@ -106,7 +106,8 @@ def test_calls_past_the_byte_budget_are_refused_at_once_and_not_kept() -> None:
             assert answer["op"] == "error"
             error = answer["error"]
             assert isinstance(error, dict) and error["reason"] == "calls-over-budget"
-            assert error["type"] == "CallsOverBudget" and "4,194,304-byte budget" in error["message"]
+            assert error["type"] == "CallsOverBudget"
+            assert "4,194,304-byte budget" in error["message"]
 
         first = handed[0]
         controller.reply(first["id"], value="done")  # an answer frees its share
@@ -122,6 +123,28 @@ def test_calls_past_the_byte_budget_are_refused_at_once_and_not_kept() -> None:
             thread.join(timeout=30)
         assert outcomes[10] == {"op": "result", "id": handed[3]["id"], "value": "done"}
         assert controller.held_bytes == 0
+    finally:
+        there.close()
+        here.close()
+
+
+def test_a_flood_of_large_frames_without_an_id_is_dropped_unread_after_the_first() -> None:
+    here, there = socket.socketpair()
+    try:
+        controller = Channel(here, peer="module process", held_bytes_max=4 * 1024 * 1024)
+        handed: list[dict[str, object]] = []
+        controller.start(handed.append)
+        module = Channel(there, peer="controller")
+        module.start(lambda frame: None)
+        module.send({"op": "spec", "spec": "s" * 200_000})  # the first frame: the module's spec
+        for _ in range(20):
+            module.send({"op": "cancel", "target": 1, "junk": "x" * 1_000_000})
+        module.send({"op": "cancel", "target": 2})
+        deadline = time.monotonic() + 10
+        while not any(frame.get("target") == 2 for frame in handed):
+            assert time.monotonic() < deadline, handed
+            time.sleep(0.01)
+        assert [frame["op"] for frame in handed] == ["spec", "cancel"]
     finally:
         there.close()
         here.close()
