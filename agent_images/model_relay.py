@@ -65,9 +65,18 @@ class ModelRelay:
     """Serves ``http://127.0.0.1:<port>`` in front of the run's model gateway, for ``api``."""
 
     def __init__(
-        self, base_url: str, token: str, *, api: ModelAPI, unix_socket: str | None = None
+        self,
+        base_url: str,
+        token: str,
+        *,
+        api: ModelAPI,
+        unix_socket: str | None = None,
+        model: str | None = None,
     ) -> None:
         self._api = api
+        self._model = model
+        """Set: every call asks for this model, whatever the client named (a stock SDK's
+        program names a provider's model; the agent is granted one)."""
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/").removesuffix("/v1"),
             transport=httpx.AsyncHTTPTransport(uds=unix_socket) if unix_socket else None,
@@ -102,13 +111,16 @@ class ModelRelay:
         path = request.target.partition("?")[0]
         if request.method == "POST" and path.endswith(self._api.call_path):
             self.calls += 1
-            if self._api.replays_streams:
+            if self._api.replays_streams or self._model is not None:
                 asked = _json_object(body)
                 if asked is None:
                     await stream.send(self._error(400, "body is not a JSON object"))
                     return
-                streamed = bool(asked.pop("stream", False))
-                asked.pop("stream_options", None)
+                if self._api.replays_streams:
+                    streamed = bool(asked.pop("stream", False))
+                    asked.pop("stream_options", None)
+                if self._model is not None:
+                    asked["model"] = self._model
                 body, headers["content-type"] = json.dumps(asked).encode(), "application/json"
         try:
             upstream = await self._client.request(

@@ -1,12 +1,12 @@
 """Society Runner's public surface: everything an experiment, a grader or a suite imports.
 
 A RunSpec module imports what it needs from here: ``RunSpec`` and ``RunContext``, the runtimes
-(``scripted``, ``llm``, ``openclaw``, ``nanoclaw``, ``peer``) and their configuration types, the
-owner handles ``ctx.agents.NAME.owner`` returns, and the events it declares (``Event``,
-``EventCatalog``). A grader opens a ledger with ``ledger`` (``LedgerArtifacts``,
-``open_ledger_artifacts``) and decodes the core events named here. Two documented modules serve
-the inside of a sandbox, which has no controller: a peer's policy imports
-``society_sandbox.runtimes.peer``, an agent program its router client from
+(``scripted``, ``llm``, ``openclaw``, ``nanoclaw``, ``peer``, ``program``) and their
+configuration types, the owner handles ``ctx.agents.NAME.owner`` returns, and the events it
+declares (``Event``, ``EventCatalog``). A grader opens a ledger with ``ledger``
+(``LedgerArtifacts``, ``open_ledger_artifacts``) and decodes the core events named here. Two
+documented modules serve the inside of a sandbox, which has no controller: a peer's policy
+imports ``society_sandbox.runtimes.peer``, an agent program its router client from
 ``society_sandbox.network.client``. ``tests/test_public_surface.py`` holds this list.
 
 Public names load lazily so that importing ``controller`` never loads the kernel, Temporal or
@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # static checkers see the real names; at run time they load o
         openclaw,
     )
     from controller.agents.peer import PeerObservation, PeerObservations, peer
+    from controller.agents.program import ProgramOwner, ProgramRuntime, program
     from controller.agents.scripted import ScriptedOwner, scripted
     from controller.events import core_events
     from controller.events.network import (
@@ -86,6 +87,7 @@ _EXPORTS = {
     # runtimes and their configuration
     "scripted": "controller.agents.scripted",
     "peer": "controller.agents.peer",
+    "program": "controller.agents.program",
     "llm": "controller.agents.llm",
     "openclaw": "controller.agents.openclaw",
     "nanoclaw": "controller.agents.nanoclaw",
@@ -100,6 +102,7 @@ _EXPORTS = {
     "LLM_RESOURCES": "controller.agents.llm",
     "OpenClawRuntime": "controller.agents.openclaw",
     "NanoClawRuntime": "controller.agents.nanoclaw",
+    "ProgramRuntime": "controller.agents.program",
     "ProviderConfig": "controller.modelgateway.config",
     # owner handles (ctx.agents.NAME.owner)
     "ScriptedOwner": "controller.agents.scripted",
@@ -108,6 +111,7 @@ _EXPORTS = {
     "NanoClawOwner": "controller.agents.nanoclaw_owner",
     "PeerObservation": "controller.agents.peer",
     "PeerObservations": "controller.agents.peer",
+    "ProgramOwner": "controller.agents.program",
     # evidence a grader decodes
     "RunStarted": "controller.events.run",
     "ProgramSucceeded": "controller.events.run",
@@ -156,6 +160,8 @@ __all__ = [
     "PeerObservations",
     "PlatformLost",
     "ProgramFinished",
+    "ProgramOwner",
+    "ProgramRuntime",
     "ProgramSucceeded",
     "ProviderConfig",
     "ReplyDelay",
@@ -177,6 +183,7 @@ __all__ = [
     "nanoclaw",
     "openclaw",
     "peer",
+    "program",
     "scripted",
 ]
 

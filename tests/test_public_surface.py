@@ -36,6 +36,9 @@ CONTROLLER = {
     "PeerObservation": "controller.agents.peer",
     "PeerObservations": "controller.agents.peer",
     "peer": "controller.agents.peer",
+    "ProgramOwner": "controller.agents.program",
+    "ProgramRuntime": "controller.agents.program",
+    "program": "controller.agents.program",
     "ScriptedOwner": "controller.agents.scripted",
     "scripted": "controller.agents.scripted",
     "core_events": "controller.events",
@@ -102,7 +105,7 @@ LEDGER = {
 }
 SANDBOX_SIDE = {
     "society_sandbox.runtimes.peer": {"Decision", "Message", "PolicyError", "Received", "Say"},
-    "society_sandbox.network.client": {"AgentSession", "connect_agent"},
+    "society_sandbox.network.client": {"AgentSession", "connect_agent", "connect_sandbox_agent"},
 }
 """The documented modules a program inside a sandbox imports, and the names it may use."""
 PUBLIC = {"controller": set(CONTROLLER), "ledger": LEDGER, **SANDBOX_SIDE}

@@ -1,4 +1,5 @@
-"""Runtime descriptors and roster handles; the ``scripted`` and ``peer`` runtimes' controller side.
+"""Runtime descriptors and roster handles; the ``scripted``, ``peer`` and ``program`` runtimes'
+controller side.
 
 ``llm`` and ``openclaw`` live in ``controller.agents.llm`` / ``controller.agents.openclaw`` (their
 imports are heavier).
@@ -6,6 +7,7 @@ imports are heavier).
 
 from controller.agents.bridge import OwnerError
 from controller.agents.peer import PeerObservation, PeerObservations, PeerRuntime, peer
+from controller.agents.program import ProgramOwner, ProgramRuntime, program
 from controller.agents.roster import AgentHandle, OwnerTypeError, Roster
 from controller.agents.runtime import (
     Attachment,
@@ -41,6 +43,8 @@ __all__ = [
     "PeerObservations",
     "PeerRuntime",
     "ProcessExit",
+    "ProgramOwner",
+    "ProgramRuntime",
     "Resources",
     "Roster",
     "RuntimeDescriptor",
@@ -52,5 +56,6 @@ __all__ = [
     "Signaled",
     "Termination",
     "peer",
+    "program",
     "scripted",
 ]

@@ -17,7 +17,7 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -482,3 +482,20 @@ async def connect_agent(
         finally:
             session._closing = True
             session._end(NetworkError("the session is closed", reason="router-stopping"))
+
+
+def connect_sandbox_agent() -> AbstractAsyncContextManager[AgentSession]:
+    """This sandbox's agent session: ``connect_agent`` with what the sandbox's boot contract gives
+    (``SOCIETY_*`` variables, the router token in the secrets file). What an agent program that
+    brings its own code (``program(...)``) calls: ``async with connect_sandbox_agent() as s:``."""
+    from society_sandbox.boot import BootConfig, Secrets
+
+    config = BootConfig.from_environment()
+    secrets = Secrets.read(config.secrets_file)
+    return connect_agent(
+        config.router_url,
+        secrets.router_token,
+        ca_file=config.router_ca_file,
+        unix_path=config.router_socket,
+        address=config.router_address,
+    )

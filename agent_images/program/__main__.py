@@ -1,0 +1,3 @@
+from agent_images.program.agent import main
+
+main()
