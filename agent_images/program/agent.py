@@ -133,7 +133,11 @@ class ProgramLauncher:
             environment = child_environment(os.environ, relays, self.settings.mode)
             code = await self._run_child(tasks, environment, session)
             await bridge.announce(
-                {"outcome": "completed" if code == 0 else "failed", "state": self.state()}
+                {
+                    "outcome": "completed" if code == 0 else "failed",
+                    "detail": None if code == 0 else f"the program exited with {code}",
+                    "state": self.state(),
+                }
             )
             tasks.cancel_scope.cancel()
         for relay in self.relays:

@@ -93,12 +93,7 @@ class ProgramRuntime(RuntimeDescriptor):
         check_program_environment(self.environment)
         super().__post_init__()
         check_argv(self.program)
-        if self.mode not in ("client", "stdio"):
-            raise RuntimeDescriptorError(
-                f"mode is {self.mode!r}; give 'client' (the program connects to the router "
-                "itself) or 'stdio' (JSON lines on its stdin and stdout)",
-                reason="bad-option",
-            )
+        check_mode(self.mode)
         if self.token_budget is not None and self.token_budget <= 0:
             raise RuntimeDescriptorError(
                 f"token_budget is {self.token_budget}; give a positive number of tokens",
@@ -145,6 +140,15 @@ def check_program_environment(environment: Mapping[str, str]) -> None:
                 f"{MAX_VALUE_CHARS:,}",
                 reason="bad-variable",
             )
+
+
+def check_mode(mode: object) -> None:
+    if mode not in ("client", "stdio"):
+        raise RuntimeDescriptorError(
+            f"mode is {mode!r}; give 'client' (the program connects to the router itself) or "
+            "'stdio' (JSON lines on its stdin and stdout)",
+            reason="bad-option",
+        )
 
 
 def check_argv(argv: object) -> None:
@@ -198,6 +202,7 @@ def program(
     ``packages`` (PEP 508) are checked before the run starts. Its files are harvested.
     """
     check_argv(command)
+    check_mode(mode)
     given = {path: _content(path, content) for path, content in (files or {}).items()}
     if PROGRAM_CONFIG_FILE in given:
         raise RuntimeDescriptorError(
