@@ -1,7 +1,7 @@
 """Society Runner's public surface: everything an experiment, a grader or a suite imports.
 
 A RunSpec module imports what it needs from here: ``RunSpec`` and ``RunContext``, the runtimes
-(``scripted``, ``llm``, ``openclaw``, ``nanoclaw``, ``peer``, ``program``) and their
+(``scripted``, ``llm``, ``openclaw``, ``nanoclaw``, ``peer``, ``byo``) and their
 configuration types, the owner handles ``ctx.agents.NAME.owner`` returns, and the events it
 declares (``Event``, ``EventCatalog``). A grader opens a ledger with ``ledger``
 (``LedgerArtifacts``, ``open_ledger_artifacts``) and decodes the core events named here. Two
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from controller._lazy import lazy_exports
 
 if TYPE_CHECKING:  # static checkers see the real names; at run time they load on first use
+    from controller.agents.byo import BYOOwner, BYORuntime, byo
     from controller.agents.llm import (
         LLM_RESOURCES,
         LLMAgentConfigured,
@@ -37,7 +38,6 @@ if TYPE_CHECKING:  # static checkers see the real names; at run time they load o
         openclaw,
     )
     from controller.agents.peer import PeerObservation, PeerObservations, peer
-    from controller.agents.program import ProgramOwner, ProgramRuntime, program
     from controller.agents.scripted import ScriptedOwner, scripted
     from controller.events import core_events
     from controller.events.network import (
@@ -87,7 +87,7 @@ _EXPORTS = {
     # runtimes and their configuration
     "scripted": "controller.agents.scripted",
     "peer": "controller.agents.peer",
-    "program": "controller.agents.program",
+    "byo": "controller.agents.byo",
     "llm": "controller.agents.llm",
     "openclaw": "controller.agents.openclaw",
     "nanoclaw": "controller.agents.nanoclaw",
@@ -102,7 +102,7 @@ _EXPORTS = {
     "LLM_RESOURCES": "controller.agents.llm",
     "OpenClawRuntime": "controller.agents.openclaw",
     "NanoClawRuntime": "controller.agents.nanoclaw",
-    "ProgramRuntime": "controller.agents.program",
+    "BYORuntime": "controller.agents.byo",
     "ProviderConfig": "controller.modelgateway.config",
     # owner handles (ctx.agents.NAME.owner)
     "ScriptedOwner": "controller.agents.scripted",
@@ -111,7 +111,7 @@ _EXPORTS = {
     "NanoClawOwner": "controller.agents.nanoclaw_owner",
     "PeerObservation": "controller.agents.peer",
     "PeerObservations": "controller.agents.peer",
-    "ProgramOwner": "controller.agents.program",
+    "BYOOwner": "controller.agents.byo",
     # evidence a grader decodes
     "RunStarted": "controller.events.run",
     "ProgramSucceeded": "controller.events.run",
@@ -137,6 +137,8 @@ __all__ = [
     "AgentModelCallFailed",
     "AgentModelUsage",
     "AgentWorkspaceFileHarvested",
+    "BYOOwner",
+    "BYORuntime",
     "Budget",
     "ContextPolicy",
     "ConversationOpened",
@@ -160,8 +162,6 @@ __all__ = [
     "PeerObservations",
     "PlatformLost",
     "ProgramFinished",
-    "ProgramOwner",
-    "ProgramRuntime",
     "ProgramSucceeded",
     "ProviderConfig",
     "ReplyDelay",
@@ -175,6 +175,7 @@ __all__ = [
     "ScriptedOwner",
     "ScriptedPolicy",
     "Suite",
+    "byo",
     "core_events",
     "delivered_pairs",
     "llm",
@@ -183,7 +184,6 @@ __all__ = [
     "nanoclaw",
     "openclaw",
     "peer",
-    "program",
     "scripted",
 ]
 

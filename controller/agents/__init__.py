@@ -1,4 +1,4 @@
-"""Runtime descriptors and roster handles; the ``scripted``, ``peer`` and ``program`` runtimes'
+"""Runtime descriptors and roster handles; the ``scripted``, ``peer`` and ``byo`` runtimes'
 controller side.
 
 ``llm`` and ``openclaw`` live in ``controller.agents.llm`` / ``controller.agents.openclaw`` (their
@@ -6,8 +6,8 @@ imports are heavier).
 """
 
 from controller.agents.bridge import OwnerError
+from controller.agents.byo import BYOOwner, BYORuntime, byo
 from controller.agents.peer import PeerObservation, PeerObservations, PeerRuntime, peer
-from controller.agents.program import ProgramOwner, ProgramRuntime, program
 from controller.agents.roster import AgentHandle, OwnerTypeError, Roster
 from controller.agents.runtime import (
     Attachment,
@@ -32,6 +32,8 @@ from controller.agents.termination import (
 __all__ = [
     "AgentHandle",
     "Attachment",
+    "BYOOwner",
+    "BYORuntime",
     "Completed",
     "Exited",
     "Failed",
@@ -43,8 +45,6 @@ __all__ = [
     "PeerObservations",
     "PeerRuntime",
     "ProcessExit",
-    "ProgramOwner",
-    "ProgramRuntime",
     "Resources",
     "Roster",
     "RuntimeDescriptor",
@@ -55,7 +55,7 @@ __all__ = [
     "SecretRef",
     "Signaled",
     "Termination",
+    "byo",
     "peer",
-    "program",
     "scripted",
 ]

@@ -20,7 +20,7 @@ SHIPPED_RUNTIMES: Mapping[str, str] = {
     "openclaw": "controller.agents.openclaw:OpenClawRuntime",
     "nanoclaw": "controller.agents.nanoclaw:NanoClawRuntime",
     "peer": "controller.agents.peer:PeerRuntime",
-    "program": "controller.agents.program:ProgramRuntime",
+    "byo": "controller.agents.byo:BYORuntime",
 }
 """Runtime name -> ``module:class`` of its descriptor (imported when asked: llm and openclaw
 are heavier)."""

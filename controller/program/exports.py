@@ -78,6 +78,7 @@ EXPORTED: Mapping[str, Mapping[str, str]] = {
     "controller.agents.scripted:ScriptedOwner": {**_OWNER, "instruct": ASYNC, "stop": ASYNC},
     "controller.agents.llm:LLMOwner": {**_OWNER, "instruct": ASYNC, "stop": ASYNC},
     "controller.agents.peer:PeerObservations": {**_OWNER, "observe": ASYNC},
+    "controller.agents.byo:BYOOwner": {**_OWNER, "instruct": ASYNC, "stop": ASYNC},
     "society_sandbox.runtimes.openclaw_rpc:OpenClawRPC": {
         "hello": STATIC,
         "events": PROPERTY,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller import Run, RunContext, RunSpec, program
+from controller import Run, RunContext, RunSpec, byo
 from controller.agents import RuntimeDescriptorError
 from controller.platforms.local import LocalPlatform
 from controller.run import PlatformLost
@@ -28,7 +28,7 @@ REFUSED = [
     # a file must stay inside the working directory
     ({"files": {"/etc/passwd": "root::0:0::/:/bin/sh"}}, "bad-path"),
     ({"files": {"../escape.py": "x"}}, "bad-path"),
-    ({"files": {"program.json": "{}"}}, "bad-path"),
+    ({"files": {"byo.json": "{}"}}, "bad-path"),
     ({"files": {"agent.py": Path("/no/such/file.py")}}, "program-file-missing"),
     # the argv is bounded text
     ({"command": ("python", "x" * 5000)}, "bad-command"),
@@ -51,7 +51,7 @@ def test_each_refused_descriptor_field_is_refused_with_a_typed_reason(
     given: dict[str, object] = {"command": ("python", "agent.py"), **options}
     command = given.pop("command")
     with pytest.raises(RuntimeDescriptorError) as refused:
-        program(command, **given)  # type: ignore[arg-type]
+        byo(command, **given)  # type: ignore[arg-type]
     assert refused.value.reason == reason
 
 
@@ -59,15 +59,15 @@ def test_a_module_cannot_set_what_the_model_service_grants() -> None:
     with pytest.raises(Exception) as refused:
         RunSpec.define(
             id="acme.byo-grant/v1",
-            agents={"ada": program(("python", "a.py"), environment={"MODEL_NAME": "gpt-4o"})},
+            agents={"ada": byo(("python", "a.py"), environment={"MODEL_NAME": "gpt-4o"})},
             execute=_never,
         )
     assert getattr(refused.value, "reason", None) == "service-variable"
 
 
 def test_a_program_gets_no_model_unless_granted_and_then_the_run_s_gateway() -> None:
-    plain = program(("python", "a.py"))
-    granted = program(("python", "a.py"), provider="local", token_budget=500)
+    plain = byo(("python", "a.py"))
+    granted = byo(("python", "a.py"), provider="local", token_budget=500)
     assert plain.services == () and plain.token_budget is None
     assert len(granted.services) == 1 and granted.model_token_budget == 500
     assert granted.model_provider is None  # the run's local model
@@ -83,7 +83,7 @@ async def test_a_declared_package_the_agents_python_lacks_refuses_the_run_before
 ) -> None:
     spec = RunSpec.define(
         id="acme.byo-packages/v1",
-        agents={"ada": program(("python", "a.py"), packages=("no-such-distribution>=1",))},
+        agents={"ada": byo(("python", "a.py"), packages=("no-such-distribution>=1",))},
         execute=_never,
     )
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from controller import AgentModelUsage, Run, RunContext, RunSpec, program
+from controller import AgentModelUsage, Run, RunContext, RunSpec, byo
 from controller.events.network import RouterMessageCommitted
 from controller.modelgateway.events import AgentModelBudgetReached
 from controller.platforms.local import LocalPlatform
@@ -110,7 +110,7 @@ async def test_a_stock_openai_sdk_program_answers_through_the_gateway_and_is_met
     spec = RunSpec.define(
         id="acme.byo-openai/v1",
         agents={
-            "ada": program(
+            "ada": byo(
                 ("python", "agent.py"),
                 files={"agent.py": OPENAI_AGENT},
                 packages=("openai>=1",),
@@ -139,7 +139,7 @@ async def test_a_stock_anthropic_sdk_program_is_refused_past_its_budget_with_usa
     spec = RunSpec.define(
         id="acme.byo-anthropic/v1",
         agents={
-            "cleo": program(
+            "cleo": byo(
                 ("python", "agent.py"),
                 files={"agent.py": ANTHROPIC_AGENT},
                 packages=("anthropic>=0.40",),

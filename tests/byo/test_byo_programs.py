@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
-from controller import Run, RunContext, RunSpec, program, scripted
-from controller.agents import ProgramOwner
+from controller import Run, RunContext, RunSpec, byo, scripted
+from controller.agents import BYOOwner
 from controller.events.network import RouterMessageCommitted
 from controller.events.run import (
     AgentRuntimeCompleted,
@@ -25,7 +25,7 @@ from society_sandbox.runtimes.scripted import Rule, ScriptedPolicy
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-NODE_AGENT = ROOT / "examples" / "byo" / "echo_agent.mjs"
+NODE_AGENT = ROOT / "examples" / "byo" / "node_agent.mjs"
 
 
 def ledger_of(spec: RunSpec, outcome: ProgramFinished | PlatformLost) -> Any:
@@ -42,10 +42,10 @@ async def test_a_node_program_in_stdio_mode_speaks_answers_and_takes_instruction
     artifact_root: Path,
 ) -> None:
     async def execute(ctx: RunContext) -> dict[str, Any]:
-        node = ctx.agents.owner("nod", ProgramOwner)
+        node = ctx.agents.owner("nod", BYOOwner)
         async with ctx.network.endpoint("workload") as workload:
             chat = await workload.open(ctx.agents.nod.agent)
-            await chat.send("ping")
+            await chat.send("@nod ping")
             with anyio.fail_after(30):
                 async for message in workload.messages():
                     reply = message.text
@@ -59,24 +59,29 @@ async def test_a_node_program_in_stdio_mode_speaks_answers_and_takes_instruction
     spec = RunSpec.define(
         id="acme.byo-node/v1",
         agents={
-            "nod": program(
-                ("node", "echo_agent.mjs", "bob"),
+            "nod": byo(
+                ("node", "node_agent.mjs", "--ask", "bob"),
                 mode="stdio",
-                files={"echo_agent.mjs": NODE_AGENT},
+                files={"node_agent.mjs": NODE_AGENT},
             ),
-            "bob": scripted(ScriptedPolicy(rules=(Rule(match="^hello ", texts=("hi node",)),))),
+            "bob": scripted(
+                ScriptedPolicy(rules=(Rule(match="^nod was told", texts=("@nod hi",)),))
+            ),
         },
         execute=execute,
     )
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
     assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
     value = outcome.exit.value
-    assert value["reply"] == "nod (node) heard workload: ping"
+    assert value["reply"] == "@bob nod (node) heard workload: nod ping"
     assert value["state"]["mode"] == "stdio" and value["state"]["refusedLines"] == 0
     ledger = ledger_of(spec, outcome)
     by_nod = [e.parts for e in ledger.events(RouterMessageCommitted) if e.sender_id == "agent:nod"]
-    assert ["hello bob, nod here (node)"] in by_nod and ["nod was told: wave"] in by_nod
-    assert ["nod (node) heard bob: hi node"] in by_nod
+    assert by_nod == [
+        ["@bob nod (node) heard workload: nod ping"],
+        ["nod was told: wave"],
+        ["@bob nod (node) heard bob: nod hi"],
+    ]
     assert "nod" in {e.agent for e in ledger.events(AgentRuntimeCompleted)}
 
 
@@ -88,9 +93,7 @@ async def test_a_program_that_never_connects_fails_the_readiness_gate_naming_the
 
     spec = RunSpec.define(
         id="acme.byo-silent/v1",
-        agents={
-            "mute": program(("python", "-c", "import time; time.sleep(60)"), ready_timeout_s=3)
-        },
+        agents={"mute": byo(("python", "-c", "import time; time.sleep(60)"), ready_timeout_s=3)},
         execute=execute,
     )
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
@@ -134,7 +137,7 @@ async def test_a_program_that_crashes_after_dispatch_is_termination_evidence(
 
     spec = RunSpec.define(
         id="acme.byo-crash/v1",
-        agents={"crash": program(("python", "crash.py"), files={"crash.py": CRASHER})},
+        agents={"crash": byo(("python", "crash.py"), files={"crash.py": CRASHER})},
         execute=execute,
     )
     outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)

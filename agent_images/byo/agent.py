@@ -1,10 +1,10 @@
-"""The launcher of a ``program`` agent: the researcher's program as its child, in the sandbox.
+"""The launcher of a ``byo`` agent: the researcher's program as its child, in the sandbox.
 
 It checks the declared packages, serves the model relay on loopback when the program was granted
 a model (``OPENAI_BASE_URL`` and ``ANTHROPIC_BASE_URL`` point at it; both keys are the agent's
 own gateway token; every call names the granted model), starts the program, serves the owner
 handle (``state``, ``instruct`` in stdio mode, ``stop``) and, in stdio mode, is the agent's router
-session (``agent_images.program.stdio``). A stop (SIGTERM or the owner's) reaches the program as
+session (``agent_images.byo.stdio``). A stop (SIGTERM or the owner's) reaches the program as
 a ``stop`` line and the end of its stdin (stdio) or as SIGTERM (client).
 
 Exit codes: the program's own (128 + N when a signal N ended it; 0 when it ended on the stop it
@@ -26,27 +26,27 @@ from typing import Any
 import anyio
 from anyio.abc import Process, SocketAttribute, SocketListener, TaskGroup
 
+from agent_images.byo import stdio
 from agent_images.model_relay import ANTHROPIC_MESSAGES, OPENAI_COMPLETIONS, ModelRelay
-from agent_images.program import stdio
 from agent_images.router_session import connect_router, run_agent, say, stop_on_signal
 from society_sandbox.boot import BootConfig, BootError, Secrets
 from society_sandbox.owner_api import OwnerApiServer, OwnerHandlers, OwnerRefusal
 from society_sandbox.packages import unmet
+from society_sandbox.runtimes.byo import (
+    BYO_CONFIG_FILE,
+    PYTHON_NAMES,
+    BYOSettings,
+    InstructionFrame,
+    StopFrame,
+)
 from society_sandbox.runtimes.llm import (
     GATEWAY_SOCKET_VARIABLE,
     GATEWAY_TOKEN_CREDENTIAL,
     GATEWAY_URL_VARIABLE,
     MODEL_VARIABLE,
 )
-from society_sandbox.runtimes.program import (
-    PROGRAM_CONFIG_FILE,
-    PYTHON_NAMES,
-    InstructionFrame,
-    ProgramSettings,
-    StopFrame,
-)
 
-PROGRAM = "program"
+PROGRAM = "byo"
 REFUSAL_WAIT_S = 30.0
 """How long a launcher whose program cannot start waits for the controller to ask it why."""
 STOP_GRACE_S = 3.0
@@ -75,10 +75,10 @@ def program_argv(command: tuple[str, ...]) -> list[str]:
     return [sys.executable if head in PYTHON_NAMES else head, *rest]
 
 
-class ProgramLauncher:
+class BYOLauncher:
     """One program's life in the sandbox."""
 
-    def __init__(self, config: BootConfig, secrets: Secrets, settings: ProgramSettings) -> None:
+    def __init__(self, config: BootConfig, secrets: Secrets, settings: BYOSettings) -> None:
         self.config = config
         self.secrets = secrets
         self.settings = settings
@@ -261,7 +261,7 @@ async def refuse_to_start(
         tasks.cancel_scope.cancel()
 
 
-async def run(config: BootConfig, settings: ProgramSettings) -> int:
+async def run(config: BootConfig, settings: BYOSettings) -> int:
     secrets = Secrets.read(config.secrets_file)
     listener = await SocketListener.from_socket(config.bridge_socket())
     missing = unmet(settings.packages)
@@ -271,16 +271,16 @@ async def run(config: BootConfig, settings: ProgramSettings) -> int:
         detail = (
             f"program: it needs {shown}, which the agents' Python ({sys.executable}) lacks: "
             f"install it there (`{sys.executable} -m pip install {wanted}`), or drop it from "
-            "program(..., packages=...)"
+            "byo(..., packages=...)"
         )
         say(PROGRAM, detail)
         await refuse_to_start(listener, secrets, "package-missing", detail)
         return 2
-    return await ProgramLauncher(config, secrets, settings).live(listener)
+    return await BYOLauncher(config, secrets, settings).live(listener)
 
 
 def start(config: BootConfig, workdir: Path) -> int:
-    settings = ProgramSettings.model_validate_json((workdir / PROGRAM_CONFIG_FILE).read_bytes())
+    settings = BYOSettings.model_validate_json((workdir / BYO_CONFIG_FILE).read_bytes())
     return anyio.run(run, config, settings)
 
 

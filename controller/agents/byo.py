@@ -1,8 +1,8 @@
-"""The ``program`` runtime, controller side: any agent program a researcher brings, as data.
+"""The ``byo`` runtime, controller side: any agent program a researcher brings, as data.
 
 The program (``command``, an argv) runs in the agent's sandbox behind a launcher
-(``agent_images.program``) that serves its owner handle and, in ``stdio`` mode, is its router
-session (``society_sandbox.runtimes.program`` holds the frames). Granted a model (``provider``),
+(``agent_images.byo``) that serves its owner handle and, in ``stdio`` mode, is its router
+session (``society_sandbox.runtimes.byo`` holds the frames). Granted a model (``provider``),
 it reaches the run's model gateway through a loopback relay the launcher serves, with the
 variables stock SDKs read (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL`` and their keys, the
 agent's own gateway token); every call is metered and budgeted as an ``llm`` agent's. Every
@@ -32,22 +32,22 @@ from controller.modelgateway.config import ProviderConfig, named_provider
 from controller.modelgateway.events import model_gateway_catalog
 from controller.modelgateway.service import MODEL_SERVICE
 from ledger.events import EventCatalog
+from society_sandbox.runtimes.byo import (
+    BYO_CONFIG_FILE,
+    MAX_ARG_CHARS,
+    MAX_ARGS,
+    BYOSettings,
+)
 from society_sandbox.runtimes.llm import (
     GATEWAY_SOCKET_VARIABLE,
     GATEWAY_URL_VARIABLE,
     MODEL_VARIABLE,
 )
-from society_sandbox.runtimes.program import (
-    MAX_ARG_CHARS,
-    MAX_ARGS,
-    PROGRAM_CONFIG_FILE,
-    ProgramSettings,
-)
 
-PROGRAM_IMAGE = "society/python:dev"
+BYO_IMAGE = "society/python:dev"
 """The project's Python image; cluster profiles need it pinned by digest."""
-PROGRAM_COMMAND = ("python", "-m", "agent_images.program")
-PROGRAM_RESOURCES = Resources(cpu=0.1, memory_mib=128, memory_limit_mib=4096)
+BYO_COMMAND = ("python", "-m", "agent_images.byo")
+BYO_RESOURCES = Resources(cpu=0.1, memory_mib=128, memory_limit_mib=4096)
 """A stock SDK or a Node program maps more address space than the Python runtimes need."""
 RUNTIME_PREFIXES = ("OPENAI_", "ANTHROPIC_", "MODEL_")
 """Variables the runtime sets itself (the model relay, the gateway's grant)."""
@@ -57,7 +57,7 @@ MAX_VALUE_CHARS = 32 * 1024
 MAX_ARGV_CHARS = 64 * 1024
 
 
-class ProgramOwner(BridgeOwner):
+class BYOOwner(BridgeOwner):
     """A program agent's owner handle: ``state()``, ``instruct(text)`` (stdio mode), ``stop()``."""
 
     async def instruct(self, text: str) -> None:
@@ -71,10 +71,10 @@ class ProgramOwner(BridgeOwner):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class ProgramRuntime(RuntimeDescriptor):
+class BYORuntime(RuntimeDescriptor):
     """Any agent program: ``program`` runs in the sandbox behind the launcher."""
 
-    runtime: ClassVar[str] = "program"
+    runtime: ClassVar[str] = "byo"
 
     program: tuple[str, ...]
     """The program's argv (``("python", "agent.py")``, ``("node", "agent.mjs")``)."""
@@ -83,9 +83,9 @@ class ProgramRuntime(RuntimeDescriptor):
     """The granted model's provider; ``None`` with ``model_granted``: the run's local model."""
     model_granted: bool = False
     token_budget: int | None = None
-    image: str = PROGRAM_IMAGE
-    command: tuple[str, ...] = PROGRAM_COMMAND
-    resources: Resources = PROGRAM_RESOURCES
+    image: str = BYO_IMAGE
+    command: tuple[str, ...] = BYO_COMMAND
+    resources: Resources = BYO_RESOURCES
     term_grace_s: float = 5.0
     events: EventCatalog = field(default_factory=lambda: model_gateway_catalog)
 
@@ -108,12 +108,8 @@ class ProgramRuntime(RuntimeDescriptor):
     def model_token_budget(self) -> int | None:
         return self.token_budget
 
-    def attach(
-        self, access: SandboxAccess
-    ) -> AbstractAsyncContextManager[Attachment[ProgramOwner]]:
-        return attach_bridge(
-            access, ProgramOwner, runtime="program", timeout_s=self.ready_timeout_s
-        )
+    def attach(self, access: SandboxAccess) -> AbstractAsyncContextManager[Attachment[BYOOwner]]:
+        return attach_bridge(access, BYOOwner, runtime="byo", timeout_s=self.ready_timeout_s)
 
     async def stop(self, owner: Any) -> None:
         try:
@@ -132,7 +128,7 @@ def check_program_environment(environment: Mapping[str, str]) -> None:
                 f"environment variable {name} is set by the program runtime itself (the model "
                 "relay's address and the agent's own gateway token)",
                 reason="reserved-variable",
-                next_step="grant the model with program(..., provider='local') instead",
+                next_step="grant the model with byo(..., provider='local') instead",
             )
         if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
             raise RuntimeDescriptorError(
@@ -177,7 +173,7 @@ def check_argv(argv: object) -> None:
 
 
 @checked_options
-def program(
+def byo(
     command: tuple[str, ...],
     *,
     mode: Literal["client", "stdio"] = "client",
@@ -187,12 +183,12 @@ def program(
     provider: str | ProviderConfig | None = None,
     model: str | None = None,
     token_budget: int | None = 20_000,
-    image: str = PROGRAM_IMAGE,
+    image: str = BYO_IMAGE,
     resources: Resources | None = None,
     harvest: Harvest | None = None,
     ready_timeout_s: float = 60.0,
     term_grace_s: float = 5.0,
-) -> ProgramRuntime:
+) -> BYORuntime:
     """An agent that is ``command`` run in its working directory, which holds ``files``.
 
     ``mode``: ``"client"``, the program connects to the router with
@@ -204,26 +200,26 @@ def program(
     check_argv(command)
     check_mode(mode)
     given = {path: _content(path, content) for path, content in (files or {}).items()}
-    if PROGRAM_CONFIG_FILE in given:
+    if BYO_CONFIG_FILE in given:
         raise RuntimeDescriptorError(
-            f"{PROGRAM_CONFIG_FILE} is written from program()'s arguments", reason="bad-path"
+            f"{BYO_CONFIG_FILE} is written from byo()'s arguments", reason="bad-path"
         )
     packages = check_packages(packages)
     granted = provider is not None
     chosen = _provider(provider, model) if granted else None
-    settings = ProgramSettings(command=command, mode=mode, packages=packages, model=granted)
-    written = {PROGRAM_CONFIG_FILE: settings.model_dump_json(indent=2).encode()}
-    return ProgramRuntime(
+    settings = BYOSettings(command=command, mode=mode, packages=packages, model=granted)
+    written = {BYO_CONFIG_FILE: settings.model_dump_json(indent=2).encode()}
+    return BYORuntime(
         program=command,
         mode=mode,
         provider=chosen,
         model_granted=granted,
         token_budget=token_budget if granted else None,
         image=image,
-        resources=resources or PROGRAM_RESOURCES,
+        resources=resources or BYO_RESOURCES,
         environment=dict(environment or {}),
         files={**given, **written},
-        harvest=harvest or Harvest(files=(*sorted(given), PROGRAM_CONFIG_FILE)),
+        harvest=harvest or Harvest(files=(*sorted(given), BYO_CONFIG_FILE)),
         ready_timeout_s=ready_timeout_s,
         term_grace_s=term_grace_s,
         packages=packages,
@@ -260,4 +256,4 @@ def _content(path: str, content: str | bytes | Path) -> bytes:
     return content.encode() if isinstance(content, str) else content
 
 
-__all__ = ["ProgramOwner", "ProgramRuntime", "program"]
+__all__ = ["BYOOwner", "BYORuntime", "byo"]

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from agent_images.router_session import say
 from society_sandbox.network.errors import NetworkError
-from society_sandbox.runtimes.program import (
+from society_sandbox.runtimes.byo import (
     FROM_PROGRAM,
     MAX_LINE_BYTES,
     ErrorFrame,
@@ -32,7 +32,7 @@ from society_sandbox.runtimes.program import (
     ToProgram,
 )
 
-PROGRAM = "program"
+PROGRAM = "byo"
 
 
 @dataclass(eq=False)

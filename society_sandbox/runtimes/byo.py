@@ -1,7 +1,7 @@
-"""The ``program`` runtime's contract, as data: its settings and the stdio mode's frames.
+"""The ``byo`` runtime's contract, as data: its settings and the stdio mode's frames.
 
-A ``program`` agent is any program a researcher already has (a Python script on the stock
-``openai`` SDK, a Node program), started in its sandbox by a launcher (``agent_images.program``).
+A ``byo`` agent is any program a researcher already has (a Python script on the stock
+``openai`` SDK, a Node program), started in its sandbox by a launcher (``agent_images.byo``).
 In ``client`` mode the program connects to the router itself with the wall package's client; in
 ``stdio`` mode the launcher is the agent's router session and the program speaks JSON lines: one
 ``ToProgram`` frame per line on its stdin, one ``FromProgram`` frame per line on its stdout.
@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-PROGRAM_CONFIG_FILE = "program.json"
+BYO_CONFIG_FILE = "byo.json"
 """Where the descriptor writes the program's settings, relative to its working directory."""
 MAX_ARGS = 64
 MAX_ARG_CHARS = 4096
@@ -29,8 +29,8 @@ PYTHON_NAMES = ("python", "python3")
 Mode = Literal["client", "stdio"]
 
 
-class ProgramSettings(BaseModel):
-    """The descriptor's choices, as the launcher reads them from ``program.json``."""
+class BYOSettings(BaseModel):
+    """The descriptor's choices, as the launcher reads them from ``byo.json``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -146,16 +146,16 @@ FROM_PROGRAM: TypeAdapter[SendRequest | OpenRequest] = TypeAdapter(FromProgram)
 
 
 __all__ = [
+    "BYO_CONFIG_FILE",
     "FROM_PROGRAM",
     "MODEL_ENVIRONMENT",
-    "PROGRAM_CONFIG_FILE",
+    "BYOSettings",
     "ErrorFrame",
     "HelloFrame",
     "InstructionFrame",
     "MessageFrame",
     "OpenRequest",
     "OpenedFrame",
-    "ProgramSettings",
     "SendRequest",
     "SentFrame",
     "StopFrame",

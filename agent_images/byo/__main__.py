@@ -1,0 +1,3 @@
+from agent_images.byo.agent import main
+
+main()

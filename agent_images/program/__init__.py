@@ -1,1 +1,0 @@
-"""The ``program`` runtime's launcher: any agent program, behind the owner handle and the relay."""

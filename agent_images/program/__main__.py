@@ -1,3 +1,0 @@
-from agent_images.program.agent import main
-
-main()
