@@ -487,7 +487,7 @@ async def connect_agent(
 def connect_sandbox_agent() -> AbstractAsyncContextManager[AgentSession]:
     """This sandbox's agent session: ``connect_agent`` with what the sandbox's boot contract gives
     (``SOCIETY_*`` variables, the router token in the secrets file). What an agent program that
-    brings its own code (``program(...)``) calls: ``async with connect_sandbox_agent() as s:``."""
+    brings its own code (``byo(...)``) calls: ``async with connect_sandbox_agent() as s:``."""
     from society_sandbox.boot import BootConfig, Secrets
 
     config = BootConfig.from_environment()
