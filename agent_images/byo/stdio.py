@@ -122,6 +122,8 @@ async def relay_requests(channel: StdioChannel, session: Any, stdout: ByteReceiv
                 await _send(channel, session, request, conversations)
         except NetworkError as exc:
             await _refuse(channel, request.id, exc.reason, exc.detail)
+        except ValidationError as exc:  # a name the wire protocol does not allow
+            await _refuse(channel, request.id, "malformed-frame", _first_error(exc))
 
 
 async def _send(

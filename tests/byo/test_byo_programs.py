@@ -3,6 +3,7 @@ launcher; a program that never connects fails the readiness gate; a crash is evi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +149,65 @@ async def test_a_program_that_crashes_after_dispatch_is_termination_evidence(
     assert [(e.exit_code, e.phase, e.detail) for e in failed] == [
         (3, "program", "the program exited with 3")
     ]
+
+
+UNRULY = r"""
+import json, sys
+
+def out(frame):
+    print(json.dumps(frame) if isinstance(frame, dict) else frame, flush=True)
+
+for line in sys.stdin:
+    frame = json.loads(line)
+    if frame["type"] == "hello":
+        out("not json at all")
+        out({"type": "shout", "text": "x"})
+        out({"type": "send", "text": "nobody to send to", "id": "s0"})
+        out({"type": "send", "to": ["no one"], "text": "x", "id": "s1"})
+        out({"type": "open", "to": ["ghost"], "id": "o1"})
+        out({"type": "send", "to": ["bob"], "text": "still here", "id": "s2"})
+    elif frame["type"] in ("sent", "error"):
+        print(json.dumps(frame), file=sys.stderr, flush=True)
+    elif frame["type"] == "stop":
+        break
+"""
+
+
+async def test_a_stdio_program_s_bad_lines_are_refused_one_by_one_and_it_keeps_speaking(
+    artifact_root: Path,
+) -> None:
+    async def execute(ctx: RunContext) -> dict[str, Any]:
+        owner = ctx.agents.owner("rude", BYOOwner)
+        with anyio.fail_after(30):
+            while (state := await owner.state())["sent"] < 1:  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+        return state
+
+    spec = RunSpec.define(
+        id="acme.byo-unruly/v1",
+        agents={
+            "rude": byo(("python", "rude.py"), mode="stdio", files={"rude.py": UNRULY}),
+            "bob": scripted(),
+        },
+        execute=execute,
+    )
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    assert outcome.exit.value["sent"] == 1 and outcome.exit.value["refusedLines"] == 5
+    ledger = ledger_of(spec, outcome)
+    by_rude = [
+        e.parts for e in ledger.events(RouterMessageCommitted) if e.sender_id == "agent:rude"
+    ]
+    assert by_rude == [["still here"]]
+    log = (
+        Path(outcome.receipt.ledger_dir).parents[1] / "artifacts/rude/logs/output.log"
+    ).read_text()
+    refusals = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert [(r.get("id"), r["reason"]) for r in refusals if r["type"] == "error"] == [
+        (None, "malformed-frame"),
+        (None, "malformed-frame"),
+        ("s0", "bad-frame"),
+        ("s1", "malformed-frame"),
+        ("o1", "unknown-participant"),
+    ]
+    assert [r["id"] for r in refusals if r["type"] == "sent"] == ["s2"]
