@@ -146,3 +146,61 @@ async def test_a_stock_anthropic_sdk_program_is_refused_past_its_budget_with_usa
     reached = list(ledger.events(AgentModelBudgetReached))
     assert [r.agent for r in reached] == ["cleo"]
     assert sum(u.prompt_tokens + u.completion_tokens for u in usage) <= 240
+
+
+STREAMING_AGENT = """
+import anyio
+from openai import OpenAI
+from society_sandbox.network.client import connect_sandbox_agent
+
+client = OpenAI()
+
+
+def streamed(text: str) -> str:
+    chunks = client.chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": text}],
+        max_tokens=16,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    parts, usage = [], None
+    for chunk in chunks:
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+        usage = chunk.usage or usage
+    return f"{len(parts)} chunk(s), {usage.completion_tokens} tokens: {''.join(parts)}"
+
+
+async def main() -> None:
+    async with connect_sandbox_agent() as session:
+        async for delivery in session.deliveries():
+            said = await anyio.to_thread.run_sync(streamed, delivery.text)
+            await session.send(delivery.conversation_id, said)
+
+
+anyio.run(main)
+"""
+
+
+async def test_a_streamed_openai_sdk_call_is_answered_as_server_sent_events_and_metered(
+    artifact_root: Path,
+) -> None:
+    async def execute(ctx: RunContext) -> list[str]:
+        return await ask(ctx, "sam", ["Say hello."])
+
+    spec = RunSpec.define(
+        id="acme.byo-stream/v1",
+        agents={
+            "sam": byo(
+                ("python", "agent.py"), files={"agent.py": STREAMING_AGENT}, provider="local"
+            )
+        },
+        execute=execute,
+    )
+    outcome = await Run.execute(spec, platform=LocalPlatform(), artifact_root=artifact_root)
+    assert isinstance(outcome, ProgramFinished) and isinstance(outcome.exit, Success), outcome
+    (reply,) = outcome.exit.value
+    (usage,) = ledger_of(spec, outcome).events(AgentModelUsage)
+    assert usage.agent == "sam"
+    assert reply.startswith(f"1 chunk(s), {usage.completion_tokens} tokens: "), reply
