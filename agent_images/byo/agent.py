@@ -167,6 +167,11 @@ class BYOLauncher:
             tasks.start_soon(stdio.relay_requests, channel, session, process.stdout)
         tasks.start_soon(self._stop_when_asked, process)
         returncode = await process.wait()
+        if returncode == -signal.SIGTERM and not self.stopping.is_set():
+            # the platform signals every process of the sandbox: the launcher's own SIGTERM may
+            # be handled just after the program ended of it
+            with anyio.move_on_after(0.5):
+                await self.stopping.wait()
         if returncode < 0:
             if self.stopping.is_set() and -returncode in (signal.SIGTERM, signal.SIGKILL):
                 code = 0
