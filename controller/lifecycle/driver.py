@@ -74,9 +74,6 @@ class RunReport:
     value_note: str | None = None
 
     def line(self) -> dict[str, Any]:
-        kept = {"value": self.value} if self.value is not None else {}
-        if self.value_note is not None:
-            kept["valueNote"] = self.value_note
         return {
             "outcome": self.outcome,
             "exit": self.exit,
@@ -87,7 +84,8 @@ class RunReport:
             "publicKey": self.public_key,
             "usage": self.usage,
             "headDigest": self.head_digest,
-            **kept,
+            "value": self.value,
+            "valueNote": self.value_note,
         }
 
     @classmethod

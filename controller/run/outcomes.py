@@ -23,8 +23,8 @@ class Success:
     (``None`` with ``note`` saying why when it cannot be kept)."""
 
     value: Any = None
-    kept: Any = None
-    note: str | None = None
+    kept: Any = field(default=None, compare=False)
+    note: str | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, value: Any) -> Success:

@@ -85,7 +85,7 @@ def test_a_hostile_module_reaches_neither_the_key_nor_the_ledger_writer(
         "ledger.append": "refused: member-not-exported",
         "handle 999999": "refused: unknown-handle",
     }
-    assert hunt["coreEmit"] == "refused: unknown-tag"
+    assert hunt["coreEmit"] == "refused: undeclared-event"
     if sandbox == "sandboxed":  # unsandboxed, it is the operator's own process: see security.md
         assert hunt["keyAtImport"] == "refused: FileNotFoundError"
         assert hunt["keyInProgram"] == "refused: FileNotFoundError"

@@ -75,7 +75,7 @@ def test_a_returned_dict_is_in_the_result_line_result_json_and_the_ledger(tmp_pa
     line, module = _run(tmp_path, repr(returned))
     assert line["exit"] == "success"
     assert line["value"] == returned
-    assert "valueNote" not in line
+    assert line["valueNote"] is None
     on_disk = json.loads((tmp_path / "artifacts" / line["runId"] / "result.json").read_text())
     assert on_disk["value"] == returned
     event = _succeeded(module, line)
@@ -91,7 +91,7 @@ def test_a_tuple_is_kept_as_a_list_and_nothing_returned_is_no_value(tmp_path: Pa
     line, _ = _run(tmp_path, "('ann', 2)")
     assert line["value"] == ["ann", 2]
     line, module = _run(tmp_path, "None")
-    assert "value" not in line and "valueNote" not in line
+    assert line["value"] is None and line["valueNote"] is None
     assert _succeeded(module, line).value is None
 
 
@@ -100,7 +100,7 @@ def test_a_value_that_is_not_json_gets_a_typed_note_and_the_run_still_succeeds(
 ) -> None:
     line, module = _run(tmp_path, "{'when': __import__('datetime').date(2026, 12, 7)}")
     assert line["exit"] == "success"
-    assert "value" not in line
+    assert line["value"] is None
     assert line["valueNote"].startswith("value-not-json: the program returned a dict (")
     event = _succeeded(module, line)
     assert event.value is None and event.value_note == line["valueNote"]
@@ -108,7 +108,7 @@ def test_a_value_that_is_not_json_gets_a_typed_note_and_the_run_still_succeeds(
 
 def test_a_value_over_the_cap_is_not_kept_and_says_how_large_it_was(tmp_path: Path) -> None:
     line, module = _run(tmp_path, f"'x' * {MAX_KEPT_VALUE_BYTES + 1}")
-    assert "value" not in line
+    assert line["value"] is None
     size = MAX_KEPT_VALUE_BYTES + 3  # the string and its two quotes
     assert line["valueNote"].startswith(f"value-too-large: the program's value is {size:,} bytes")
     assert _succeeded(module, line).value is None
