@@ -79,6 +79,11 @@ TOOLS_DIR = _V(
     "where `scripts/build-tools.sh` put helm, tofu, tflint and kubeconform (default "
     "`~/.cache/society-runner/tools`)",
 )
+TEMPORAL_IDLE = _V(
+    "SOCIETY_TEMPORAL_IDLE_S",
+    "seconds the local Temporal dev server outlives its last run (default 300; 0: it stops with "
+    "the run)",
+)
 LOCAL_MODEL_THREADS = _V(
     "SOCIETY_LOCAL_MODEL_THREADS", "the local model's decoding threads (default: half the cores)"
 )

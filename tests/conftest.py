@@ -15,6 +15,10 @@ settings.load_profile("society")
 # fails at once, naming the install command (scripts/test.sh installs both beforehand).
 os.environ.setdefault("SOCIETY_NO_INSTALL", "1")
 
+# A test's runs share their artifact root's Temporal dev server as a user's do; it stops 20 s
+# after the last of them (a user's waits 300 s), so the many roots of a session never pile up.
+os.environ.setdefault("SOCIETY_TEMPORAL_IDLE_S", "20")
+
 # Under `--dist loadscope` (scripts/test.sh) a scope is a folder unit of tests/work_units.py;
 # the kind clusters' unit is collected first, so the longest unit starts at once.
 

@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         replay_command,
         run_commands,
         suite_commands,
+        temporal_command,
         view_commands,
     )
 
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     view_commands.add_commands(commands)
     profile_commands.add_commands(commands)
     cluster_commands.add_commands(commands)
+    temporal_command.add_commands(commands)
     return parser
 
 

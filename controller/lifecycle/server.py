@@ -4,8 +4,13 @@ The local dev server is shared by every live ``society run`` on one artifact roo
 lives in ``<root>/.temporal/``: ``server.json`` (pid, address, UI URL) so another terminal can
 find it, one lease file per live run (``leases/<run id>``, holding the run's controller pid),
 and a lock file that serializes starting, leasing and stopping. The first run starts the server
-in its own session (so a terminal's Ctrl-C reaches the run, not the server); the last run to
-release its lease stops it; a ``society`` start stops one whose leases all belong to dead pids.
+in its own session (so a terminal's Ctrl-C reaches the run, not the server). The server outlives
+its last run for ``SOCIETY_TEMPORAL_IDLE_S`` (300 s by default; 0 stops it with the run): the
+last run to release its lease writes ``idle-since`` and starts a detached watcher that stops the
+server once it has been idle that long, so no run waits for a server to start again or to stop.
+A ``society`` start stops a server whose leases all belong to dead pids and that no run left
+idle (its controller was killed), or whose idle time is over; ``society temporal stop`` stops
+an idle one at once.
 
 The dev server authenticates no client (its ``start-dev`` has no TLS options), so the state
 directory is its owner's only (0700, ``server.json`` 0600) and each run's worker refuses what its
@@ -25,6 +30,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -41,7 +47,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 
 from controller.errors import LifecycleError
 from controller.run.artifact_root import check_private
-from controller.settings import current
+from controller.settings import TEMPORAL_IDLE, current
 
 ADDRESS_ENV = "TEMPORAL_ADDRESS"
 NAMESPACE_ENV = "TEMPORAL_NAMESPACE"
@@ -59,6 +65,10 @@ DEV_SERVER_CONFIG = (
 )
 """A run's first workflow task and its activities go straight back to the worker that asked,
 so another poller of the run's task queue rarely sees them (it could never act on them)."""
+
+DEFAULT_IDLE_S = 300.0
+"""How long the dev server outlives its last run (``SOCIETY_TEMPORAL_IDLE_S``)."""
+IDLE_FILE = "idle-since"
 
 SERVER_START_TIMEOUT_S = 60.0
 PORT_ATTEMPTS = 3
@@ -210,34 +220,72 @@ class DevServer:
             self.leases.mkdir(mode=STATE_DIRECTORY_MODE, exist_ok=True)
             self._check_directory()
             _write_private(self.leases / run_id, str(os.getpid()).encode())
+            (self.directory / IDLE_FILE).unlink(missing_ok=True)
             return endpoint
 
     async def release(self, run_id: str) -> None:
-        """Drop ``run_id``'s lease; stop the server if no live run holds one."""
+        """Drop ``run_id``'s lease. The last live run leaves the server idle (a detached watcher
+        stops it after the idle period), or stops it where the idle period is 0."""
         async with self._locked():
             (self.leases / run_id).unlink(missing_ok=True)
-            self._stop_if_unleased()
+            if self._live_leases() or self._read_state() is None:
+                return
+            idle_s = idle_seconds()
+            if idle_s <= 0:
+                self._stop()
+                return
+            _write_private(self.directory / IDLE_FILE, repr(time.time()).encode())
+            _spawn_detached(
+                [sys.executable, "-m", "controller.lifecycle.server", str(self.directory.parent),
+                 repr(idle_s)],
+                self.log_file,
+            )  # fmt: skip
 
-    async def reap(self) -> None:
-        """Forget leases of dead controllers, and stop a server nobody live holds."""
+    async def reap(self, *, idle: bool = False, idle_s: float | None = None) -> list[str]:
+        """Forget leases of dead controllers, and stop a server nobody live holds that no run
+        left idle, or whose idle period (``idle_s``, else the setting) is over (``idle``: at
+        once); the runs holding it."""
         if not self.directory.exists():
-            return
+            return []
         async with self._locked():
-            self._stop_if_unleased()
+            live = self._live_leases()
+            if not live and (idle or self._idle_over(idle_s)):
+                self._stop()
+            return live
 
-    def _stop_if_unleased(self) -> None:
-        live = 0
+    def live_runs(self) -> list[str]:
+        """The runs whose controllers hold the server now (read only)."""
+        runs = []
+        for lease in self.leases.glob("sr-*") if self.leases.exists() else ():
+            try:
+                pid = int(_read_private(lease))
+            except (OSError, ValueError):
+                continue
+            if pid_alive(pid):
+                runs.append(lease.name)
+        return sorted(runs)
+
+    def _idle_over(self, idle_s: float | None) -> bool:
+        """No run left the server idle (its last controller died), or it has been idle long."""
+        try:
+            since = float(_read_private(self.directory / IDLE_FILE))
+        except (OSError, ValueError):
+            return True
+        return time.time() - since >= (idle_seconds() if idle_s is None else idle_s)
+
+    def _live_leases(self) -> list[str]:
+        """The runs whose controllers still live; dead ones' leases are removed."""
+        live = []
         for lease in self.leases.glob("sr-*") if self.leases.exists() else ():
             try:
                 pid = int(_read_private(lease))
             except (OSError, ValueError):
                 pid = 0
             if pid_alive(pid):
-                live += 1
+                live.append(lease.name)
             else:
                 lease.unlink(missing_ok=True)
-        if live == 0:
-            self._stop()
+        return sorted(live)
 
     def _stop(self) -> None:
         state = self._read_state()
@@ -248,6 +296,7 @@ class DevServer:
             assert isinstance(pid, int)
             _terminate(pid)
         self.state_file.unlink(missing_ok=True)
+        (self.directory / IDLE_FILE).unlink(missing_ok=True)
 
     async def _start(self) -> TemporalEndpoint:
         binary = find_temporal_binary()
@@ -350,6 +399,24 @@ class DevServer:
                 yield
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def idle_seconds() -> float:
+    """``SOCIETY_TEMPORAL_IDLE_S``: how long the dev server outlives its last run."""
+    value = current().get(TEMPORAL_IDLE.name)
+    if value is None or value == "":
+        return DEFAULT_IDLE_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise TemporalUnavailable(
+            f"{TEMPORAL_IDLE.name}={value!r} is not a number of seconds",
+            reason="bad-idle-period",
+            next_step=f"set it to 0 (stop with the last run) or more, e.g. {DEFAULT_IDLE_S:g}",
+        )
+    return seconds
 
 
 async def wait_serving(
@@ -470,3 +537,16 @@ def _tail(path: Path, lines: int = 5) -> str:
             text = log.read().decode("utf-8", errors="replace")
         return " | ".join(text.splitlines()[-lines:])
     return "(no log)"
+
+
+async def _stop_when_idle(artifact_root: Path, idle_s: float) -> None:
+    """The watcher a run's release starts: after ``idle_s``, stop the server if still idle."""
+    await anyio.sleep(idle_s)
+    await DevServer(artifact_root).reap(idle_s=idle_s)
+
+
+if __name__ == "__main__":  # python -m controller.lifecycle.server ROOT IDLE_S (detached)
+    from controller.settings import Settings, installed
+
+    with installed(Settings.read()):
+        anyio.run(_stop_when_idle, Path(sys.argv[1]), float(sys.argv[2]))

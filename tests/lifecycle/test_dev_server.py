@@ -8,13 +8,21 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
 import pytest
 from lifecycle_support import wait_until
 
-from controller.lifecycle.server import DevServer, connect, find_temporal_binary
+from controller.lifecycle.server import (
+    DevServer,
+    TemporalUnavailable,
+    connect,
+    find_temporal_binary,
+    idle_seconds,
+)
+from controller.settings import TEMPORAL_IDLE, Settings, installed
 
 RUN_A = "sr-" + "a" * 32
 RUN_B = "sr-" + "b" * 32
@@ -37,9 +45,14 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
 
 
-def test_live_runs_share_one_dev_server_and_the_last_to_finish_stops_it(tmp_path: Path) -> None:
+def test_live_runs_share_one_dev_server_and_with_no_idle_period_the_last_stops_it(
+    tmp_path: Path,
+) -> None:
     async def scenario() -> None:
-        server = DevServer(tmp_path)
+        with installed(Settings.read().overlay({TEMPORAL_IDLE.name: "0"})):
+            await shared(DevServer(tmp_path))
+
+    async def shared(server: DevServer) -> None:
         first = await server.acquire(RUN_A)
         assert first.dev_server_pid is not None and first.ui_url is not None
         state = json.loads(server.state_file.read_text())
@@ -117,3 +130,72 @@ def test_a_port_taken_before_the_server_binds_it_makes_the_server_start_again(
 
         anyio.run(scenario)
     assert b"address already in use" in (tmp_path / ".temporal" / "server.log").read_bytes()
+
+
+def test_the_dev_server_outlives_its_last_run_for_the_idle_period_then_stops(
+    tmp_path: Path,
+) -> None:
+    """With an idle period the next run finds the server ready and no run waits for it to
+    stop; a watcher the last release started stops it once the period is over."""
+
+    async def scenario() -> int:
+        with installed(Settings.read().overlay({TEMPORAL_IDLE.name: "3"})):
+            server = DevServer(tmp_path)
+            first = await server.acquire(RUN_A)
+            started = time.monotonic()
+            await server.release(RUN_A)
+            assert time.monotonic() - started < 1, "the release waited for the server"
+            assert first.dev_server_pid is not None and _alive(first.dev_server_pid)
+            await DevServer(tmp_path).reap()  # a `society` start keeps an idle server
+            again = await DevServer(tmp_path).acquire(RUN_B)
+            assert again == first, "the next run joined the idle server"
+            assert not (server.directory / "idle-since").exists()
+            await server.release(RUN_B)
+            return first.dev_server_pid
+
+    pid = anyio.run(scenario)
+    assert _alive(pid)
+    assert wait_until(lambda: not _alive(pid), 30), "the watcher stopped it after 3 s idle"
+    assert not (tmp_path / ".temporal" / "server.json").exists()
+
+
+def test_society_temporal_stop_stops_an_idle_server_and_refuses_while_a_run_holds_it(
+    tmp_path: Path,
+) -> None:
+    society = [sys.executable, "-c", "import sys; from controller.cli import main; main()"]
+
+    def temporal(action: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*society, "temporal", action, "--artifacts", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    async def hold() -> int:
+        with installed(Settings.read().overlay({TEMPORAL_IDLE.name: "600"})):
+            endpoint = await DevServer(tmp_path).acquire(RUN_A)
+            assert endpoint.dev_server_pid is not None
+            held = temporal("stop")
+            assert held.returncode == 1 and json.loads(held.stdout)["liveRuns"] == [RUN_A]
+            assert f"live runs hold the dev server: {RUN_A}" in held.stderr
+            status = json.loads(temporal("status").stdout)
+            assert status["running"] and status["liveRuns"] == [RUN_A]
+            await DevServer(tmp_path).release(RUN_A)
+            return endpoint.dev_server_pid
+
+    pid = anyio.run(hold)
+    assert _alive(pid), "idle for 600 s: still serving"
+    stopped = temporal("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout) == {"stopped": True, "pid": pid, "liveRuns": []}
+    assert wait_until(lambda: not _alive(pid), 10)
+    assert json.loads(temporal("status").stdout) == {"running": False}
+
+
+def test_a_bad_idle_period_is_a_typed_error() -> None:
+    with installed(Settings.read().overlay({TEMPORAL_IDLE.name: "soon"})):
+        with pytest.raises(TemporalUnavailable) as refused:
+            idle_seconds()
+    assert refused.value.reason == "bad-idle-period"

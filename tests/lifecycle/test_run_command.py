@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RESULT_KEYS = {
-    "outcome", "exit", "runId", "ledger", "receipt", "records", "publicKey", "usage", "headDigest"
+    "outcome", "exit", "runId", "ledger", "receipt", "records", "publicKey", "usage", "headDigest",
+    "value", "valueNote",
 }  # fmt: skip
 
 
@@ -206,7 +207,12 @@ def test_status_and_cancel_act_on_a_live_run_from_another_process(
 
     finished = society("status", run_id, "--artifacts", society.artifacts).result()
     assert finished["state"] == "finished" and finished["outcome"] == "Interrupted"
-    assert not state_file.exists(), "the last run stopped the dev server"
+    assert state_file.exists(), "the server outlives the last run for the idle period"
+    assert (state_file.parent / "idle-since").exists()
+    stopped = society("temporal", "stop", "--artifacts", society.artifacts)
+    assert stopped.process.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout_text) == {"stopped": True, "pid": server_pid, "liveRuns": []}
+    assert not state_file.exists()
     assert wait_until(lambda: not Path(f"/proc/{server_pid}").exists(), 10)
 
 
