@@ -8,7 +8,9 @@ wants the exact set: then only the catalogs of the runtimes the ledger's roster 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from pydantic_core import from_json
@@ -16,6 +18,7 @@ from pydantic_core import from_json
 from ledger import CatalogError, EventCatalog, LedgerError, ledger_catalog
 from ledger.format import MANIFEST
 from ledger.grading import catalog_of, load_module
+from ledger.terminal import terminal_safe
 
 
 def core_catalog() -> EventCatalog:
@@ -59,3 +62,40 @@ def reader_catalog(
         return EventCatalog.merge(*catalogs)
     except CatalogError as exc:
         raise LedgerError(f"{module_path}: {exc.detail}", reason="catalog-invalid") from None
+
+
+@contextlib.contextmanager
+def run_catalog(
+    module_path: Path | None, run_dir: Path | None, *, runtimes: Iterable[str] | None = None
+) -> Iterator[tuple[EventCatalog, str | None]]:
+    """``reader_catalog``, and, for a run directory read without ``--catalog``, the run's own
+    events decoded by the module it kept, in that module's sandbox (``controller.program.kept``);
+    with ``"kept module"`` when it took part. A kept module that does not load leaves its events
+    undecoded, said once on stderr."""
+    base = reader_catalog(module_path, runtimes=runtimes)
+    module = None
+    if module_path is None and run_dir is not None:
+        from controller.program.kept import kept_module
+
+        module = kept_module(run_dir)
+    if module is None:
+        yield base, None
+        return
+    from controller.errors import SocietyError
+    from controller.program.kept import kept_catalog
+
+    with contextlib.ExitStack() as stack:
+        try:
+            kept = stack.enter_context(kept_catalog(run_dir, module))  # type: ignore[arg-type]
+            merged = EventCatalog.merge(base, kept)
+        except (SocietyError, CatalogError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            print(
+                f"society ledger: the run's own events stay undecoded: its kept module "
+                f"{module.name} did not load ({terminal_safe(first)[:300]}); pass --catalog "
+                "MODULE.py to decode them",
+                file=sys.stderr,
+            )
+            yield base, None
+            return
+        yield merged, "kept module"

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic_core import from_json
 
 from controller.cli import compare_command, inspect_command
-from controller.cli.ledger_catalogs import ledger_runtimes, reader_catalog
+from controller.cli.ledger_catalogs import ledger_runtimes, reader_catalog, run_catalog
 from controller.settings import current
 from controller.stores.gcs import DEFAULT_DEADLINE_S
 from controller.viewer.message_lines import (
@@ -385,8 +385,24 @@ def _run_id_of(directory: Path) -> str:
 def verify_command(args: argparse.Namespace) -> int:
     try:
         ledger_dir, run_dir = locate_ledger(args.directory)
-        runtimes = (ledger_runtimes(ledger_dir) or []) if args.strict_catalog else None
-        catalog = reader_catalog(args.catalog, runtimes=runtimes)
+    except LedgerError as exc:
+        return _print_invalid(exc)
+    runtimes = (ledger_runtimes(ledger_dir) or []) if args.strict_catalog else None
+    try:
+        with run_catalog(args.catalog, run_dir, runtimes=runtimes) as (catalog, decoder):
+            return _verify(args, ledger_dir, run_dir, catalog, decoder)
+    except LedgerError as exc:
+        return _print_invalid(exc)
+
+
+def _verify(
+    args: argparse.Namespace,
+    ledger_dir: Path,
+    run_dir: Path | None,
+    catalog: EventCatalog,
+    decoder: str | None,
+) -> int:
+    try:
         trusted = load_trusted_key(args.trusted_key) if args.trusted_key else None
         receipt = read_receipt(args.receipt) if args.receipt else None
         verified = verify_ledger(
@@ -402,6 +418,8 @@ def verify_command(args: argparse.Namespace) -> int:
     except LedgerError as exc:
         return _print_invalid(exc)
     summary = verification_summary(verified, decoded_all=args.catalog is not None)
+    if decoder is not None:
+        summary["decodedBy"] = decoder
     if receipt is not None:
         summary["receipt"] = "matched"
     if run_dir is None:
@@ -454,20 +472,20 @@ def show_command(args: argparse.Namespace) -> int:
     style = _style(args.color)
     try:
         ledger_dir, run_dir = locate_ledger(args.directory)
-        catalog = reader_catalog(args.catalog)
         trusted = load_trusted_key(args.trusted_key) if args.trusted_key else None
+        with run_catalog(args.catalog, run_dir) as (catalog, _):
+            try:
+                verified = verify_ledger(
+                    catalog,
+                    ledger_dir,
+                    trusted_key=trusted,
+                    require_catalog=False,
+                    allow_incomplete=True,
+                )
+            except LedgerVerificationError as exc:
+                return _show_unverified(ledger_dir, exc, style, args)
     except LedgerError as exc:
         return _print_invalid(exc)
-    try:
-        verified = verify_ledger(
-            catalog,
-            ledger_dir,
-            trusted_key=trusted,
-            require_catalog=False,
-            allow_incomplete=True,
-        )
-    except LedgerVerificationError as exc:
-        return _show_unverified(ledger_dir, exc, style, args)
     rows = [envelope.to_wire() for envelope in verified.envelopes]
     manifest = verified.manifest.to_wire()
     selection = _selection(args, rows, manifest)

@@ -94,6 +94,8 @@ class Host:
         op, call_id = frame.get("op"), frame.get("id")
         if op == "parameters":
             self._parameters(call_id, frame.get("values"))
+        elif op == "check-event":
+            self._check_event(call_id, frame.get("event"), frame.get("strict") is True)
         elif op == "policy":
             self._verdicts.submit(
                 self.link.evaluate, call_id, frame.get("policy"), frame.get("delivery")
@@ -115,6 +117,17 @@ class Host:
                     tasks.start_soon(self._execute, frame.get("id"), frame.get("context"), scope)
                 elif self._program is not None and frame.get("target") == self._program[0]:
                     self._program[1].cancel()
+
+    def _check_event(self, call_id: object, wire: object, strict: bool) -> None:
+        """A reader's question: does ``wire`` match the module's own class for its tag?"""
+        try:
+            if not isinstance(wire, dict):
+                raise CodecError("an event to check is a JSON object")
+            self.spec.events.decode(wire, strict=strict)
+        except Exception as exc:
+            self.channel.reply(call_id, error=error_frame(exc))
+            return
+        self.channel.reply(call_id, value=True)
 
     def _parameters(self, call_id: object, values: object) -> None:
         try:

@@ -210,6 +210,19 @@ class ModuleProcess:
         except CodecError as exc:
             return Unsent(f"a value the controller could not rebuild ({exc})")
 
+    def check_event(self, wire: Mapping[str, Any], *, strict: bool) -> str | None:
+        """The module's own class's verdict on a recorded event (blocking): ``None`` when it
+        matches, else why not. For readers of a finished run's ledger (``kept_catalog``)."""
+        answer = self._channel.request_sync(
+            {"op": "check-event", "event": dict(wire), "strict": strict},
+            timeout_s=PARAMETERS_TIMEOUT_S,
+        )
+        if answer.get("op") == "error":
+            error = answer.get("error") if isinstance(answer.get("error"), dict) else {}
+            assert isinstance(error, dict)
+            return str(error.get("message") or "the module's class refused it")[:2000]
+        return None
+
     def parameters(self, values: Mapping[str, Any]) -> dict[str, Any] | None:
         """The module's own check of ``values`` (blocking): its model's dump, or ``None``."""
         answer = self._channel.request_sync(
