@@ -68,10 +68,20 @@ def check_module(env: Mapping[str, str]) -> None:
 
 
 def termination_message(result: RunResult) -> str:
-    """The result as JSON within ``MESSAGE_LIMIT`` bytes: usage, then the cause's tail, give way."""
+    """The result as JSON within ``MESSAGE_LIMIT`` bytes: the program's value (it stays in the
+    ledger's program-succeeded record), usage, then the cause's tail, give way."""
     text = result.model_dump_json(by_alias=True)
     if len(text.encode()) <= MESSAGE_LIMIT:
         return text
+    if result.value is not None:
+        note = (
+            "value-too-large: the controller Job reports at most 4,096 bytes; the ledger's "
+            "society.program-succeeded/v2 record holds the value"
+        )
+        result = result.model_copy(update={"value": None, "value_note": note})
+        text = result.model_dump_json(by_alias=True)
+        if len(text.encode()) <= MESSAGE_LIMIT:
+            return text
     result = result.model_copy(update={"usage": None})
     text = result.model_dump_json(by_alias=True)
     excess = len(text.encode()) - MESSAGE_LIMIT
