@@ -13,13 +13,16 @@ def add_compare(commands: Any) -> None:
         "compare",
         help="compare two ledgers event by event per conversation; print the first divergence",
         description=(
-            "Verifies both ledgers, then compares them per conversation (sender, text, who "
-            "received or lost each message) and the experiment's own events and outcome, "
-            "ignoring times and ids that must differ between runs. When one is a fork of the "
+            "Verifies both ledgers, then compares them by causality: each conversation's "
+            "messages in its commit order (sender, text, who received or lost each), each "
+            "receiver's deliveries per conversation in the order it received them, and the "
+            "experiment's own events and outcome; how independent messages interleaved and the "
+            "times and ids that must differ between runs are ignored. When one is a fork of the "
             "other, the line's fork says whether it holds (its parent's run id and head digest, "
-            "and the first N messages shared) and where they first differ. Prints one JSON line; "
-            "exit 0 when they agree (a fork: when it holds), 1 at the first divergence or when a "
-            "ledger does not verify."
+            "and the parent's first N messages, per conversation, are the fork's first N) and "
+            "the causally earliest differing message. Prints one JSON line; exit 0 when they "
+            "agree (a fork: when it holds), 1 at the first divergence or when a ledger does not "
+            "verify."
         ),
     )
     compare.add_argument("a", type=Path, metavar="A", help="a ledger or run directory")
@@ -28,34 +31,35 @@ def add_compare(commands: Any) -> None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from controller.viewer.compare import first_divergence, streams
+    from controller.viewer.compare import BY, evidence_divergence, read_evidence
     from controller.viewer.forks import fork_relation
     from controller.viewer.records import find_ledger
     from ledger import LedgerError
 
     try:
         a, b = find_ledger(args.a), find_ledger(args.b)
-        divergence = first_divergence(a, b)
-        counted = streams(a)
+        left = read_evidence(a)
+        divergence = evidence_divergence(left, read_evidence(b))
         relation = fork_relation(a, b)
     except LedgerError as exc:
         print(json.dumps({"same": False, "reason": exc.reason, "detail": exc.detail}))
         return 1
     fork = {} if relation is None else {"fork": relation.to_wire()}
     if divergence is None:
-        messages = sum(len(v) for k, v in counted.items() if k != "program")
-        print(json.dumps({"same": True, "streams": len(counted), "messages": messages, **fork}))
+        streams, messages = len(left.streams()), left.messages
+        print(
+            json.dumps({"same": True, "by": BY, "streams": streams, "messages": messages, **fork})
+        )
         return 0 if relation is None or relation.holds else 1
+    found: dict[str, Any] = {"stream": divergence.stream, "index": divergence.index}
+    if divergence.message is not None:
+        found["message"] = divergence.message
     print(
         json.dumps(
             {
                 "same": False,
-                "divergence": {
-                    "stream": divergence.stream,
-                    "index": divergence.index,
-                    "a": divergence.a,
-                    "b": divergence.b,
-                },
+                "by": BY,
+                "divergence": {**found, "a": divergence.a, "b": divergence.b},
                 **fork,
             },
             ensure_ascii=False,

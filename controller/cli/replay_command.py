@@ -30,9 +30,10 @@ def add_commands(subparsers: Any) -> None:
         description=(
             "Verifies RUN_DIR's ledger, runs the module the run directory kept (module/) again "
             "with the same seed, roster and parameters as a new run beside it, and compares the "
-            "two ledgers as `society ledger compare` does. Prints one JSON line whose replay is "
-            "identical or diverged (with the first divergence: which conversation and message, "
-            "whose, both sides); exit 0 identical, 1 diverged or the replay failed."
+            "two ledgers as `society ledger compare` does (per conversation and per receiver, not "
+            "by global commit order). Prints one JSON line whose replay is identical or diverged "
+            "(with the causally earliest divergence: which conversation and message, whose, both "
+            "sides); exit 0 identical, 1 diverged or the replay failed."
         ),
     )
     replay.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a finished run directory")
@@ -108,24 +109,24 @@ async def _replay_and_compare(
 
 
 def compare(original: Path, replayed: Path) -> dict[str, Any]:
-    """``identical``, or the first divergence: which stream and message, whose, both sides."""
-    from controller.viewer.compare import first_divergence, streams
+    """``identical``, or the causally earliest divergence: which stream and item, whose, both
+    sides (``controller.viewer.compare``: per conversation and per receiver, not global order)."""
+    from controller.viewer.compare import BY, evidence_divergence, read_evidence
     from ledger import LedgerError
 
     try:
-        divergence = first_divergence(original, replayed)
-        counted = streams(replayed)
+        replay = read_evidence(replayed)
+        divergence = evidence_divergence(read_evidence(original), replay)
     except LedgerError as error:
-        return {"replay": "diverged", "reason": error.reason, "detail": error.detail}
+        return {"replay": "diverged", "by": BY, "reason": error.reason, "detail": error.detail}
     if divergence is None:
-        messages = sum(len(v) for k, v in counted.items() if k != "program")
-        conversations = len(counted) - 1
+        conversations = len(replay.conversations)
         plural = "" if conversations == 1 else "s"
         _say(
-            f"identical: {messages} messages in {conversations} conversation{plural}, "
-            "and the program's own events and outcome"
+            f"identical: {replay.messages} messages in {conversations} conversation{plural}, "
+            "each receiver's deliveries, and the program's own events and outcome"
         )
-        return {"replay": "identical", "messages": messages}
+        return {"replay": "identical", "by": BY, "messages": replay.messages}
     a, b = divergence.a, divergence.b
     whose = next((x["sender"] for x in (a, b) if isinstance(x, dict) and "sender" in x), None)
     differs = (
@@ -134,12 +135,16 @@ def compare(original: Path, replayed: Path) -> dict[str, Any]:
         else None
     )
     where = f"{divergence.stream}, item {divergence.index + 1}"
-    _say(f"diverged at {where}" + (f" ({whose})" if whose else "") + f": {differs or 'presence'}")
+    what = differs or ("presence" if a is None or b is None else "order")
+    _say(f"diverged at {where}" + (f" ({whose})" if whose else "") + f": {what}")
+    found: dict[str, Any] = {"stream": divergence.stream, "index": divergence.index}
+    if divergence.message is not None:
+        found["message"] = divergence.message
     return {
         "replay": "diverged",
+        "by": BY,
         "divergence": {
-            "stream": divergence.stream,
-            "index": divergence.index,
+            **found,
             "sender": whose,
             "differs": differs,
             "original": a,

@@ -2,9 +2,11 @@
 
 A fork's ``RunStarted`` names its parent's run id and head digest and the fork point N (a count of
 router-committed messages). Given both ledgers, the fork holds when the parent is the one it
-names (same run id, same head digest) and the two agree message for message, in router sequence
-order, on the first N messages: each one's conversation, sender, text, and who received or lost
-it. The first message after N where they differ is where the intervention showed.
+names (same run id, same head digest) and it shares the parent's first N messages causally
+(``controller.viewer.compare.prefix_shared``): the parent's first N, taken per conversation, are
+each a prefix of the fork's conversation and together the fork's first N, whatever order two
+conversations' messages raced in. The causally earliest differing message is where the
+intervention showed.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from controller.viewer.compare import (
-    COMMITTED,
-    DELIVERED,
-    DELIVERED_ONE,
-    DROPPED,
-    OPENED,
+    BY,
+    Evidence,
+    conversation_divergence,
+    evidence,
+    prefix_shared,
+    prefix_split,
+    shared_messages,
     validated_records,
     verified_ledger,
 )
@@ -36,24 +40,30 @@ class ForkRelation:
     parent: str
     at: int
     head_digest_matches: bool
-    shared_until: int
-    """How many leading messages the two agree on (``>= at`` when the prefix is shared)."""
+    prefix_shared: bool
+    shared_messages: int
+    """How many messages sit at the same place of the same conversation in both."""
+    prefix_split: dict[str, int]
+    """How the parent's first N messages fall into conversations."""
     first_difference: dict[str, Any] | None
-    """The first message (1-based ``message``) where they differ, with each side's; or None."""
+    """The causally earliest differing message (its ``conversation``, 0-based ``index`` there,
+    1-based ``message`` in the parent's commit order), with each side's; or None."""
 
     @property
     def holds(self) -> bool:
-        return self.head_digest_matches and self.shared_until >= self.at
+        return self.head_digest_matches and self.prefix_shared
 
     def to_wire(self) -> dict[str, Any]:
         return {
             "fork": self.fork,
             "parent": self.parent,
             "at": self.at,
+            "by": BY,
             "holds": self.holds,
             "headDigest": "matches" if self.head_digest_matches else "differs",
-            "prefix": "shared" if self.shared_until >= self.at else "differs",
-            "sharedMessages": self.shared_until,
+            "prefix": "shared" if self.prefix_shared else "differs",
+            "prefixConversations": self.prefix_split,
+            "sharedMessages": self.shared_messages,
             "firstDifference": self.first_difference,
         }
 
@@ -72,59 +82,30 @@ def fork_relation(a: Path, b: Path) -> ForkRelation | None:
 def _relation(child: Verification, parent: Verification, origin: dict[str, Any]) -> ForkRelation:
     at = int(origin["at"])
     head = None if parent.completion is None else parent.completion.head_digest
-    mine, theirs = messages_in_order(child), messages_in_order(parent)
-    shared = 0
-    while shared < min(len(mine), len(theirs)) and mine[shared] == theirs[shared]:
-        shared += 1
-    difference = None
-    if shared < max(len(mine), len(theirs)):
-        difference = {
-            "message": shared + 1,
-            "parent": theirs[shared] if shared < len(theirs) else None,
-            "fork": mine[shared] if shared < len(mine) else None,
-        }
+    mine, theirs = evidence(child), evidence(parent)
     return ForkRelation(
         fork=child.manifest.run_id,
         parent=parent.manifest.run_id,
         at=at,
         head_digest_matches=head == origin.get("parentHeadDigest"),
-        shared_until=shared,
-        first_difference=difference,
+        prefix_shared=prefix_shared(theirs, mine, at),
+        shared_messages=shared_messages(theirs, mine),
+        prefix_split=prefix_split(theirs, at),
+        first_difference=first_difference(theirs, mine),
     )
 
 
-def messages_in_order(verified: Verification) -> list[dict[str, Any]]:
-    """Every committed message in router-sequence order: its conversation (by opening order),
-    sender, parts, and who received or lost it (sorted)."""
-    conversations: dict[str, str] = {}
-    messages: dict[str, dict[str, Any]] = {}
-    for envelope in validated_records(verified):
-        tag, event = envelope.tag, envelope.event
-        if tag == OPENED:
-            conversations[event["conversationId"]] = f"conversation {len(conversations) + 1}"
-        elif tag == COMMITTED:
-            messages[event["messageId"]] = {
-                "sequence": event["routerSequence"],
-                "conversation": conversations.get(event["conversationId"]),
-                "sender": event["senderId"],
-                "parts": event["parts"],
-                "delivered": [],
-                "dropped": [],
-            }
-        elif tag == DELIVERED:
-            for message_id in event["messageIds"]:
-                if message_id in messages:
-                    messages[message_id]["delivered"].append(event["receiverId"])
-        elif tag == DELIVERED_ONE and event["messageId"] in messages:
-            messages[event["messageId"]]["delivered"].append(event["receiverId"])
-        elif tag == DROPPED and event["messageId"] in messages:
-            messages[event["messageId"]]["dropped"].append([event["receiverId"], event["reason"]])
-    ordered = sorted(messages.values(), key=lambda message: int(message["sequence"]))
-    for message in ordered:
-        del message["sequence"]  # the same message may sit at another number in the other run
-        message["delivered"].sort()
-        message["dropped"].sort()
-    return ordered
+def first_difference(parent: Evidence, fork: Evidence) -> dict[str, Any] | None:
+    divergence = conversation_divergence(parent, fork)
+    if divergence is None:
+        return None
+    return {
+        "conversation": divergence.stream,
+        "index": divergence.index,
+        "message": divergence.message,
+        "parent": divergence.a,
+        "fork": divergence.b,
+    }
 
 
 def _verified(path: Path) -> Verification:
