@@ -155,8 +155,9 @@ def test_the_dev_server_outlives_its_last_run_for_the_idle_period_then_stops(
 
     pid = anyio.run(scenario)
     assert _alive(pid)
-    assert wait_until(lambda: not _alive(pid), 30), "the watcher stopped it after 3 s idle"
-    assert not (tmp_path / ".temporal" / "server.json").exists()
+    state = tmp_path / ".temporal" / "server.json"
+    stopped = wait_until(lambda: not _alive(pid) and not state.exists(), 30)
+    assert stopped, "the watcher stopped it after 3 s idle and forgot it"
 
 
 def test_society_temporal_stop_stops_an_idle_server_and_refuses_while_a_run_holds_it(
