@@ -74,6 +74,12 @@ NO_INSTALL = _V(
     "model or OpenClaw when a roster first needs one",
 )
 DEBUG = _V("SOCIETY_DEBUG", "`1`: keep the Temporal SDK's tracebacks of failed activities")
+KIND_DIR = _V(
+    "SOCIETY_KIND_DIR",
+    "where `scripts/install-kind.sh` puts kind, under `<version>/bin` (default "
+    "`~/.cache/society-runner/kind`); `cluster up` finds it there",
+    "cluster",
+)
 TOOLS_DIR = _V(
     "SOCIETY_TOOLS_DIR",
     "where `scripts/build-tools.sh` put helm, tofu, tflint and kubeconform (default "

@@ -25,8 +25,68 @@ def _pinned_kind(kind: Path) -> str:
 
 @pytest.fixture(autouse=True)
 def no_built_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No helm from scripts/build-tools.sh either: the tools directory is empty."""
+    """No helm from scripts/build-tools.sh nor kind from scripts/install-kind.sh either: their
+    directories are empty."""
     monkeypatch.setenv("SOCIETY_TOOLS_DIR", str(tmp_path / "no-tools"))
+    monkeypatch.setenv("SOCIETY_KIND_DIR", str(tmp_path / "no-kind"))
+
+
+def _answers(_engine: Path) -> bool:
+    return True
+
+
+def test_kind_where_install_kind_put_it_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controller.settings import Settings, installed
+
+    monkeypatch.setenv("SOCIETY_KIND_DIR", str(tmp_path / "kind"))
+    kind = tmp_path / "kind" / "v0.33.0" / "bin" / "kind"
+    kind.parent.mkdir(parents=True)
+    kind.write_text("#!/bin/sh\n")
+    kind.chmod(0o755)
+    with installed(Settings.read()):
+        found = find_programs(
+            existing_cluster=False,
+            import_images=False,
+            which=_finder("podman", "kubectl", "helm"),
+            version_of=_pinned_kind,
+            answers=_answers,
+        )
+    assert found.kind == kind
+
+
+def test_a_docker_cli_whose_daemon_does_not_answer_gives_way_to_podman_or_is_named() -> None:
+    """A docker CLI on PATH with no daemon behind it: podman is taken where it is there; alone,
+    docker is named with the fix, not left for kind to fail on."""
+    silent = lambda _engine: False  # noqa: E731
+    found = find_programs(
+        existing_cluster=False,
+        import_images=False,
+        which=_finder("docker", "podman", "kind", "kubectl", "helm"),
+        version_of=_pinned_kind,
+        answers=silent,
+    )
+    assert found.engine == Path("/opt/bin/podman")
+    with pytest.raises(PrerequisitesMissing) as raised:
+        find_programs(
+            existing_cluster=False,
+            import_images=False,
+            which=_finder("docker", "kind", "kubectl", "helm"),
+            version_of=_pinned_kind,
+            answers=silent,
+        )
+    [docker] = raised.value.missing
+    assert "/opt/bin/docker is there but its daemon does not answer `docker info`" in docker.line()
+    assert "--provider podman" in docker.line()
+    answered = find_programs(
+        existing_cluster=False,
+        import_images=False,
+        which=_finder("docker", "podman", "kind", "kubectl", "helm"),
+        version_of=_pinned_kind,
+        answers=_answers,
+    )
+    assert answered.engine == Path("/opt/bin/docker")
 
 
 def test_a_kind_cluster_needs_an_engine_kind_kubectl_and_helm_and_each_is_named() -> None:
@@ -36,6 +96,7 @@ def test_a_kind_cluster_needs_an_engine_kind_kubectl_and_helm_and_each_is_named(
         )
     missing = {item.tool: item.next_step for item in raised.value.missing}
     assert set(missing) == {"container engine", "kind", "kubectl", "helm"}
+    assert missing["kind"].startswith("`scripts/install-kind.sh` (builds kind v0.33.0")
     assert "go install sigs.k8s.io/kind@v0.33.0" in missing["kind"]
     assert "scripts/build-tools.sh" in missing["helm"]
     assert "Docker" in missing["container engine"] and "Podman" in missing["container engine"]
@@ -122,3 +183,10 @@ def test_a_kind_of_another_release_is_named_with_the_pinned_one(tmp_path: Path) 
     assert "go install sigs.k8s.io/kind@v0.33.0" in wrong.line()
     kind.write_text("#!/bin/sh\necho 'kind v0.33.0 go1.26.8 linux/amd64'\n")
     assert find_programs(existing_cluster=False, import_images=False, which=which).kind == kind
+
+
+def test_an_engine_answers_when_its_info_succeeds() -> None:
+    from controller.ops.cluster.prerequisites import engine_answers
+
+    assert engine_answers(Path("/bin/true")) and not engine_answers(Path("/bin/false"))
+    assert not engine_answers(Path("/nonexistent/docker"))

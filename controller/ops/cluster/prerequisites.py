@@ -12,6 +12,7 @@ from pathlib import Path
 
 from controller.errors import OpsError
 from controller.ops.checks import tools
+from controller.settings import KIND_DIR, current
 
 KIND_VERSION = "v0.33.0"
 """The kind release ``cluster up`` drives, the one the test cluster is made with."""
@@ -49,8 +50,10 @@ class PrerequisitesMissing(OpsError):
 NEXT_STEPS = {
     "container engine": "install Docker (https://docs.docker.com/engine/install/) or Podman "
     "(`sudo apt-get install podman`); kind runs its nodes as containers",
-    "kind": f"`go install sigs.k8s.io/kind@{KIND_VERSION}` (or the release binary from "
-    f"https://github.com/kubernetes-sigs/kind/releases/tag/{KIND_VERSION}), then put it on PATH",
+    "kind": "`scripts/install-kind.sh` (builds kind "
+    f"{KIND_VERSION} from the Go module proxy into {{kind_dir}} and installs what kind's podman "
+    f"provider needs here; `cluster up` finds it there), or `go install "
+    f"sigs.k8s.io/kind@{KIND_VERSION}` and put it on PATH",
     "kubectl": "install kubectl 1.36 (https://kubernetes.io/docs/tasks/tools/) and put it on PATH",
     "helm": f"`{tools.BUILD_COMMAND}` (builds the pinned helm into {{tools}}/bin), or put a "
     "helm v4 on PATH",
@@ -72,6 +75,25 @@ class Programs:
 
 Finder = Callable[[str], str | None]
 VersionOf = Callable[[Path], str]
+Answers = Callable[[Path], bool]
+
+
+def engine_answers(engine: Path) -> bool:
+    """Whether the container engine's daemon (or podman's service) answers ``info``."""
+    try:
+        done = subprocess.run(
+            [str(engine), "info"], capture_output=True, timeout=20, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def kind_dir() -> Path:
+    """Where ``scripts/install-kind.sh`` puts kind: ``SOCIETY_KIND_DIR/<version>/bin``."""
+    chosen = current().get(KIND_DIR)
+    base = Path(chosen) if chosen else Path.home() / ".cache" / "society-runner" / "kind"
+    return base / KIND_VERSION / "bin"
 
 
 def kind_version(kind: Path) -> str:
@@ -90,22 +112,27 @@ def find_programs(
     provider: str | None = None,
     which: Finder = shutil.which,
     version_of: VersionOf = kind_version,
+    answers: Answers = engine_answers,
 ) -> Programs:
     """The programs this mode needs; ``PrerequisitesMissing`` names each absent one.
 
     Creating a kind cluster needs a container engine, kind, kubectl (the upstream Kueue and
     Agent Sandbox manifests) and helm; installing into an existing cluster needs helm, and
     ``ctr`` when images are imported into nodes' containerd. kind's node ``provider`` is
-    ``docker`` or ``podman`` (default: Docker when on PATH, else Podman, as kind picks).
+    ``docker`` or ``podman``: by default Docker when on PATH and its daemon answers, else
+    Podman, so a ``docker`` CLI with no daemon behind it does not stand in the way.
     """
     missing: list[Missing] = []
 
     def need(name: str, *candidates: str) -> Path | None:
         for candidate in candidates:
             found = _helm(which) if candidate == "helm" else which(candidate)
+            if candidate == "kind" and not found:
+                found = _installed_kind()
             if found:
                 return Path(found)
-        missing.append(Missing(name, NEXT_STEPS[name].replace("{tools}", str(tools.tools_dir()))))
+        next_step = NEXT_STEPS[name].replace("{tools}", str(tools.tools_dir()))
+        missing.append(Missing(name, next_step.replace("{kind_dir}", str(kind_dir()))))
         return None
 
     helm = need("helm", "helm")
@@ -115,13 +142,29 @@ def find_programs(
         if KIND_VERSION not in said.split():
             problem = (f"{kind} is `{said}`, not {KIND_VERSION} (the release the kind profile "
                        "is tested with)")  # fmt: skip
-            missing.append(Missing("kind", NEXT_STEPS["kind"], problem))
-    engines = [provider] if provider else ["docker", "podman"]
+            missing.append(
+                Missing("kind", NEXT_STEPS["kind"].replace("{kind_dir}", str(kind_dir())), problem)
+            )
+    engine = None
+    if not existing_cluster:
+        engine = need("container engine", *([provider] if provider else ["docker", "podman"]))
+        if engine is not None and provider is None and engine.name == "docker":
+            podman = which("podman")
+            if not answers(engine):
+                if podman:
+                    engine = Path(podman)  # a docker CLI whose daemon does not answer
+                else:
+                    missing.append(Missing(
+                        "container engine",
+                        "start the Docker daemon, or install Podman (`sudo apt-get install "
+                        "podman`) and pass --provider podman",
+                        f"{engine} is there but its daemon does not answer `docker info`",
+                    ))  # fmt: skip
     programs = Programs(
         helm=helm or Path("helm"),
         kubectl=None if existing_cluster else need("kubectl", "kubectl"),
         kind=kind,
-        engine=None if existing_cluster else need("container engine", *engines),
+        engine=engine,
         ctr=need("ctr", "ctr") if import_images else None,
     )
     if missing:
@@ -132,6 +175,12 @@ def find_programs(
             missing=missing,
         )
     return programs
+
+
+def _installed_kind() -> str | None:
+    """kind where ``scripts/install-kind.sh`` put it."""
+    built = kind_dir() / "kind"
+    return str(built) if os.access(built, os.X_OK) else None
 
 
 def _helm(which: Finder) -> str | None:
