@@ -98,3 +98,22 @@ def test_the_kind_config_maps_the_temporal_node_ports_and_reads_the_registry_hos
     assert f'config_path = "{kind.CONTAINERD_CERTS_DIR}"' in patches
     workers = [n for n in config["nodes"] if n["role"] == "worker"]
     assert workers and all(n["labels"] == {"society.run/pool": "agents"} for n in workers)
+
+
+def test_a_node_image_that_cannot_be_pulled_is_named_with_the_script_that_builds_it() -> None:
+    from controller.ops.cluster.kind import node_image_hint
+    from controller.ops.cluster.steps import StepFailed
+
+    said = (
+        "kind create cluster failed: ERROR: failed to create cluster: failed to pull image "
+        '"localhost/society/kind-node:v1.36.0": Error: pinging container registry localhost: Get '
+        '"https://localhost/v2/": dial tcp 127.0.0.1:443: connect: connection refused'
+    )
+    hinted = node_image_hint(
+        StepFailed(said, reason="kind-create-failed"), "localhost/society/kind-node:v1.36.0"
+    )
+    assert hinted.reason == "node-image-missing"
+    assert "is not on this machine and could not be pulled" in str(hinted)
+    assert "scripts/build-kind-node-image.sh" in str(hinted) and "--node-image" in str(hinted)
+    other = StepFailed("kind create cluster failed: no space left", reason="kind-create-failed")
+    assert node_image_hint(other, "localhost/society/kind-node:v1.36.0") is other

@@ -192,8 +192,9 @@ def create_cluster(host: KindHost, kubeconfig: Path, config: str) -> Created:
                 "kind-create-failed", "kind create cluster", env,
             )  # fmt: skip
         except StepFailed as failed:
+            failed = node_image_hint(failed, host.node_image)
             if had_network or not remove_network(host):
-                raise
+                raise failed from None
             raise StepFailed(
                 f"{failed}\n  (the '{NETWORK}' {host.engine.name} network that kind made for it "
                 f"is removed)",
@@ -206,6 +207,24 @@ def create_cluster(host: KindHost, kubeconfig: Path, config: str) -> Created:
     kubeconfig.write_text(config)
     kubeconfig.chmod(0o600)
     return created
+
+
+PULL_FAILURES = ("pinging container registry", "manifest unknown", "image not known")
+"""What kind's provider says when the node image is neither on this machine nor pullable."""
+
+
+def node_image_hint(failed: StepFailed, node_image: str | None) -> StepFailed:
+    """``failed`` with the fix named when the node image could not be pulled: on a host that
+    reaches no registry, the image is built here."""
+    if node_image is None or not any(text in str(failed) for text in PULL_FAILURES):
+        return failed
+    return StepFailed(
+        f"{failed.detail}\n  (the node image {node_image} is not on this machine and could not "
+        "be pulled)",
+        reason="node-image-missing",
+        next_step="build it here: scripts/build-kind-node-image.sh (prints the image it made; "
+        "pass that to --node-image), or pull it where a registry is reachable",
+    )
 
 
 def delete_cluster(host: KindHost, kubeconfig: Path) -> None:
