@@ -276,14 +276,9 @@ def _ranking_lines(doc: dict[str, Any]) -> list[str]:
     lines = [head, "", f"| rank | competitor | {value} | interval | {' | '.join(columns)} |"]
     lines.append("|---:|---|---:|---|" + "---:|" * len(columns))
     keys = {"W": "wins", "L": "losses", "T": "ties", "games": "games", "runs": "runs"}
-    notes = set()
+    notes: set[str] = set()
     for row in doc["rankings"]:
-        if row["interval"] is None:
-            shown = "n/a (one seed)"
-            notes.add(row["intervalNote"])
-        else:
-            low, high = row["interval"]
-            shown = f"[{low:.{places}f}, {high:.{places}f}]"
+        shown = _interval_cell(row, places, notes)
         cells = " | ".join(str(row[keys[column]]) for column in columns)
         lines.append(
             f"| {row['rank']} | {row['competitor']} | {row[value]:.{places}f} | {shown} | {cells} |"
@@ -292,6 +287,15 @@ def _ranking_lines(doc: dict[str, Any]) -> list[str]:
         lines.append("| - | no ranked runs | | | | | |")
     lines += [f"\nNote: {note}." for note in sorted(notes)]
     return lines
+
+
+def _interval_cell(row: dict[str, Any], places: int, notes: set[str]) -> str:
+    """A row's interval as the leaderboard shows it; one that cannot be estimated adds its note."""
+    if row["interval"] is None:
+        notes.add(row["intervalNote"])
+        return "n/a (one seed)"
+    low, high = row["interval"]
+    return f"[{low:.{places}f}, {high:.{places}f}]"
 
 
 def _summary_lines(doc: dict[str, Any]) -> list[str]:
@@ -306,14 +310,9 @@ def _summary_lines(doc: dict[str, Any]) -> list[str]:
         "| competitor | field | mean | interval | runs |",
         "|---|---|---:|---|---:|",
     ]
-    notes = set()
+    notes: set[str] = set()
     for row in doc["summary"]:
-        if row["interval"] is None:
-            shown = "n/a (one seed)"
-            notes.add(row["intervalNote"])
-        else:
-            low, high = row["interval"]
-            shown = f"[{low:.{places}f}, {high:.{places}f}]"
+        shown = _interval_cell(row, places, notes)
         lines.append(
             f"| {row['competitor']} | {_cell(row['field'])} | {row['mean']:.{places}f} "
             f"| {shown} | {row['runs']} |"
