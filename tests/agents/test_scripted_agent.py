@@ -127,6 +127,10 @@ async def test_a_stopped_agent_exits_cleanly_and_its_bridge_reports_completed(
         async with scripted_agent(tmp_path, router) as (process, access):
             async with scripted().attach(access) as attachment:
                 state: dict[str, Any] = await attachment.owner.state()
+                with anyio.fail_after(10):  # the bridge answers before the router session is up
+                    while state["participantId"] is None:
+                        await anyio.sleep(0.05)
+                        state = await attachment.owner.state()
                 assert state["name"] == "alice" and state["participantId"] == "agent:alice"
                 await attachment.owner.stop()
                 with anyio.fail_after(10):
@@ -141,7 +145,9 @@ async def test_an_agent_exits_when_its_router_disappears(tmp_path: Path) -> None
             access,
         ):
             async with scripted().attach(access) as attachment:
-                assert (await attachment.owner.state())["authenticated"]
+                with anyio.fail_after(10):  # the bridge answers before the router session is up
+                    while not (await attachment.owner.state())["authenticated"]:  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
                 router.send_signal(signal.SIGKILL)
                 with anyio.fail_after(15):
                     ended = await attachment.termination
