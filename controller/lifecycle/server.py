@@ -45,7 +45,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from controller.errors import LifecycleError
+from controller.errors import LifecycleError, SocietyError
 from controller.run.artifact_root import check_private
 from controller.settings import TEMPORAL_IDLE, current
 
@@ -228,7 +228,8 @@ class DevServer:
         stops it after the idle period), or stops it where the idle period is 0."""
         async with self._locked():
             (self.leases / run_id).unlink(missing_ok=True)
-            if self._live_leases() or self._read_state() is None:
+            state = self._read_state()
+            if self._live_leases() or state is None:
                 return
             idle_s = idle_seconds()
             if idle_s <= 0:
@@ -237,7 +238,7 @@ class DevServer:
             _write_private(self.directory / IDLE_FILE, repr(time.time()).encode())
             _spawn_detached(
                 [sys.executable, "-m", "controller.lifecycle.server", str(self.directory.parent),
-                 repr(idle_s)],
+                 repr(idle_s), str(state.get("pid"))],
                 self.log_file,
             )  # fmt: skip
 
@@ -539,14 +540,21 @@ def _tail(path: Path, lines: int = 5) -> str:
     return "(no log)"
 
 
-async def _stop_when_idle(artifact_root: Path, idle_s: float) -> None:
-    """The watcher a run's release starts: after ``idle_s``, stop the server if still idle."""
+async def _stop_when_idle(artifact_root: Path, idle_s: float, pid: str) -> None:
+    """The watcher a run's release starts: after ``idle_s``, stop the server if still idle. A
+    root removed meanwhile (its state with it) leaves no server behind either: the one this
+    watcher was started for is stopped when /proc still names it the root's dev server."""
     await anyio.sleep(idle_s)
-    await DevServer(artifact_root).reap(idle_s=idle_s)
+    with contextlib.suppress(OSError, SocietyError):
+        await DevServer(artifact_root).reap(idle_s=idle_s)
+    db_file = artifact_root / ".temporal" / "dev.db"
+    gone = not os.path.exists(db_file.parent)  # noqa: ASYNC240 (a watcher alone in its process)
+    if pid.isdigit() and gone and _is_dev_server(int(pid), db_file):
+        _terminate(int(pid))
 
 
-if __name__ == "__main__":  # python -m controller.lifecycle.server ROOT IDLE_S (detached)
+if __name__ == "__main__":  # python -m controller.lifecycle.server ROOT IDLE_S PID (detached)
     from controller.settings import Settings, installed
 
     with installed(Settings.read()):
-        anyio.run(_stop_when_idle, Path(sys.argv[1]), float(sys.argv[2]))
+        anyio.run(_stop_when_idle, Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -200,3 +201,24 @@ def test_a_bad_idle_period_is_a_typed_error() -> None:
         with pytest.raises(TemporalUnavailable) as refused:
             idle_seconds()
     assert refused.value.reason == "bad-idle-period"
+
+
+def test_an_artifact_root_removed_while_its_server_is_idle_leaves_no_server(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+
+    async def scenario() -> int:
+        with installed(Settings.read().overlay({TEMPORAL_IDLE.name: "3"})):
+            server = DevServer(root)
+            endpoint = await server.acquire(RUN_A)
+            await server.release(RUN_A)
+            assert endpoint.dev_server_pid is not None
+            return endpoint.dev_server_pid
+
+    pid = anyio.run(scenario)
+    # as pytest's or a user's clean-up would, with the server idle (still writing its files)
+    assert wait_until(lambda: shutil.rmtree(root, ignore_errors=True) or not root.exists(), 10)
+    assert _alive(pid)
+    assert wait_until(lambda: not _alive(pid), 30), "the watcher stopped the orphaned server"
