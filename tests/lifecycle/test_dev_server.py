@@ -218,7 +218,12 @@ def test_an_artifact_root_removed_while_its_server_is_idle_leaves_no_server(
             return endpoint.dev_server_pid
 
     pid = anyio.run(scenario)
+
     # as pytest's or a user's clean-up would, with the server idle (still writing its files)
-    assert wait_until(lambda: shutil.rmtree(root, ignore_errors=True) or not root.exists(), 10)
+    def removed() -> bool:
+        shutil.rmtree(root, ignore_errors=True)
+        return not root.exists()
+
+    assert wait_until(removed, 10)
     assert _alive(pid)
     assert wait_until(lambda: not _alive(pid), 30), "the watcher stopped the orphaned server"
