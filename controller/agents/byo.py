@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from controller.agents.bridge import BridgeOwner, OwnerError, attach_bridge
+from controller.agents.llm import granted_provider
 from controller.agents.runtime import (
     Attachment,
     Harvest,
@@ -27,8 +28,9 @@ from controller.agents.runtime import (
     SandboxAccess,
     check_packages,
     checked_options,
+    file_bytes,
 )
-from controller.modelgateway.config import ProviderConfig, named_provider
+from controller.modelgateway.config import ProviderConfig
 from controller.modelgateway.events import model_gateway_catalog
 from controller.modelgateway.service import MODEL_SERVICE
 from ledger.events import EventCatalog
@@ -199,14 +201,17 @@ def byo(
     """
     check_argv(command)
     check_mode(mode)
-    given = {path: _content(path, content) for path, content in (files or {}).items()}
+    given = {
+        path: file_bytes(f"program file {path}", content, "program-file-missing")
+        for path, content in (files or {}).items()
+    }
     if BYO_CONFIG_FILE in given:
         raise RuntimeDescriptorError(
             f"{BYO_CONFIG_FILE} is written from byo()'s arguments", reason="bad-path"
         )
     packages = check_packages(packages)
     granted = provider is not None
-    chosen = _provider(provider, model) if granted else None
+    chosen = granted_provider(provider, model) if provider is not None else None
     settings = BYOSettings(command=command, mode=mode, packages=packages, model=granted)
     written = {BYO_CONFIG_FILE: settings.model_dump_json(indent=2).encode()}
     return BYORuntime(
@@ -225,35 +230,6 @@ def byo(
         packages=packages,
         services=(MODEL_SERVICE,) if granted else (),
     )
-
-
-def _provider(provider: str | ProviderConfig | None, model: str | None) -> ProviderConfig | None:
-    if isinstance(provider, ProviderConfig):
-        return provider
-    if provider == "local":
-        if model is not None:
-            raise RuntimeDescriptorError(
-                "the local provider serves one model (SmolLM2-135M-Instruct); drop model=",
-                reason="unknown-model",
-            )
-        return None
-    try:
-        return named_provider(str(provider), model)
-    except ValueError as exc:
-        raise RuntimeDescriptorError(str(exc), reason="unknown-provider") from None
-
-
-def _content(path: str, content: str | bytes | Path) -> bytes:
-    if isinstance(content, Path):
-        try:
-            return content.read_bytes()
-        except OSError as exc:
-            raise RuntimeDescriptorError(
-                f"program file {path} reads {content}, which cannot be read "
-                f"({exc.strerror or exc}); fix the path",
-                reason="program-file-missing",
-            ) from None
-    return content.encode() if isinstance(content, str) else content
 
 
 __all__ = ["BYOOwner", "BYORuntime", "byo"]

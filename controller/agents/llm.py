@@ -183,7 +183,7 @@ def llm(
     config = LLMConfig(
         budget=budget or Budget(), context=context or ContextPolicy(), reply=reply or ReplyPolicy()
     )
-    chosen = _provider(provider, model)
+    chosen = granted_provider(provider, model)
     given = {path: c.encode() if isinstance(c, str) else c for path, c in (files or {}).items()}
     written = {IDENTITY_FILE: identity.encode(), CONFIG_FILE: _config_json(config)}
     if instructions.strip():
@@ -206,7 +206,8 @@ def llm(
     )
 
 
-def _provider(provider: str | ProviderConfig, model: str | None) -> ProviderConfig | None:
+def granted_provider(provider: str | ProviderConfig, model: str | None) -> ProviderConfig | None:
+    """The provider an agent's descriptor names, checked: ``None`` for the run's local model."""
     if isinstance(provider, ProviderConfig):
         return provider
     if provider == "local":

@@ -27,6 +27,7 @@ from controller.agents.runtime import (
     RuntimeDescriptorError,
     SandboxAccess,
     checked_options,
+    file_bytes,
 )
 from controller.agents.termination import Observation, Termination
 from controller.modelgateway.config import ProviderConfig
@@ -235,7 +236,9 @@ def openclaw(
                 f"identity=)",
                 reason="bad-workspace-file",
             )
-        files[f"{WORKSPACE_DIR}/{name}"] = _content(name, content)
+        files[f"{WORKSPACE_DIR}/{name}"] = file_bytes(
+            f"workspace file {name}", content, "missing-workspace-file"
+        )
     try:
         options = AgentOptions(
             tools_deny=tuple(tools_deny),
@@ -261,19 +264,6 @@ def openclaw(
         ),
         ready_timeout_s=ready_timeout_s,
     )
-
-
-def _content(name: str, content: str | bytes | Path) -> bytes:
-    if isinstance(content, Path):
-        try:
-            return content.read_bytes()
-        except OSError as exc:
-            raise RuntimeDescriptorError(
-                f"workspace file {name} reads {content}, which cannot be read "
-                f"({exc.strerror or exc}); fix the path",
-                reason="missing-workspace-file",
-            ) from None
-    return content.encode() if isinstance(content, str) else content
 
 
 __all__ = [

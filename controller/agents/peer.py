@@ -34,6 +34,7 @@ from controller.agents.runtime import (
     SandboxAccess,
     check_packages,
     checked_options,
+    file_bytes,
 )
 from ledger.events import Event, EventCatalog
 from society_sandbox.runtimes.peer import PEER_CONFIG_FILE, PeerSettings
@@ -226,7 +227,10 @@ def peer(
     stops sending after ``max_sends``; at teardown it has ``term_grace_s`` to exit after
     SIGTERM. Its files and settings are harvested.
     """
-    given = {path: _content(path, content) for path, content in files.items()}
+    given = {
+        path: file_bytes(f"peer file {path}", content, "peer-file-missing")
+        for path, content in files.items()
+    }
     if PEER_CONFIG_FILE in given:
         raise RuntimeDescriptorError(
             f"{PEER_CONFIG_FILE} is written from peer()'s arguments", reason="bad-path"
@@ -280,19 +284,6 @@ def _check_policy(files: Mapping[str, bytes], module: str, function: str) -> Non
             f"(it defines {shown}); name a 'def' of the module",
             reason="policy-function-missing",
         )
-
-
-def _content(path: str, content: str | bytes | Path) -> bytes:
-    if isinstance(content, Path):
-        try:
-            return content.read_bytes()
-        except OSError as exc:
-            raise RuntimeDescriptorError(
-                f"peer file {path} reads {content}, which cannot be read "
-                f"({exc.strerror or exc}); fix the path",
-                reason="peer-file-missing",
-            ) from None
-    return content.encode() if isinstance(content, str) else content
 
 
 __all__ = [

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
 
 from controller.agents.termination import Observation, ProcessExit, Termination
@@ -93,6 +94,21 @@ class RuntimeDescriptorError(SocietyError):
     """A runtime descriptor is malformed or its bridge failed; ``reason`` is machine-readable."""
 
     reason = "runtime-failed"
+
+
+def file_bytes(what: str, content: str | bytes | Path, reason: str) -> bytes:
+    """A descriptor's file as bytes: text encoded, a ``Path`` read now (``RuntimeDescriptorError``
+    with ``reason``, naming ``what``, when it cannot be)."""
+    if isinstance(content, Path):
+        try:
+            return content.read_bytes()
+        except OSError as exc:
+            raise RuntimeDescriptorError(
+                f"{what} reads {content}, which cannot be read ({exc.strerror or exc}); fix the "
+                "path",
+                reason=reason,
+            ) from None
+    return content.encode() if isinstance(content, str) else content
 
 
 _P = ParamSpec("_P")
