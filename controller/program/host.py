@@ -26,8 +26,7 @@ from controller.agents.roster import AgentHandle, Roster
 from controller.errors import SocietyError
 from controller.program.codec import MAX_UNSENT_CHARS, CodecError, encode
 from controller.program.proxies import ControllerRefused, Link
-from controller.program.serve import error_frame
-from controller.program.wire import Channel, ChannelClosed, Frame, Inbox
+from controller.program.wire import Channel, ChannelClosed, Frame, Inbox, error_frame
 from controller.run.context import RunContext
 from controller.run.spec import RunSpec, RunSpecError, load_run_spec
 

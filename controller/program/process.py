@@ -29,8 +29,8 @@ from controller.errors import SocietyError
 from controller.network.limits import MessageLimits
 from controller.program.child import Folders, Sandbox, module_folders, spawn_plain
 from controller.program.codec import MAX_UNSENT_CHARS, CodecError, Decoder, encode
-from controller.program.serve import ProgramServer, error_frame, not_running
-from controller.program.wire import MAX_HELD_BYTES, Channel, Frame, settle
+from controller.program.serve import ProgramServer, not_running
+from controller.program.wire import MAX_HELD_BYTES, Channel, Frame, error_frame, settle
 from controller.run.context import RunContext
 from controller.run.outcomes import Unsent
 from controller.run.spec import RunSpec, RunSpecError

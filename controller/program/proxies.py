@@ -22,8 +22,7 @@ import anyio
 from controller.errors import SocietyError
 from controller.program import exports
 from controller.program.codec import CodecError, Decoder, encode, record_from_wire
-from controller.program.serve import error_frame
-from controller.program.wire import Channel, Frame
+from controller.program.wire import Channel, Frame, error_frame
 from ledger.events import Event, EventCatalog
 from ledger.records import Record
 

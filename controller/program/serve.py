@@ -24,7 +24,7 @@ from controller.errors import SocietyError
 from controller.network.links import Delay, Deliver, Drop, Hold, LinkDelivery, Verdict
 from controller.program import exports
 from controller.program.codec import CodecError, Decoder, encode
-from controller.program.wire import Channel, Frame, Inbox
+from controller.program.wire import Channel, Frame, Inbox, error_frame
 from ledger.errors import CatalogError, LedgerError
 from ledger.events import Event, EventCatalog
 
@@ -43,19 +43,6 @@ class ProgramCallRefused(SocietyError):
 class ModuleBlockFailed(Exception):
     """What a block the module left by raising sees as its error (the module's own exception
     stays in the module process)."""
-
-
-def error_frame(exc: BaseException) -> dict[str, Any]:
-    """An exception as data: its class, message, and a ``SocietyError``'s reason and next step."""
-    cls = type(exc)
-    detail = getattr(exc, "detail", None)
-    return {
-        "module": cls.__module__,
-        "type": cls.__qualname__,
-        "message": detail if isinstance(detail, str) else str(exc),
-        "reason": _text(getattr(exc, "reason", None)),
-        "next_step": _text(getattr(exc, "next_step", None)),
-    }
 
 
 @dataclass(eq=False)
@@ -356,10 +343,6 @@ def _typed(exc: Exception) -> Exception:
         "not what the member takes",
         reason="call-failed",
     )
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def not_running() -> ProgramCallRefused:

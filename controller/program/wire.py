@@ -272,7 +272,7 @@ class Channel:
             next_step="send large data in parts, or wait for earlier calls to return",
         )
         with contextlib.suppress(ChannelClosed):
-            self.send({"op": "error", "id": call_id, "error": _error_data(refused)})
+            self.send({"op": "error", "id": call_id, "error": error_frame(refused)})
         return False
 
     def _receive(self) -> Frame | None:
@@ -322,15 +322,21 @@ def settle(future: asyncio.Future[T], outcome: T) -> None:
         future.set_result(outcome)
 
 
-def _error_data(exc: SocietyError) -> dict[str, Any]:
-    """``exc`` as an error frame's data (as ``serve.error_frame`` writes one)."""
+def error_frame(exc: BaseException) -> dict[str, Any]:
+    """An exception as data: its class, message, and a ``SocietyError``'s reason and next step."""
+    cls = type(exc)
+    detail = getattr(exc, "detail", None)
     return {
-        "module": type(exc).__module__,
-        "type": type(exc).__qualname__,
-        "message": exc.detail,
-        "reason": exc.reason,
-        "next_step": exc.next_step,
+        "module": cls.__module__,
+        "type": cls.__qualname__,
+        "message": detail if isinstance(detail, str) else str(exc),
+        "reason": _text(getattr(exc, "reason", None)),
+        "next_step": _text(getattr(exc, "next_step", None)),
     }
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 class Inbox:
